@@ -1,0 +1,37 @@
+# contrastive_jax developer commands. `make quickstart` and `make test` set up
+# .venv on first use (PyPI only; no other downloads).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: setup quickstart test test-all lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+quickstart: $(STAMP)
+	XLA_FLAGS= $(PY) -m contrastive_jax.quickstart --workdir workdirs/quickstart
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not slow"
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -n 2
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check contrastive_jax tests experiments
+
+bench: $(STAMP)
+	XLA_FLAGS= $(PY) experiments/bench/losses.py
+
+clean:
+	rm -rf workdirs .pytest_cache .ruff_cache

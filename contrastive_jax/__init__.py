@@ -1,0 +1,3 @@
+"""contrastive_jax: contrastive representation learning in JAX/Flax."""
+
+__version__ = "0.1.0"

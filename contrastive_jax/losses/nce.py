@@ -1,0 +1,181 @@
+"""NT-Xent (SimCLR InfoNCE), SupCon (Khosla et al. L_out) and SINCERE (seed 000).
+
+Notation (spec/sincere-supcon.md §0): ``S_tj = z_t . z_j / tau`` for unit rows,
+``P_t`` the positives of anchor t (same label, not t), ``N_t`` its negatives
+(other label), ``A_t = P_t ∪ N_t``. Every loss is the mean over valid anchors
+(``|P_t| >= 1`` and not padded) of the global batch.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from contrastive_jax.losses import _core
+
+Array = jax.Array
+
+
+def supcon_per_anchor(logits: Array, positives: Array, candidates: Array) -> Array:
+    """Per-anchor SupCon L_out from logits (seed 000 Eq. 3, second line).
+
+    ``l_t = LSE_{a in A_t} S_ta - mean_{p in P_t} S_tp``.
+
+    Args:
+      logits: float32 [n, m], ``S``.
+      positives: bool [n, m], ``P_t`` per row.
+      candidates: bool [n, m], ``A_t`` per row (every valid column but the anchor).
+
+    Returns:
+      float32 [n]; rows without positives hold an unused finite value.
+    """
+    count = jnp.sum(positives, axis=1)
+    mean_positive = jnp.sum(jnp.where(positives, logits, 0.0), axis=1) / jnp.maximum(count, 1)
+    return _core.masked_logsumexp(logits, candidates, axis=1) - mean_positive
+
+
+def sincere_per_anchor(logits: Array, positives: Array, negatives: Array) -> Array:
+    """Per-anchor SINCERE from logits (seed 000 Eq. 12, softplus form).
+
+    ``l_t = mean_{p in P_t} softplus(LSE_{j in N_t} S_tj - S_tp)``: for the pair
+    (t, p) the denominator is ``{p} ∪ N_t``. An anchor without negatives gets
+    exactly 0 with zero gradient.
+
+    Args:
+      logits: float32 [n, m].
+      positives: bool [n, m], ``P_t``.
+      negatives: bool [n, m], ``N_t``.
+
+    Returns:
+      float32 [n]; rows without positives hold 0.
+    """
+    count = jnp.sum(positives, axis=1)
+    lse_negatives = _core.masked_logsumexp(logits, negatives, axis=1)
+    pair = jax.nn.softplus(lse_negatives[:, None] - logits)
+    return jnp.sum(jnp.where(positives, pair, 0.0), axis=1) / jnp.maximum(count, 1)
+
+
+def _label_masks(batch: _core.ContrastBatch) -> tuple[Array, Array, Array]:
+    """Positive, negative and all-candidate masks [n, m] of a labelled batch."""
+    same = batch.anchor_labels[:, None] == batch.candidate_labels[None, :]
+    live = batch.candidate_valid[None, :]
+    positives = same & ~batch.is_self & live
+    negatives = ~same & live
+    return positives, negatives, ~batch.is_self & live
+
+
+def _checked_batch(
+    embeddings: Array,
+    labels: Array,
+    temperature: float | Array,
+    valid: Array | None,
+    axis_name: str | None,
+) -> _core.ContrastBatch:
+    embeddings = _core.check_embeddings(embeddings)
+    labels = _core.check_labels(labels, embeddings.shape[0])
+    _core.check_positive(temperature, "temperature")
+    return _core.contrast_batch(embeddings, labels, valid, axis_name)
+
+
+def supcon(
+    embeddings: Array,
+    labels: Array,
+    *,
+    temperature: float | Array = 0.1,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Supervised contrastive loss, L_out form (Khosla et al. 2020; seed 000 Eq. 3).
+
+    ``l_t = -(1/|P_t|) sum_{p in P_t} log( e^{S_tp} / sum_{a in A_t} e^{S_ta} )``
+    ``    = LSE_{a in A_t} S_ta - mean_{p in P_t} S_tp``,
+    averaged over valid anchors (``|P_t| >= 1``). No ``base_temperature``
+    rescaling: the temperature divides once.
+
+    Args:
+      embeddings: float [N, D] rows on this device (normalised inside).
+      labels: int [N] class labels (both views of an image share the label).
+      temperature: tau > 0.
+      axis_name: mesh/pmap axis to gather negatives over (see ``_core``).
+      valid: optional bool [N]; False rows are padding.
+
+    Returns:
+      float32 scalar, the mean over valid anchors of the global batch.
+    """
+    batch = _checked_batch(embeddings, labels, temperature, valid, axis_name)
+    logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)
+    positives, _, candidates = _label_masks(batch)
+    per_anchor = supcon_per_anchor(logits, positives, candidates)
+    anchor_ok = batch.anchor_valid & jnp.any(positives, axis=1)
+    return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
+
+
+def nt_xent(
+    embeddings: Array,
+    labels: Array,
+    *,
+    temperature: float | Array = 0.1,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """NT-Xent / InfoNCE in SimCLR's two-view form (Chen et al. 2020; seed 000 §1.2).
+
+    ``l_i = -S_{i,p(i)} + log sum_{j != i} e^{S_ij}``, averaged over all anchors,
+    where ``p(i)`` is the other row with the same instance id. The denominator
+    runs over every other row, the positive included.
+
+    Implemented as SupCon over instance ids, which is the same function when
+    every id occurs twice (spec/sincere-supcon.md T2) and is layout-free (any
+    row order). With more than two views per id this is the multi-positive
+    (SupCon) generalisation. Under ``axis_name`` the ids must be globally
+    unique (e.g. the global example index), else images on different devices
+    become false positives.
+
+    Args:
+      embeddings: float [N, D], both views of each image as separate rows.
+      labels: int [N] instance ids, one per source image.
+      temperature: tau > 0 (SimCLR: 0.5 on CIFAR, 0.1 on ImageNet).
+      axis_name: mesh/pmap axis to gather negatives over.
+      valid: optional bool [N]; False rows are padding.
+
+    Returns:
+      float32 scalar. (SimCLR's TF code reports twice this value: the sum of
+      the two directions' means.)
+    """
+    return supcon(
+        embeddings, labels, temperature=temperature, axis_name=axis_name, valid=valid
+    )
+
+
+def sincere(
+    embeddings: Array,
+    labels: Array,
+    *,
+    temperature: float | Array = 0.1,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """SINCERE: supervised InfoNCE revisited (Feeney & Hughes; seed 000 Eq. 12).
+
+    ``l_t = -(1/|P_t|) sum_{p in P_t} log( e^{S_tp} / (e^{S_tp} + sum_{j in N_t} e^{S_tj}) )``
+    ``    = mean_{p in P_t} softplus( LSE_{j in N_t} S_tj - S_tp )``,
+    averaged over valid anchors. Same-class rows never sit in a denominator
+    without the numerator, so the gradient never pushes an anchor away from a
+    positive (Eq. 13: the coefficient on every z_p is <= 0).
+
+    Args:
+      embeddings: float [N, D] rows on this device (normalised inside).
+      labels: int [N] class labels.
+      temperature: tau > 0 (0.1 in seed 000).
+      axis_name: mesh/pmap axis to gather negatives over.
+      valid: optional bool [N]; False rows are padding.
+
+    Returns:
+      float32 scalar, the mean over valid anchors of the global batch.
+    """
+    batch = _checked_batch(embeddings, labels, temperature, valid, axis_name)
+    logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)
+    positives, negatives, _ = _label_masks(batch)
+    per_anchor = sincere_per_anchor(logits, positives, negatives)
+    anchor_ok = batch.anchor_valid & jnp.any(positives, axis=1)
+    return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
