@@ -1,0 +1,84 @@
+"""Device mesh, shardings and multi-host set-up.
+
+One mesh with a single ``data`` axis over every device of every process: the
+batch is sharded along it, parameters are replicated, and losses gather
+negatives over it (``axis_name=DATA_AXIS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+DATA_AXIS = "data"
+
+#: Environment variables by which cluster launchers announce a multi-process job;
+#: ``jax.distributed.initialize()`` reads them when no flags are given.
+_CLUSTER_ENV = (
+    "JAX_COORDINATOR_ADDRESS",
+    "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_SIZE",
+    "TPU_WORKER_HOSTNAMES",
+    "CLOUD_TPU_TASK_ID",
+)
+
+
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> None:
+    """Joins a multi-process job, or does nothing for a single process.
+
+    With explicit arguments they are passed to ``jax.distributed.initialize``;
+    without them it is called only when a cluster environment is detected
+    (SLURM, Open MPI, Cloud TPU, ``JAX_COORDINATOR_ADDRESS``), letting JAX read
+    that environment.
+    """
+    explicit = (coordinator_address, num_processes, process_id)
+    if any(a is not None for a in explicit):
+        if any(a is None for a in explicit):
+            raise ValueError(
+                "--coordinator_address, --num_processes and --process_id must be given together"
+            )
+        jax.distributed.initialize(
+            coordinator_address=coordinator_address,
+            num_processes=num_processes,
+            process_id=process_id,
+        )
+    elif any(os.environ.get(name) for name in _CLUSTER_ENV):
+        jax.distributed.initialize()
+    else:
+        return
+    logging.info(
+        "process %d of %d, %d local and %d global devices",
+        jax.process_index(),
+        jax.process_count(),
+        jax.local_device_count(),
+        jax.device_count(),
+    )
+
+
+def make_mesh(num_devices: int | None = None) -> Mesh:
+    """A 1-D mesh named ``data`` over all (or the first ``num_devices``) devices."""
+    devices = jax.devices()
+    if num_devices is not None:
+        if num_devices > len(devices):
+            raise ValueError(f"num_devices={num_devices} but only {len(devices)} devices exist")
+        devices = devices[:num_devices]
+    return Mesh(np.asarray(devices), (DATA_AXIS,))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading (batch) axis split over ``data``."""
+    return NamedSharding(mesh, P(DATA_AXIS))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """Fully replicated over the mesh."""
+    return NamedSharding(mesh, P())

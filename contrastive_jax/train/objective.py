@@ -1,0 +1,117 @@
+"""The pretraining objective: one loss of :mod:`contrastive_jax.losses` or a
+weighted sum of several (e.g. SimCLR + SupCon "JointTraining").
+
+Config (``config.loss``)::
+
+    name = "sincere"              # or "nt_xent+supcon" for a sum
+    weights = ()                  # one weight per term; empty = all 1.0
+    temperature = 0.1             # passed to every term
+    kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
+
+Each loss is fed the second argument it is defined on: instance ids for
+``nt_xent``, class labels for the supervised losses, metadata for the y-Aware
+family, nothing for ``global_uniformity``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from contrastive_jax import losses
+
+Array = jax.Array
+
+#: Which batch field each embedding loss takes as its second argument.
+LOSS_TARGET = {
+    "nt_xent": "instance",
+    "supcon": "label",
+    "sincere": "label",
+    "projnce": "label",
+    "soft_supcon": "label",
+    "soft_nce": "label",
+    "med_supcon": "label",
+    "med_nce": "label",
+    "mio": "label",
+    "y_aware_infonce": "metadata",
+    "conditional_alignment": "metadata",
+    "conditional_uniformity": "metadata",
+    "global_uniformity": None,
+}
+
+
+class Term(NamedTuple):
+    name: str
+    weight: float
+    target: str | None
+    fn: Callable[..., Array]
+    kwargs: Mapping[str, object]
+
+
+class Targets(NamedTuple):
+    """Per-row second arguments of a flat multi-view batch (rows of this device)."""
+
+    instance: Array  # int [n], global example index
+    label: Array  # int [n]
+    metadata: Array | None  # float [n, p]
+
+
+def parse_terms(loss_config) -> list[Term]:
+    """Reads ``config.loss`` into a list of weighted terms; raises ValueError on bad names."""
+    names = [n.strip() for n in str(loss_config.name).split("+") if n.strip()]
+    if not names:
+        raise ValueError("config.loss.name is empty; give a loss name such as 'sincere'")
+    weights = tuple(loss_config.get("weights", ()) or ())
+    if weights and len(weights) != len(names):
+        raise ValueError(
+            f"config.loss.weights has {len(weights)} entries for {len(names)} terms {names}"
+        )
+    weights = weights or (1.0,) * len(names)
+    all_kwargs = dict(loss_config.get("kwargs", {}) or {})
+    unknown = set(all_kwargs) - set(names)
+    if unknown:
+        raise ValueError(f"config.loss.kwargs names losses that are not terms: {sorted(unknown)}")
+    terms = []
+    for name, weight in zip(names, weights, strict=True):
+        if name not in LOSS_TARGET:
+            raise ValueError(
+                f"config.loss.name: {name!r} is not an embedding loss for pretraining; "
+                f"choose from {sorted(LOSS_TARGET)}"
+            )
+        kwargs = {"temperature": float(loss_config.temperature)}
+        kwargs.update(dict(all_kwargs.get(name, {})))
+        terms.append(Term(name, float(weight), LOSS_TARGET[name], losses.get(name), kwargs))
+    return terms
+
+
+def needs_metadata(terms: list[Term]) -> bool:
+    return any(t.target == "metadata" for t in terms)
+
+
+def evaluate(
+    terms: list[Term],
+    projections: Array,
+    targets: Targets,
+    *,
+    axis_name: str | None,
+    valid: Array | None = None,
+) -> tuple[Array, dict[str, Array]]:
+    """Weighted sum of the terms on ``projections`` [n, d]; returns (total, {name: value})."""
+    values = {}
+    total = jnp.zeros((), jnp.float32)
+    for term in terms:
+        if term.target is None:
+            value = term.fn(projections, axis_name=axis_name, valid=valid, **term.kwargs)
+        else:
+            second = getattr(targets, term.target)
+            if second is None:
+                raise ValueError(
+                    f"loss {term.name!r} needs per-example metadata, but the dataset has none"
+                )
+            value = term.fn(projections, second, axis_name=axis_name, valid=valid, **term.kwargs)
+        values[term.name] = value
+        total = total + term.weight * value
+    return total, values

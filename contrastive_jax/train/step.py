@@ -1,0 +1,158 @@
+"""The jitted pretraining step: a pure function of (state, batch).
+
+Data flow: views [B, V, H, W, C] (sharded over ``data``) -> encoder + head per
+device inside ``jax.shard_map`` -> loss with ``axis_name="data"`` (local anchors
+against the gathered global batch) -> gradient of the replicated global loss,
+taken outside the ``shard_map`` -> optimiser update on replicated parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from contrastive_jax import metrics
+from contrastive_jax.parallel import DATA_AXIS
+from contrastive_jax.train import objective
+
+Array = jax.Array
+
+
+class TrainState(NamedTuple):
+    """Everything a step reads and writes; checkpointed as one pytree.
+
+    Attributes:
+      step: int32 [], steps taken.
+      params: nnx.State of the model's ``nnx.Param`` leaves (encoder, head, probe).
+      batch_stats: nnx.State of the ``nnx.BatchStat`` leaves (running BN statistics).
+      opt_state: the optax state.
+      rng: uint32 [2] raw key data of the run's RNG (folded with the step).
+    """
+
+    step: Array
+    params: Any
+    batch_stats: Any
+    opt_state: Any
+    rng: Array
+
+
+class PretrainModel(nnx.Module):
+    """Encoder + projection head, and an optional online linear probe.
+
+    The probe (SimCLR's protocol) is a linear classifier on stop-gradient
+    encoder features, trained jointly by the same optimiser; it reports train
+    accuracy during pretraining and never sends gradient to the encoder.
+    """
+
+    def __init__(self, network: nnx.Module, num_features: int, num_classes: int | None,
+                 *, rngs: nnx.Rngs) -> None:
+        self.network = network
+        self.probe = (
+            nnx.Linear(num_features, num_classes, rngs=rngs) if num_classes else None
+        )
+
+
+def split_model(model: PretrainModel):
+    """(graphdef, params, batch_stats, rest) of a model."""
+    return nnx.split(model, nnx.Param, nnx.BatchStat, ...)
+
+
+def make_train_step(
+    graphdef: Any,
+    rest: Any,
+    tx: optax.GradientTransformation,
+    terms: list[objective.Term],
+    schedule: optax.Schedule,
+    mesh: Mesh,
+    *,
+    skip_nonfinite: bool = False,
+) -> Callable[[TrainState, dict[str, Array]], tuple[TrainState, dict[str, Array]]]:
+    """Builds ``step(state, batch) -> (state, metrics)``, jitted, donating the state.
+
+    ``batch`` holds global arrays sharded over ``data``: ``views`` float
+    [B, V, H, W, C], ``label`` int [B], ``index`` int [B] (global example ids,
+    the instance ids of NT-Xent) and optionally ``metadata`` float [B, p].
+    Returned metrics are replicated scalars: ``loss``, ``loss/<term>``,
+    ``alignment``, ``uniformity``, ``learning_rate``, ``grad_norm``, ``finite``
+    (1.0 when loss and gradients are finite), ``probe_accuracy`` with a probe.
+    With ``skip_nonfinite`` a non-finite step leaves parameters and optimiser
+    state unchanged (the caller counts it); otherwise the caller stops.
+    """
+    batch_keys = ("views", "label", "index", "metadata")
+
+    def per_device(params, batch_stats, local):
+        model = nnx.merge(graphdef, params, batch_stats, rest)
+        views = local["views"]
+        b, v = views.shape[:2]
+        features, projections = model.network(views.reshape((b * v,) + views.shape[2:]))
+
+        def per_row(a):
+            return None if a is None else jnp.repeat(a, v, axis=0)
+
+        targets = objective.Targets(
+            instance=per_row(local["index"]).astype(jnp.int32),
+            label=per_row(local["label"]).astype(jnp.int32),
+            metadata=per_row(local.get("metadata")),
+        )
+        total, values = objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS)
+        logged = {f"loss/{k}": val for k, val in values.items()}
+        unit = projections.astype(jnp.float32)
+        logged["alignment"] = jax.lax.pmean(
+            metrics.alignment_from_labels(unit, targets.instance), DATA_AXIS
+        )
+        logged["uniformity"] = jax.lax.pmean(metrics.uniformity(unit), DATA_AXIS)
+        if model.probe is not None:
+            logits = model.probe(jax.lax.stop_gradient(features).astype(jnp.float32))
+            probe_loss = jax.lax.pmean(
+                optax.softmax_cross_entropy_with_integer_labels(logits, targets.label).mean(),
+                DATA_AXIS,
+            )
+            logged["probe_loss"] = probe_loss
+            logged["probe_accuracy"] = jax.lax.pmean(
+                jnp.mean(jnp.argmax(logits, -1) == targets.label), DATA_AXIS
+            )
+            total = total + probe_loss
+        new_stats = jax.tree.map(
+            lambda s: jax.lax.pmean(s, DATA_AXIS), nnx.state(model, nnx.BatchStat)
+        )
+        return total, (logged, new_stats)
+
+    def loss_fn(params, batch_stats, batch):
+        local_specs = {k: P(DATA_AXIS) for k in batch}
+        sharded = jax.shard_map(
+            per_device,
+            mesh=mesh,
+            in_specs=(P(), P(), local_specs),
+            out_specs=(P(), (P(), P())),
+        )
+        return sharded(params, batch_stats, batch)
+
+    def step(state: TrainState, batch: dict[str, Array]):
+        batch = {k: batch[k] for k in batch_keys if batch.get(k) is not None}
+        (loss, (logged, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, state.batch_stats, batch
+        )
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        new = TrainState(state.step + 1, params, new_stats, opt_state, state.rng)
+        if skip_nonfinite:
+            new = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, state)
+            new = new._replace(step=state.step + 1)
+        logged.update(
+            loss=loss,
+            learning_rate=schedule(state.step),
+            grad_norm=grad_norm,
+            finite=finite.astype(jnp.float32),
+        )
+        return new, logged
+
+    return jax.jit(step, donate_argnums=(0,))
