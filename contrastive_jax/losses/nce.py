@@ -11,9 +11,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, blockwise
 
 Array = jax.Array
+
+#: Above this many candidate rows (the global batch) the losses stream over
+#: column blocks instead of materialising the [n, m] logits (see ``blockwise``).
+BLOCKWISE_THRESHOLD = 8192
+#: Columns per block when streaming is chosen automatically.
+DEFAULT_BLOCK_SIZE = 1024
 
 
 def supcon_per_anchor(logits: Array, positives: Array, candidates: Array) -> Array:
@@ -64,6 +70,47 @@ def _label_masks(batch: _core.ContrastBatch) -> tuple[Array, Array, Array]:
     return positives, negatives, ~batch.is_self & live
 
 
+def _block_size(block_size: int | None, num_candidates: int) -> int | None:
+    """Columns per block, or None for the dense path."""
+    if block_size is None:
+        return DEFAULT_BLOCK_SIZE if num_candidates > BLOCKWISE_THRESHOLD else None
+    if int(block_size) < 1:
+        raise ValueError(f"`block_size` must be a positive integer or None, got {block_size}")
+    return int(block_size)
+
+
+def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_size) -> Array:
+    """SupCon or SINCERE, dense or streamed, reduced over valid anchors."""
+    batch = _checked_batch(embeddings, labels, temperature, valid, axis_name)
+    block = _block_size(block_size, batch.candidates.shape[0])
+    if block is None:
+        logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)
+        positives, negatives, candidates = _label_masks(batch)
+        if kind == "supcon":
+            per_anchor = supcon_per_anchor(logits, positives, candidates)
+        else:
+            per_anchor = sincere_per_anchor(logits, positives, negatives)
+        count = jnp.sum(positives, axis=1)
+    else:
+        streamed = (
+            blockwise.supcon_per_anchor_blockwise
+            if kind == "supcon"
+            else blockwise.sincere_per_anchor_blockwise
+        )
+        per_anchor, count = streamed(
+            batch.anchors,
+            batch.candidates,
+            batch.anchor_labels,
+            batch.candidate_labels,
+            batch.candidate_valid,
+            _core.local_row_offset(batch.anchors.shape[0], axis_name),
+            temperature,
+            block,
+        )
+    anchor_ok = batch.anchor_valid & (count > 0)
+    return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
+
+
 def _checked_batch(
     embeddings: Array,
     labels: Array,
@@ -84,6 +131,7 @@ def supcon(
     temperature: float | Array = 0.1,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """Supervised contrastive loss, L_out form (Khosla et al. 2020; seed 000 Eq. 3).
 
@@ -98,16 +146,16 @@ def supcon(
       temperature: tau > 0.
       axis_name: mesh/pmap axis to gather negatives over (see ``_core``).
       valid: optional bool [N]; False rows are padding.
+      block_size: stream over candidate blocks of this many columns (O(N·block)
+        memory); None chooses the dense form up to ``BLOCKWISE_THRESHOLD``
+        global rows and blocks of ``DEFAULT_BLOCK_SIZE`` above.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
     """
-    batch = _checked_batch(embeddings, labels, temperature, valid, axis_name)
-    logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)
-    positives, _, candidates = _label_masks(batch)
-    per_anchor = supcon_per_anchor(logits, positives, candidates)
-    anchor_ok = batch.anchor_valid & jnp.any(positives, axis=1)
-    return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
+    return _label_loss(
+        "supcon", embeddings, labels, temperature, valid, axis_name, block_size
+    )
 
 
 def nt_xent(
@@ -117,6 +165,7 @@ def nt_xent(
     temperature: float | Array = 0.1,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """NT-Xent / InfoNCE in SimCLR's two-view form (Chen et al. 2020; seed 000 §1.2).
 
@@ -137,13 +186,21 @@ def nt_xent(
       temperature: tau > 0 (SimCLR: 0.5 on CIFAR, 0.1 on ImageNet).
       axis_name: mesh/pmap axis to gather negatives over.
       valid: optional bool [N]; False rows are padding.
+      block_size: stream over candidate blocks of this many columns (O(N·block)
+        memory); None chooses the dense form up to ``BLOCKWISE_THRESHOLD``
+        global rows and blocks of ``DEFAULT_BLOCK_SIZE`` above.
 
     Returns:
       float32 scalar. (SimCLR's TF code reports twice this value: the sum of
       the two directions' means.)
     """
     return supcon(
-        embeddings, labels, temperature=temperature, axis_name=axis_name, valid=valid
+        embeddings,
+        labels,
+        temperature=temperature,
+        axis_name=axis_name,
+        valid=valid,
+        block_size=block_size,
     )
 
 
@@ -154,6 +211,7 @@ def sincere(
     temperature: float | Array = 0.1,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """SINCERE: supervised InfoNCE revisited (Feeney & Hughes; seed 000 Eq. 12).
 
@@ -169,13 +227,13 @@ def sincere(
       temperature: tau > 0 (0.1 in seed 000).
       axis_name: mesh/pmap axis to gather negatives over.
       valid: optional bool [N]; False rows are padding.
+      block_size: stream over candidate blocks of this many columns (O(N·block)
+        memory); None chooses the dense form up to ``BLOCKWISE_THRESHOLD``
+        global rows and blocks of ``DEFAULT_BLOCK_SIZE`` above.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
     """
-    batch = _checked_batch(embeddings, labels, temperature, valid, axis_name)
-    logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)
-    positives, negatives, _ = _label_masks(batch)
-    per_anchor = sincere_per_anchor(logits, positives, negatives)
-    anchor_ok = batch.anchor_valid & jnp.any(positives, axis=1)
-    return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
+    return _label_loss(
+        "sincere", embeddings, labels, temperature, valid, axis_name, block_size
+    )
