@@ -29,6 +29,8 @@ from contrastive_jax.train.logging import MetricLogger
 from contrastive_jax.train.step import PretrainModel, TrainState, make_train_step, split_model
 
 CONFIG_FILE = "config.json"
+#: Fields of a pretraining batch that reach the device.
+BATCH_FIELDS = ("views", "label", "index", "metadata")
 
 #: Exit codes of ``python -m contrastive_jax.pretrain``.
 EXIT_PREEMPTED = 75  # saved on SIGTERM; restart to continue (EX_TEMPFAIL)
@@ -129,7 +131,12 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             f"config.data.global_batch_size={global_batch} must be divisible by the "
             f"{jax.device_count()} devices"
         )
-    steps_per_epoch = data_lib.steps_per_epoch(source, global_batch)
+    steps_per_epoch = source.split("train").num_examples // global_batch
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"config.data.global_batch_size={global_batch} exceeds the "
+            f"{source.split('train').num_examples} training examples of {source.name!r}"
+        )
     total_steps = int(config.train.total_steps or config.train.epochs * steps_per_epoch)
 
     model = build_model(config, source.num_classes)
@@ -187,7 +194,10 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     try:
         with _SigtermFlag() as sigterm:
             for step in range(start_step, total_steps):
-                batch = data_lib.to_global_batch(next(batches), mesh)
+                local = next(batches)
+                batch = data_lib.make_global_batch(
+                    {k: v for k, v in local.items() if k in BATCH_FIELDS}, mesh
+                )
                 state, logged = step_fn(state, batch)
                 done = step + 1
                 if not bool(logged["finite"]):
