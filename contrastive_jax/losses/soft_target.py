@@ -1,0 +1,176 @@
+"""Soft-target InfoNCE and soft-target cross-entropy (seed 002, Hugger & Uhlmann,
+"Towards noise contrastive estimation with soft targets for conditional models").
+
+Both losses take class scores ``logits`` float [B, K] (the classifier's output,
+``L[a, k] = z_a . y_k``) and soft targets ``targets`` float [B, K] (label
+smoothing, MixUp/CutMix mixtures or one-hot rows; each row on the simplex)
+instead of embeddings (spec/soft-target-infonce.md §1.3, §1.6).
+
+Row conventions shared by both losses: a row is an anchor iff it is valid
+(``valid``) and carries target mass (``sum_k t[a, k] > 0``). A row without
+target mass has no positive, so, like a padded row, it is neither an anchor nor
+(for soft-target InfoNCE) a negative. That rows sum to 1 is documented, not
+checked: traced values cannot be inspected under ``jit``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from contrastive_jax.losses import _core
+
+Array = jax.Array
+
+
+def _check_logits_and_targets(logits: Array, targets: Array) -> tuple[Array, Array]:
+    """float [B, K] logits and targets of the same shape, returned as float32."""
+    logits = _core.check_embeddings(logits, "logits")
+    if not hasattr(targets, "ndim") or not hasattr(targets, "dtype"):
+        raise ValueError(f"`targets` must be an array of shape [B, K], got {type(targets)!r}")
+    if tuple(targets.shape) != tuple(logits.shape):
+        raise ValueError(
+            f"`targets` must have the shape of `logits` {tuple(logits.shape)}, "
+            f"got {tuple(targets.shape)}"
+        )
+    return logits, _core.check_embeddings(targets, "targets")
+
+
+def _log_class_prior(class_prior: Array | None, num_classes: int) -> Array:
+    """``log eta`` float32 [K] with ``log 0 := 0`` (spec §1.6.2); zeros when None."""
+    if class_prior is None:
+        return jnp.zeros((num_classes,), jnp.float32)
+    if not hasattr(class_prior, "ndim") or not hasattr(class_prior, "dtype"):
+        raise ValueError(
+            f"`class_prior` must be a float array of shape [{num_classes}], "
+            f"got {type(class_prior)!r}"
+        )
+    if class_prior.ndim != 1 or class_prior.shape[0] != num_classes:
+        raise ValueError(
+            f"`class_prior` must have shape [{num_classes}] (one entry per class), "
+            f"got shape {tuple(class_prior.shape)}"
+        )
+    if not jnp.issubdtype(class_prior.dtype, jnp.floating):
+        raise ValueError(
+            f"`class_prior` must be a floating-point array, got dtype {class_prior.dtype}"
+        )
+    _check_prior_values(class_prior)
+    prior = class_prior.astype(jnp.float32)
+    positive = prior > 0
+    return jnp.where(positive, jnp.log(jnp.where(positive, prior, 1.0)), 0.0)
+
+
+def _check_prior_values(class_prior: Array) -> None:
+    """Concrete priors must be finite, >= 0 and not all zero; traced ones pass."""
+    try:
+        values = np.asarray(class_prior, dtype=np.float64)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return
+    if not np.all(np.isfinite(values)) or np.any(values < 0) or not np.any(values > 0):
+        raise ValueError(
+            f"`class_prior` must be finite, >= 0 and not all zero, got {values.tolist()}"
+        )
+
+
+def _anchor_rows(targets: Array, valid: Array | None) -> Array:
+    """bool [B]: valid rows with target mass."""
+    return _core.check_valid(valid, targets.shape[0]) & (jnp.sum(targets, axis=1) > 0)
+
+
+def soft_target_infonce(
+    logits: Array,
+    targets: Array,
+    *,
+    temperature: float | Array = 1.0,
+    class_prior: Array | None = None,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Soft-target InfoNCE, Hugger & Uhlmann Eq. (12) (spec §1.6, matrix form).
+
+    With ``S = L / tau - log eta`` [B, K] and the global targets ``T_g`` [B_g, K],
+    ``M = S T_g^T`` [B, B_g], i.e. ``M[a, b] = sum_j t_b[j] (L[a, j]/tau - log eta_j)``, and
+
+    ``l_a = -log( exp(M[a, a]) / sum_b exp(M[a, b]) ) = logsumexp_b M[a, b] - M[a, a]``,
+
+    the sum running over every anchor row b of the global batch, the sample itself
+    and rows with the same (or an identical) target included: the negatives are the
+    other samples' soft targets, nothing is masked (spec §1.5, §5 item 3). Only the
+    targets are gathered across devices; logits stay local, so ``l_a`` depends on
+    ``L[a]`` only. With one-hot targets this is hard InfoNCE with in-batch label
+    negatives (Eq. 5); the max shift of the paper's Figure 2 is implicit in
+    ``logsumexp``. ``M`` is an einsum at HIGHEST precision in float32, never the
+    (B, B_g, K) broadcast of Figure 2.
+
+    Defaults follow the paper: ``tau = 1`` (divided once, spec §0 erratum), and
+    ``class_prior=None`` means uniform noise ``eta = 1/K``, whose ``log eta`` term
+    cancels (T2). For the paper's runs pass the empirical class frequencies of the
+    whole training set (spec §5 item 2). A positive rescaling of ``eta`` cancels
+    too (rows of ``T`` sum to 1). Classes with ``eta_k = 0`` get ``log eta_k := 0``;
+    targets must carry no mass on them (not checkable under ``jit``).
+
+    Rows without target mass and padded rows are neither anchors nor negatives. A
+    global batch with a single anchor has no negative and gives 0 (spec T5).
+    Gradients flow into ``logits`` and ``targets``.
+
+    Args:
+      logits: float [B, K] class scores of the local rows ("not true logits").
+      targets: float [B, K] soft targets; rows should lie on the simplex.
+      temperature: tau > 0 (may be traced).
+      class_prior: optional float [K] noise distribution eta (>= 0).
+      axis_name: mesh/pmap axis to gather the targets over (see ``_core``).
+      valid: optional bool [B]; False rows are padding.
+
+    Returns:
+      float32 scalar, the mean of ``l_a`` over anchor rows of the global batch.
+    """
+    logits, targets = _check_logits_and_targets(logits, targets)
+    _core.check_positive(temperature, "temperature")
+    log_prior = _log_class_prior(class_prior, logits.shape[1])
+    anchor_ok = _anchor_rows(targets, valid)
+
+    scores = logits / jnp.asarray(temperature, jnp.float32) - log_prior[None, :]
+    global_targets = _core.all_gather_rows(targets, axis_name)
+    candidate_ok = _core.all_gather_rows(anchor_ok, axis_name)
+    m = jnp.einsum(
+        "ak,bk->ab", scores, global_targets, precision=jax.lax.Precision.HIGHEST
+    )
+    offset = _core.local_row_offset(logits.shape[0], axis_name)
+    is_self = (offset + jnp.arange(m.shape[0]))[:, None] == jnp.arange(m.shape[1])[None, :]
+    positive = jnp.sum(jnp.where(is_self, m, 0.0), axis=1)
+    per_anchor = _core.masked_logsumexp(m, candidate_ok[None, :], axis=1) - positive
+    return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
+
+
+def soft_target_cross_entropy(
+    logits: Array,
+    targets: Array,
+    *,
+    temperature: float | Array = 1.0,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Soft-target cross-entropy, Hugger & Uhlmann Eq. (3) (spec §1.3).
+
+    ``l_a = -sum_k t_a[k] log softmax(L[a] / tau)[k]``; with one-hot targets this is
+    the standard cross-entropy (NLL, Eq. 1, at tau = 1). Default ``tau = 1`` as in
+    the paper's baseline. Rows are independent: no gather, only the global mean
+    over anchor rows (valid and with target mass) under ``axis_name``.
+
+    Args:
+      logits: float [B, K] class scores of the local rows.
+      targets: float [B, K] soft targets; rows should lie on the simplex.
+      temperature: tau > 0 (may be traced).
+      axis_name: mesh/pmap axis the batch is split over (see ``_core``).
+      valid: optional bool [B]; False rows are padding.
+
+    Returns:
+      float32 scalar, the mean of ``l_a`` over anchor rows of the global batch.
+    """
+    logits, targets = _check_logits_and_targets(logits, targets)
+    _core.check_positive(temperature, "temperature")
+    anchor_ok = _anchor_rows(targets, valid)
+    log_q = jax.nn.log_softmax(logits / jnp.asarray(temperature, jnp.float32), axis=1)
+    per_anchor = -jnp.sum(targets * log_q, axis=1)
+    return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
