@@ -9,7 +9,6 @@ raises :class:`Preempted`.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import time
@@ -61,6 +60,35 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int) -> Pretrain
     network = models.ContrastiveModel(encoder, head)
     probe_classes = num_classes if config.train.online_probe else None
     return PretrainModel(network, encoder.num_features, probe_classes, rngs=rngs)
+
+
+def init_state(
+    config: ml_collections.ConfigDict,
+    num_classes: int,
+    *,
+    steps_per_epoch: int,
+    global_batch_size: int,
+    total_steps: int,
+):
+    """A fresh (graphdef, rest, tx, schedule, TrainState) for ``config``."""
+    model = build_model(config, num_classes)
+    model.train()
+    graphdef, params, batch_stats, rest = split_model(model)
+    tx, schedule = optim.make_optimizer(
+        config.optimizer,
+        params,
+        steps_per_epoch=steps_per_epoch,
+        global_batch_size=global_batch_size,
+        total_steps=total_steps,
+    )
+    state = TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        batch_stats=batch_stats,
+        opt_state=tx.init(params),
+        rng=jax.random.key_data(jax.random.key(config.seed)),
+    )
+    return graphdef, rest, tx, schedule, state
 
 
 def _model_fingerprint(config: ml_collections.ConfigDict) -> dict:
@@ -139,22 +167,12 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         )
     total_steps = int(config.train.total_steps or config.train.epochs * steps_per_epoch)
 
-    model = build_model(config, source.num_classes)
-    model.train()
-    graphdef, params, batch_stats, rest = split_model(model)
-    tx, schedule = optim.make_optimizer(
-        config.optimizer,
-        params,
+    graphdef, rest, tx, schedule, state = init_state(
+        config,
+        source.num_classes,
         steps_per_epoch=steps_per_epoch,
         global_batch_size=global_batch,
         total_steps=total_steps,
-    )
-    state = TrainState(
-        step=jnp.zeros((), jnp.int32),
-        params=params,
-        batch_stats=batch_stats,
-        opt_state=tx.init(params),
-        rng=jax.random.key_data(jax.random.key(config.seed)),
     )
     state = jax.device_put(state, replicated(mesh))
 
@@ -186,7 +204,12 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         logger.message(f"resumed from the checkpoint at step {start_step} in {workdir}")
 
     def meta(step: int) -> dict:
-        return {"step": step, "input_position": step, "model": _model_fingerprint(config)}
+        return {
+            "step": step,
+            "input_position": step,
+            "num_classes": source.num_classes,
+            "model": _model_fingerprint(config),
+        }
 
     skipped = 0
     last: dict[str, float] = {}

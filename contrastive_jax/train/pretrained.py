@@ -1,0 +1,102 @@
+"""Load a pretrained network from a work directory or one of its checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import NamedTuple
+
+import ml_collections
+from flax import nnx
+
+from contrastive_jax.train import loop
+from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, abstract_like
+
+
+class Pretrained(NamedTuple):
+    """A restored network in evaluation mode (BN uses its running statistics).
+
+    Attributes:
+      network: ``ContrastiveModel``; ``network.encoder(x)`` gives features [B, F],
+        ``network(x)`` gives (features, projections).
+      config: the pretraining config.
+      step: the checkpoint's step.
+      workdir: the pretraining work directory.
+    """
+
+    network: nnx.Module
+    config: ml_collections.ConfigDict
+    step: int
+    workdir: str
+
+
+def _locate(path: str) -> tuple[str, int | None]:
+    """(workdir, step or None for the latest) of a work directory or checkpoint path."""
+    path = os.path.abspath(path)
+    if os.path.isfile(os.path.join(path, loop.CONFIG_FILE)):
+        return path, None
+    parent, name = os.path.split(path.rstrip(os.sep))
+    if re.fullmatch(r"\d+", name) and os.path.basename(parent) == CHECKPOINT_DIR:
+        return os.path.dirname(parent), int(name)
+    raise FileNotFoundError(
+        f"{path} is neither a pretraining work directory (with {loop.CONFIG_FILE}) nor a "
+        f"checkpoint directory <workdir>/{CHECKPOINT_DIR}/<step>"
+    )
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+    """The config a pretraining run saved in ``workdir``."""
+    with open(os.path.join(workdir, loop.CONFIG_FILE), encoding="utf-8") as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def load_pretrained(path: str) -> Pretrained:
+    """Restores the network of a pretraining run.
+
+    Args:
+      path: the work directory (its newest readable checkpoint is used) or a
+        checkpoint directory ``<workdir>/checkpoints/<step>``.
+    """
+    workdir, step = _locate(path)
+    config = load_config(workdir)
+    checkpointer = Checkpointer(workdir, asynchronous=False)
+    try:
+        candidates = [step] if step is not None else list(reversed(checkpointer.steps()))
+        if not candidates:
+            raise FileNotFoundError(f"no checkpoint in {checkpointer.directory}")
+        failures = []
+        for candidate in candidates:
+            try:
+                meta = checkpointer.restore_meta(candidate)
+                graphdef, rest, state = _abstract_state(config, int(meta["num_classes"]))
+                state, meta = checkpointer.restore(candidate, abstract_like(state))
+                break
+            except Exception as err:  # noqa: BLE001 - a damaged checkpoint: try an older one
+                failures.append(f"step {candidate}: {type(err).__name__}: {err}")
+        else:
+            raise FileNotFoundError(
+                f"no readable checkpoint in {checkpointer.directory}: " + "; ".join(failures)
+            )
+    finally:
+        checkpointer.close()
+    model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
+    model.eval()
+    return Pretrained(model.network, config, int(meta["step"]), workdir)
+
+
+def _abstract_state(config: ml_collections.ConfigDict, num_classes: int):
+    """(graphdef, rest, state) shaped like the run's training state.
+
+    The optimiser state's structure does not depend on the schedule, so any
+    valid schedule length will do.
+    """
+    warmup = int(config.optimizer.get("warmup_steps") or 0)
+    graphdef, rest, _, _, state = loop.init_state(
+        config,
+        num_classes,
+        steps_per_epoch=1,
+        global_batch_size=int(config.data.global_batch_size),
+        total_steps=max(10**9, warmup + 1),
+    )
+    return graphdef, rest, state
