@@ -3,18 +3,48 @@
     from contrastive_jax import losses
     loss = losses.sincere(embeddings, labels, temperature=0.1)
     fn = losses.get("sincere")
+
+Embedding losses take ``(embeddings [N, D], second, *, hparams, axis_name=None,
+valid=None)``; ``second`` is instance ids (``nt_xent``), class labels (SupCon,
+SINCERE, the ProjNCE family, MIO) or continuous metadata (the y-Aware family);
+``global_uniformity`` takes none. The soft-target losses take class scores
+``logits [B, K]`` and soft ``targets [B, K]``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from contrastive_jax.losses.kernel import (
+    conditional_alignment,
+    conditional_uniformity,
+    global_uniformity,
+    y_aware_infonce,
+)
+from contrastive_jax.losses.mio import mio
 from contrastive_jax.losses.nce import nt_xent, sincere, supcon
+from contrastive_jax.losses.projnce import med_nce, med_supcon, projnce, soft_nce, soft_supcon
+from contrastive_jax.losses.soft_target import soft_target_cross_entropy, soft_target_infonce
 
 _REGISTRY: dict[str, Callable] = {
-    "nt_xent": nt_xent,
-    "supcon": supcon,
-    "sincere": sincere,
+    fn.__name__: fn
+    for fn in (
+        nt_xent,
+        supcon,
+        sincere,
+        projnce,
+        soft_supcon,
+        soft_nce,
+        med_supcon,
+        med_nce,
+        y_aware_infonce,
+        conditional_alignment,
+        conditional_uniformity,
+        global_uniformity,
+        mio,
+        soft_target_infonce,
+        soft_target_cross_entropy,
+    )
 }
 
 
@@ -31,4 +61,4 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-__all__ = ["get", "names", "nt_xent", "sincere", "supcon"]
+__all__ = ["get", "names", *sorted(_REGISTRY)]

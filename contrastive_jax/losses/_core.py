@@ -201,6 +201,11 @@ def differentiable_psum(x: Array, axis_name: str | None) -> Array:
     the psum but the gradient flows through the local term only. Either way each
     device's gradient is that of the global sum, because the cotangents of
     gathered rows return to their owners through the gather's transpose.
+
+    Use it only for the final reduction of a loss (the value every device
+    returns). An intermediate statistic that other devices' terms depend on
+    (class sums, counts feeding later terms) must be computed from gathered
+    rows instead: under ``pmap`` this function keeps only the local gradient.
     """
     if axis_name is None:
         return x

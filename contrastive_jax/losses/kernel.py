@@ -1,0 +1,361 @@
+"""y-Aware InfoNCE, conditional alignment and global / conditional uniformity (seed 003,
+Dufumier et al., "Conditional Alignment and Uniformity for Contrastive Learning with
+Continuous Proxy Labels").
+
+Notation (spec/yaware-mio.md §0, §A2–A6): rows are L2-normalised,
+``S_ab = z_a . z_b / tau``; ``y_a`` in R^p is the metadata of row a (both views of
+an image are two rows with the same metadata); the RBF kernel is
+``w_ab = exp(-||y_a - y_b||² / (2 sigma²))`` (no prefactor, so ``||w||_inf = 1``);
+``O(a)`` are the other valid rows of the global batch and ``N_a = |O(a)|``.
+
+* ``P_ab = w_ab / sum_{c in O(a)} w_ac`` for b in O(a) (0 elsewhere) is the
+  row-softmax of the log-kernel, computed in log space, so sigma -> 0 gives the
+  delta kernel (NT-Xent / SupCon) without underflow or NaN.
+* Every row has a positive kernel weight for every other row, so an anchor is
+  valid when it is not padded and ``N_a >= 1``. The same anchors are used by
+  y-Aware InfoNCE, conditional alignment and global uniformity, so
+  ``y_aware_infonce = conditional_alignment + global_uniformity`` holds exactly
+  on every batch (Eq. 2 for finite N), padded or not.
+* Metadata is a constant: it is gathered with the embeddings under
+  ``axis_name`` and never differentiated (``stop_gradient``).
+
+The kernel has one isotropic bandwidth ``sigma``; for a diagonal bandwidth per
+metadata column (spec §A2) divide each column by its own sigma and pass
+``sigma=1``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from contrastive_jax.losses import _core
+
+Array = jax.Array
+
+#: Rows of conditional uniformity with ``1 - Ẑ_i`` below this are dropped (spec §A6).
+UNIFORMITY_EPS = 1e-6
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def check_metadata(metadata: Array, n: int, name: str = "metadata") -> Array:
+    """Checks float metadata [n] or [n, p] and returns it as float32 [n, p]."""
+    if not hasattr(metadata, "ndim") or not hasattr(metadata, "dtype"):
+        raise ValueError(
+            f"`{name}` must be a float array of shape [N] or [N, p], got {type(metadata)!r}"
+        )
+    if metadata.ndim not in (1, 2):
+        raise ValueError(
+            f"`{name}` must have shape [N] or [N, p] (rank 1 or 2), "
+            f"got shape {tuple(metadata.shape)}"
+        )
+    if metadata.shape[0] != n:
+        raise ValueError(
+            f"`{name}` has {metadata.shape[0]} rows but `embeddings` has {n}; they must match"
+        )
+    if not jnp.issubdtype(metadata.dtype, jnp.floating):
+        raise ValueError(f"`{name}` must be a floating-point array, got dtype {metadata.dtype}")
+    if metadata.ndim == 2 and metadata.shape[1] < 1:
+        raise ValueError(f"`{name}` must be non-empty, got shape {tuple(metadata.shape)}")
+    return metadata.reshape(n, -1).astype(jnp.float32)
+
+
+def squared_distances(anchor_metadata: Array, candidate_metadata: Array) -> Array:
+    """``||y_a - y_b||²`` from the differences, exactly 0 for equal rows.
+
+    Shapes: [n, p] x [m, p] -> [n, m].
+    """
+    diff = anchor_metadata[:, None, :] - candidate_metadata[None, :, :]
+    return jnp.sum(jnp.square(diff), axis=-1)
+
+
+def _scaled(sq_dist: Array, sigma: float | Array) -> Array:
+    """``d² / (2 sigma²)``, divided in two steps so a tiny sigma overflows to inf, never NaN."""
+    sigma = jnp.asarray(sigma, jnp.float32)
+    return 0.5 * (sq_dist / sigma) / sigma
+
+
+def kernel_targets(sq_dist: Array, others: Array, sigma: float | Array) -> Array:
+    """Soft targets ``P_ab = softmax_{b in O(a)}(-d²_ab / (2 sigma²))`` (spec §A3): [n, m].
+
+    The row's smallest distance is subtracted before scaling, so the nearest
+    other row has log-weight exactly 0 and the rest at most 0 (clamped at
+    -BIG): no overflow for any sigma > 0. Rows sum to 1 over ``others``; rows
+    without others and entries outside ``others`` are 0.
+
+    Args:
+      sq_dist: float32 [n, m], ``||y_a - y_b||²``.
+      others: bool [n, m], ``O(a)``.
+      sigma: RBF bandwidth > 0.
+    """
+    nearest = jnp.min(jnp.where(others, sq_dist, jnp.inf), axis=1, keepdims=True)
+    nearest = jnp.where(jnp.isfinite(nearest), nearest, 0.0)
+    log_w = -jnp.minimum(_scaled(sq_dist - nearest, sigma), _core.BIG)
+    targets = jax.nn.softmax(jnp.where(others, log_w, -_core.BIG), axis=1)
+    return jnp.where(others, targets, 0.0)
+
+
+def conditional_uniformity_weights(
+    sq_dist: Array, anchor_valid: Array, candidate_valid: Array, sigma: float | Array
+) -> tuple[Array, Array]:
+    """Repulsion weights ``Q_ij = (1 - w_ij) / (1 - Ẑ_i)`` of conditional uniformity (§A6).
+
+    ``Ẑ_i = (1/M) sum_j w_ij`` over the M valid rows of the batch, j = i included
+    (spec Part C #2), so ``sum_j Q_ij = M`` on every kept row. ``1 - w`` is
+    ``-expm1(-d²/(2 sigma²))`` and ``1 - Ẑ_i`` is the mean of those, so neither
+    loses precision when w is close to 1. Rows with ``1 - Ẑ_i < UNIFORMITY_EPS``
+    (every valid row within ~sigma of y_i, e.g. all metadata equal) and padded
+    rows or columns get weight 0. ``Q_ii = 0``, and ``Q_ij = 0`` whenever
+    ``y_i = y_j`` (a row's other view).
+
+    Args:
+      sq_dist: float32 [n, m], ``||y_i - y_j||²``, anchors i against all rows j.
+      anchor_valid: bool [n].
+      candidate_valid: bool [m].
+      sigma: RBF bandwidth > 0.
+
+    Returns:
+      ``(Q, kept)``: float32 [n, m] weights and bool [n] rows with ``Q_i. != 0``.
+    """
+    one_minus_w = -jnp.expm1(-jnp.minimum(_scaled(sq_dist, sigma), _core.BIG))
+    one_minus_w = jnp.where(candidate_valid[None, :], one_minus_w, 0.0)
+    num_valid = jnp.sum(candidate_valid.astype(jnp.float32))
+    one_minus_z = jnp.sum(one_minus_w, axis=1) / jnp.maximum(num_valid, 1.0)
+    kept = anchor_valid & (one_minus_z >= UNIFORMITY_EPS)
+    weights = one_minus_w / jnp.where(kept, one_minus_z, 1.0)[:, None]
+    return jnp.where(kept[:, None], weights, 0.0), kept
+
+
+# --------------------------------------------------------------------------- batch
+
+
+class _KernelBatch(NamedTuple):
+    """Local anchors scored against the global batch, with the metadata distances.
+
+    Attributes:
+      logits: float32 [n, m], ``S``.
+      others: bool [n, m], ``O(a)``: valid columns other than the anchor.
+      sq_dist: float32 [n, m], ``||y_a - y_b||²``; None without metadata.
+      anchor_valid: bool [n], not padded.
+      candidate_valid: bool [m].
+      anchor_ok: bool [n], not padded and ``N_a >= 1``.
+    """
+
+    logits: Array
+    others: Array
+    sq_dist: Array | None
+    anchor_valid: Array
+    candidate_valid: Array
+    anchor_ok: Array
+
+
+def _kernel_batch(
+    embeddings: Array,
+    metadata: Array | None,
+    temperature: float | Array,
+    sigma: float | Array | None,
+    valid: Array | None,
+    axis_name: str | None,
+) -> _KernelBatch:
+    """Checks the inputs, normalises and gathers rows and metadata, builds the masks.
+
+    ``metadata=None`` (global uniformity) skips the metadata and ``sigma``.
+    """
+    embeddings = _core.check_embeddings(embeddings)
+    n = embeddings.shape[0]
+    _core.check_positive(temperature, "temperature")
+    if metadata is not None:
+        metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
+        _core.check_positive(sigma, "sigma")
+    batch = _core.contrast_batch(
+        embeddings, jnp.zeros((n,), jnp.int32) if metadata is None else metadata, valid, axis_name
+    )
+    others = ~batch.is_self & batch.candidate_valid[None, :]
+    return _KernelBatch(
+        logits=_core.similarity_logits(batch.anchors, batch.candidates, temperature),
+        others=others,
+        sq_dist=None
+        if metadata is None
+        else squared_distances(batch.anchor_labels, batch.candidate_labels),
+        anchor_valid=batch.anchor_valid,
+        candidate_valid=batch.candidate_valid,
+        anchor_ok=batch.anchor_valid & jnp.any(others, axis=1),
+    )
+
+
+def _alignment_per_anchor(kb: _KernelBatch, sigma: float | Array) -> Array:
+    """``-sum_{b in O(a)} P_ab S_ab``: [n]."""
+    targets = kernel_targets(kb.sq_dist, kb.others, sigma)
+    return -jnp.sum(jnp.where(kb.others, targets * kb.logits, 0.0), axis=1)
+
+
+def _uniformity_per_anchor(kb: _KernelBatch) -> Array:
+    """``log sum_{b in O(a)} e^{S_ab} - log N_a``: [n] (finite for rows without others)."""
+    count = jnp.sum(kb.others.astype(jnp.float32), axis=1)
+    return _core.masked_logsumexp(kb.logits, kb.others, axis=1) - jnp.log(jnp.maximum(count, 1.0))
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def y_aware_infonce(
+    embeddings: Array,
+    metadata: Array,
+    *,
+    temperature: float | Array = 0.1,
+    sigma: float | Array = 5.0,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """y-Aware InfoNCE (Dufumier et al. 2021, ref. [8] of seed 003; seed 003 Eq. 1).
+
+    For anchor a and its ``N_a`` other rows:
+
+    ``l_a = -(1/N_a) sum_{k in O(a)} (w_ak / Ẑ_a) log( e^{S_ak} / M_a )``
+    ``    = -sum_{k in O(a)} P_ak (S_ak - LSE_{j in O(a)} S_aj) - log N_a``
+
+    with ``M_a = (1/N_a) sum_{j in O(a)} e^{S_aj}``,
+    ``Ẑ_a = (1/N_a) sum_{j in O(a)} w_aj`` and ``P_ak = w_ak / (N_a Ẑ_a)``,
+    averaged over valid anchors. Paper form (spec §A3, Part C #1): the constant
+    ``-log N_a`` from the 1/N inside the log is kept and the loss is the mean over
+    anchors (the official code divides by B instead and has no -log N). As sigma
+    -> 0 with distinct metadata per image this is NT-Xent - log N; with tied
+    metadata it is SupCon L_out - log N over the tie groups. The anchor's other
+    view has the largest weight (w = 1); no explicit positive mask is needed.
+
+    Args:
+      embeddings: float [N, D] rows on this device (normalised inside).
+      metadata: float [N] or [N, p] continuous proxy labels (both views of an
+        image share them); constant, never differentiated.
+      temperature: tau > 0 (0.1 in the official code).
+      sigma: RBF bandwidth > 0 in metadata units (5 years of age in the official code).
+      axis_name: mesh/pmap axis to gather rows and metadata over (see ``_core``).
+      valid: optional bool [N]; False rows are padding.
+
+    Returns:
+      float32 scalar, the mean over valid anchors of the global batch.
+    """
+    kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
+    per_anchor = _alignment_per_anchor(kb, sigma) + _uniformity_per_anchor(kb)
+    return _core.valid_anchor_mean(per_anchor, kb.anchor_ok, axis_name)
+
+
+def conditional_alignment(
+    embeddings: Array,
+    metadata: Array,
+    *,
+    temperature: float | Array = 0.1,
+    sigma: float | Array = 5.0,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Conditional alignment, the first term of seed 003 Eq. (2) (population form Eq. 3).
+
+    ``l_a = -(1/N_a) sum_{k in O(a)} (w_ak / Ẑ_a) S_ak = -sum_{k in O(a)} P_ak S_ak``,
+
+    averaged over valid anchors. Sign convention (spec §A4): the loss to
+    minimise, i.e. minus the kernel-weighted mean similarity (1/tau included).
+    ``y_aware_infonce = conditional_alignment + global_uniformity`` exactly.
+
+    Args:
+      embeddings: float [N, D] rows on this device (normalised inside).
+      metadata: float [N] or [N, p] proxy labels; constant.
+      temperature: tau > 0.
+      sigma: RBF bandwidth > 0.
+      axis_name: mesh/pmap axis to gather rows and metadata over.
+      valid: optional bool [N]; False rows are padding.
+
+    Returns:
+      float32 scalar, the mean over valid anchors of the global batch.
+    """
+    kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
+    return _core.valid_anchor_mean(_alignment_per_anchor(kb, sigma), kb.anchor_ok, axis_name)
+
+
+def global_uniformity(
+    embeddings: Array,
+    *,
+    temperature: float | Array = 0.1,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Global uniformity, the second term of seed 003 Eq. (2) (spec §A5).
+
+    ``l_a = log( (1/N_a) sum_{j in O(a)} e^{S_aj} ) = LSE_{j in O(a)} S_aj - log N_a``,
+
+    averaged over valid anchors (``N_a >= 1``): the log sits per anchor, inside
+    the mean, unlike the pooled Wang–Isola form. No metadata.
+
+    Args:
+      embeddings: float [N, D] rows on this device (normalised inside).
+      temperature: tau > 0.
+      axis_name: mesh/pmap axis to gather rows over.
+      valid: optional bool [N]; False rows are padding.
+
+    Returns:
+      float32 scalar, the mean over valid anchors of the global batch.
+    """
+    kb = _kernel_batch(embeddings, None, temperature, None, valid, axis_name)
+    return _core.valid_anchor_mean(_uniformity_per_anchor(kb), kb.anchor_ok, axis_name)
+
+
+def conditional_uniformity(
+    embeddings: Array,
+    metadata: Array,
+    *,
+    temperature: float | Array = 0.1,
+    sigma: float | Array = 5.0,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Conditional uniformity, the estimator of seed 003 Eq. (4) (spec §A6).
+
+    ``L = log( sum_{i,j} Q_ij e^{S_ij} / sum_{i,j} Q_ij )``,
+    ``Q_ij = (||w||_inf - w_ij) / (||w||_inf - Ẑ_i)``, ``||w||_inf = 1``,
+
+    over all valid i, j of the global batch, diagonal included (its weight is 0).
+    ``Ẑ_i`` is the in-batch mean of ``w_ij`` with j = i included (spec Part C #2),
+    so ``sum Q = M²`` and this equals the paper's ``log (1/M²) sum Q e^S`` on a
+    full batch; the self-normalised form stays exact when rows are padded or
+    dropped. (In this form the other reading of Ẑ, a mean over the M - 1 rows
+    j != i, rescales every Q by M / (M - 1) and leaves the value unchanged.) Only pairs with different metadata repel; rows whose
+    ``1 - Ẑ_i < UNIFORMITY_EPS`` are dropped, and with no row left (e.g. all
+    metadata equal, or nothing valid) the loss is 0 with zero gradient.
+
+    Not a mean over anchors: it is the log of one global weighted mean, so under
+    ``axis_name`` the numerator and the weight total are summed over devices
+    before the log (spec §A8b), with a global max-shift for stability. The
+    combined objective of seed 003 (spec §A7) is
+    ``conditional_alignment + lam * conditional_uniformity`` with lam = 1.
+
+    Args:
+      embeddings: float [N, D] rows on this device (normalised inside).
+      metadata: float [N] or [N, p] proxy labels; constant.
+      temperature: tau > 0.
+      sigma: RBF bandwidth > 0.
+      axis_name: mesh/pmap axis to gather rows and metadata over.
+      valid: optional bool [N]; False rows are padding.
+
+    Returns:
+      float32 scalar, identical on every device.
+    """
+    kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
+    weights, _ = conditional_uniformity_weights(
+        kb.sq_dist, kb.anchor_valid, kb.candidate_valid, sigma
+    )
+    positive = weights > 0
+    log_terms = jnp.where(
+        positive, kb.logits + jnp.log(jnp.where(positive, weights, 1.0)), -_core.BIG
+    )
+    shift = jax.lax.stop_gradient(jnp.max(log_terms))
+    if axis_name is not None:
+        shift = jax.lax.stop_gradient(jax.lax.pmax(shift, axis_name))
+    total = _core.differentiable_psum(jnp.sum(jnp.exp(log_terms - shift)), axis_name)
+    mass = _core.psum_if(jnp.sum(weights), axis_name)
+    # total >= 1: the largest term is exp(0) (or, with no weight anywhere, every term is).
+    value = shift + jnp.log(total) - jnp.log(jnp.maximum(mass, 1e-30))
+    return jnp.where(mass > 0, value, 0.0)

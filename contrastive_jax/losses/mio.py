@@ -1,0 +1,102 @@
+"""MIO: class-balanced binary contrastive loss (seed 004, Manna, Bhattacharya & Pal,
+"MIO: Mutual Information Optimization using Self-Supervised Binary Contrastive Learning").
+
+Notation (spec/yaware-mio.md §0, §B2–B3): rows are L2-normalised,
+``C_ab = z_a . z_b`` (cosine), ``sigma`` the logistic function. Positive pairs
+are the ordered pairs (a, b), b != a, with the same label (the other view of the
+image in the two-view layout); negative pairs are the ordered pairs with
+different labels. Each pair is an independent logistic classification of
+``C_ab / tau``: there is no softmax coupling across the batch.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from contrastive_jax.losses import _core
+
+Array = jax.Array
+
+
+def _global_pair_mean(values: Array, pairs: Array, axis_name: str | None) -> Array:
+    """``sum_{pairs} values / #pairs`` over the global batch; 0 when there is no pair.
+
+    ``values`` and ``pairs`` are [n, m] (local anchors against all rows); the sum
+    is differentiable under shard_map and pmap (``_core.differentiable_psum``).
+    """
+    total = _core.differentiable_psum(jnp.sum(jnp.where(pairs, values, 0.0)), axis_name)
+    count = _core.psum_if(jnp.sum(pairs.astype(jnp.float32)), axis_name)
+    return total / jnp.maximum(count, 1.0)
+
+
+def mio(
+    embeddings: Array,
+    labels: Array,
+    *,
+    temperature: float | Array = 0.5,
+    l2_weight: float | Array = 0.0,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """MIO loss L_O (seed 004 Eqs. 4–5) plus its L2 regulariser (Eq. 39) at the official scale.
+
+    ``L_O = -(1/T_P) sum_{(a,b) in Pos} log sigma(C_ab/tau)``
+    ``      - (1/T_N) sum_{(a,b) in Neg} log(1 - sigma(C_ab/tau))``
+    ``    = mean_{Pos} softplus(-C_ab/tau) + mean_{Neg} softplus(C_ab/tau)``
+
+    a class-balanced binary cross-entropy with logits (the official code's two
+    ``BCEWithLogitsLoss`` means). T_P and T_N are the numbers of ordered positive
+    and negative pairs of the global batch: T_P = 2B and T_N = 4B² - 4B for B
+    images with two views (Eq. 5), where this equals Eq. (5)'s per-anchor form.
+    Spec §B2/§B7: the means run over pairs, not over anchors, with global
+    counts; with uneven groups or padding that weights pairs equally, not anchors.
+    Pairs are taken from valid anchors only: an anchor without a positive (a
+    singleton label) or a padded row contributes no pair, and padded rows are
+    never candidates. With no negative pair (a single image) that term is 0;
+    with no positive pair the loss is 0.
+
+    L2 regulariser (spec §B3, mode ``official_mse``): the official code's
+    ``mse_loss(ẑ¹, ẑ²)`` on normalised rows, i.e. the mean over the B x D
+    elements, written over positive pairs so it needs only the labels:
+
+    ``R = (1/D) mean_{(a,b) in Pos} ||ẑ_a - ẑ_b||²``  (= (1/D) mean(2 - 2 C_pos) for unit rows)
+
+    so ``loss = L_O + l2_weight * R``, with ``R <= 4/D``. Models (C)/(D) of the
+    paper use ``l2_weight = 1``; (A)/(B) use 0 (the default). The paper's literal
+    sum over pairs of unnormalised z is B·D times larger and is not implemented.
+
+    Args:
+      embeddings: float [N, D] rows on this device (normalised inside).
+      labels: int [N] instance ids (both views of an image share the id); more
+        than two rows per id act as several positives.
+      temperature: tau > 0 (0.5 in seed 004, for positives and negatives).
+      l2_weight: lambda >= 0 of the L2 regulariser.
+      axis_name: mesh/pmap axis to gather rows and labels over (see ``_core``).
+      valid: optional bool [N]; False rows are padding.
+
+    Returns:
+      float32 scalar, identical on every device.
+    """
+    embeddings = _core.check_embeddings(embeddings)
+    labels = _core.check_labels(labels, embeddings.shape[0])
+    _core.check_positive(temperature, "temperature")
+    _core.check_nonnegative(l2_weight, "l2_weight")
+    batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
+    cosine = _core.similarity_logits(batch.anchors, batch.candidates, 1.0)
+    logits = cosine / jnp.asarray(temperature, jnp.float32)
+    same = batch.anchor_labels[:, None] == batch.candidate_labels[None, :]
+    live = batch.candidate_valid[None, :]
+    positives = same & ~batch.is_self & live
+    anchor_ok = batch.anchor_valid & jnp.any(positives, axis=1)
+    positives = positives & anchor_ok[:, None]
+    negatives = ~same & live & anchor_ok[:, None]
+
+    binary = _global_pair_mean(jax.nn.softplus(-logits), positives, axis_name)
+    binary = binary + _global_pair_mean(jax.nn.softplus(logits), negatives, axis_name)
+
+    sq_norm_a = jnp.sum(jnp.square(batch.anchors), axis=1)
+    sq_norm_c = jnp.sum(jnp.square(batch.candidates), axis=1)
+    sq_dist = sq_norm_a[:, None] + sq_norm_c[None, :] - 2.0 * cosine
+    l2 = _global_pair_mean(sq_dist, positives, axis_name) / embeddings.shape[1]
+    return binary + jnp.asarray(l2_weight, jnp.float32) * l2
