@@ -10,6 +10,7 @@ string option serves every test on the standard 12-row batch.
 from __future__ import annotations
 
 import functools
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -18,9 +19,11 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from contrastive_jax.losses import _core
-from contrastive_jax.losses import projnce as pn
 from contrastive_jax.losses.nce import nt_xent, supcon, supcon_per_anchor
 from tests.losses.multidevice import AXIS, assert_multidevice_matches, device_mesh
+
+# The module, not the function `contrastive_jax.losses.projnce` that shadows it.
+pn = importlib.import_module("contrastive_jax.losses.projnce")
 
 LOSSES = {
     "projnce": pn.projnce,
