@@ -1,0 +1,35 @@
+"""Encoders (ResNet, ViT), projection/classification heads and their factories (Flax NNX)."""
+
+from contrastive_jax.models.factory import (
+    DTYPES,
+    ENCODER_NAMES,
+    HEAD_NAMES,
+    create_encoder,
+    create_head,
+    default_encoder_config,
+    default_head_config,
+)
+from contrastive_jax.models.heads import LinearHead, MLPHead
+from contrastive_jax.models.model import ContrastiveModel
+from contrastive_jax.models.resnet import BasicBlock, Bottleneck, ResNet
+from contrastive_jax.models.vit import VIT_VARIANTS, EncoderBlock, VisionTransformer, ViTVariant
+
+__all__ = [
+    "DTYPES",
+    "ENCODER_NAMES",
+    "HEAD_NAMES",
+    "VIT_VARIANTS",
+    "BasicBlock",
+    "Bottleneck",
+    "ContrastiveModel",
+    "EncoderBlock",
+    "LinearHead",
+    "MLPHead",
+    "ResNet",
+    "ViTVariant",
+    "VisionTransformer",
+    "create_encoder",
+    "create_head",
+    "default_encoder_config",
+    "default_head_config",
+]

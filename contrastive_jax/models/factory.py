@@ -1,0 +1,201 @@
+"""Build encoders and heads from ``ml_collections.ConfigDict`` configs.
+
+Encoder config fields (defaults from :func:`default_encoder_config`):
+
+============================  =========================================================
+``name``                      ``resnet18`` | ``resnet34`` | ``resnet50`` | ``vit_ti16`` |
+                              ``vit_s16`` | ``vit_b16`` | ``vit_ti4`` | ``vit_s4``
+                              (default ``resnet18``)
+``dtype``                     compute dtype ``float32`` | ``bfloat16``; parameters are
+                              always float32 (default ``float32``)
+``stem``                      ResNet: ``cifar`` | ``imagenet`` (default ``cifar``)
+``width``                     ResNet: integer channel multiplier ≥ 1 (default 1)
+``zero_init_residual``        ResNet: zero last BN gamma of each block (default False)
+``bn_axis_name``              ResNet: mesh axis for BN statistics, ``None`` = the arrays
+                              each BN sees (default None)
+``bn_momentum``               ResNet: BN running-average decay (default 0.9)
+``image_size``                ViT: input side; ``None`` = 224 for /16, 32 for /4
+``pool``                      ViT: ``cls`` | ``mean`` (default ``cls``)
+``dropout_rate``              ViT: dropout rate (default 0)
+``attention_dropout_rate``    ViT: attention-weight dropout rate (default 0)
+``drop_path_rate``            ViT: stochastic depth of the last block (default 0)
+============================  =========================================================
+
+Head config fields (defaults from :func:`default_head_config`):
+
+============================  =========================================================
+``name``                      ``simclr_v2`` (MLP, BN in hidden layers) | ``mio`` (MLP
+                              with a final BN) | ``linear`` (one Linear) |
+                              ``classifier`` (Linear to ``num_classes``)
+                              (default ``simclr_v2``)
+``num_hidden_layers``         MLP heads: Linear-BN-ReLU layers before the last Linear
+                              (default 1, i.e. a 2-layer MLP)
+``hidden_features``           MLP heads: hidden width; ``None`` = encoder width
+``out_features``              projection width (default 128)
+``num_classes``               classifier: number of classes K (required)
+``bn_axis_name``              MLP heads: mesh axis for BN statistics (default None)
+``bn_momentum``               MLP heads: BN running-average decay (default 0.9)
+``dtype``                     compute dtype ``float32`` | ``bfloat16``
+============================  =========================================================
+
+Fields a model does not use are ignored (e.g. ``stem`` for a ViT); a field not in
+the table raises ``ValueError``, and so does a missing required or invalid value,
+naming the field. Missing fields take their defaults, so any attribute-access
+object (or mapping) holding a subset of the fields works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+from ml_collections import config_dict
+
+from contrastive_jax.models.heads import LinearHead, MLPHead
+from contrastive_jax.models.resnet import ResNet
+from contrastive_jax.models.vit import VIT_VARIANTS, VisionTransformer
+
+RESNET_DEPTHS = {"resnet18": 18, "resnet34": 34, "resnet50": 50}
+ENCODER_NAMES = (*RESNET_DEPTHS, *VIT_VARIANTS)
+HEAD_NAMES = ("simclr_v2", "mio", "linear", "classifier")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def default_encoder_config() -> ml_collections.ConfigDict:
+    """Encoder defaults: a CIFAR-stem ResNet-18 in float32 with per-device BN."""
+    config = ml_collections.ConfigDict()
+    config.name = "resnet18"
+    config.dtype = "float32"
+    config.stem = "cifar"
+    config.width = 1
+    config.zero_init_residual = False
+    config.bn_axis_name = config_dict.placeholder(str)
+    config.bn_momentum = 0.9
+    config.image_size = config_dict.placeholder(int)
+    config.pool = "cls"
+    config.dropout_rate = 0.0
+    config.attention_dropout_rate = 0.0
+    config.drop_path_rate = 0.0
+    return config
+
+
+def default_head_config() -> ml_collections.ConfigDict:
+    """Head defaults: SimCLR-v2 MLP with one hidden layer of the encoder width, out 128."""
+    config = ml_collections.ConfigDict()
+    config.name = "simclr_v2"
+    config.num_hidden_layers = 1
+    config.hidden_features = config_dict.placeholder(int)
+    config.out_features = 128
+    config.num_classes = config_dict.placeholder(int)
+    config.bn_axis_name = config_dict.placeholder(str)
+    config.bn_momentum = 0.9
+    config.dtype = "float32"
+    return config
+
+
+def _resolve(config: Any, defaults: ml_collections.ConfigDict, kind: str) -> dict[str, Any]:
+    """The config's fields over the defaults, as a plain dict; rejects unknown fields."""
+    fields = dict(config.items()) if hasattr(config, "items") else dict(vars(config))
+    unknown = sorted(set(fields) - set(defaults.keys()))
+    if unknown:
+        raise ValueError(
+            f"unknown {kind} config field(s) {unknown}; known fields: {sorted(defaults.keys())}"
+        )
+    values = defaults.to_dict()
+    values.update(fields)
+    choices = ENCODER_NAMES if kind == "encoder" else HEAD_NAMES
+    if values["name"] not in choices:
+        raise ValueError(f"{kind} config.name must be one of {choices}, got {values['name']!r}")
+    if values["dtype"] not in DTYPES:
+        raise ValueError(
+            f"{kind} config.dtype must be one of {tuple(DTYPES)}, got {values['dtype']!r}"
+        )
+    if values["bn_axis_name"] is not None and not isinstance(values["bn_axis_name"], str):
+        raise ValueError(
+            f"{kind} config.bn_axis_name must be a string or None, got {values['bn_axis_name']!r}"
+        )
+    return values
+
+
+def create_encoder(config: Any, *, rngs: nnx.Rngs) -> nnx.Module:
+    """Build the encoder named by ``config.name`` (fields: see the module docstring).
+
+    The encoder maps NHWC images [B, H, W, 3] to float32 features
+    [B, encoder.num_features] and is in training mode.
+
+    Raises:
+      ValueError: unknown name or field, or an invalid value; the message names the field.
+    """
+    c = _resolve(config, default_encoder_config(), "encoder")
+    if not isinstance(c["zero_init_residual"], bool):
+        raise ValueError(
+            f"encoder config.zero_init_residual must be a bool, got {c['zero_init_residual']!r}"
+        )
+    dtype = DTYPES[c["dtype"]]
+    try:
+        if c["name"] in RESNET_DEPTHS:
+            return ResNet(
+                RESNET_DEPTHS[c["name"]],
+                stem=c["stem"],
+                width=c["width"],
+                zero_init_residual=c["zero_init_residual"],
+                bn_axis_name=c["bn_axis_name"],
+                bn_momentum=c["bn_momentum"],
+                dtype=dtype,
+                rngs=rngs,
+            )
+        variant = dataclasses.asdict(VIT_VARIANTS[c["name"]])
+        if c["image_size"] is not None:
+            variant["image_size"] = c["image_size"]
+        return VisionTransformer(
+            **variant,
+            pool=c["pool"],
+            dropout_rate=c["dropout_rate"],
+            attention_dropout_rate=c["attention_dropout_rate"],
+            drop_path_rate=c["drop_path_rate"],
+            dtype=dtype,
+            rngs=rngs,
+        )
+    except ValueError as e:
+        raise ValueError(f"encoder config.{e}") from e
+
+
+def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
+    """Build the head named by ``config.name`` on ``in_features``-wide inputs.
+
+    The head maps [B, in_features] to float32 [B, out_features] (``num_classes``
+    for the classifier) and is in training mode.
+
+    Raises:
+      ValueError: unknown name or field, or an invalid value; the message names the field.
+    """
+    if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features < 1:
+        raise ValueError(f"in_features must be a positive integer, got {in_features!r}")
+    c = _resolve(config, default_head_config(), "head")
+    dtype = DTYPES[c["dtype"]]
+    try:
+        if c["name"] in ("simclr_v2", "mio"):
+            return MLPHead(
+                in_features,
+                c["out_features"],
+                hidden_features=c["hidden_features"],
+                num_hidden_layers=c["num_hidden_layers"],
+                last_bn=c["name"] == "mio",
+                bn_axis_name=c["bn_axis_name"],
+                bn_momentum=c["bn_momentum"],
+                dtype=dtype,
+                rngs=rngs,
+            )
+        if c["name"] == "linear":
+            return LinearHead(in_features, c["out_features"], dtype=dtype, rngs=rngs)
+        num_classes = c["num_classes"]
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(
+                f"num_classes must be a positive integer for the classifier head, got {num_classes!r}"
+            )
+        return LinearHead(in_features, num_classes, dtype=dtype, rngs=rngs)
+    except ValueError as e:
+        raise ValueError(f"head config.{e}") from e
