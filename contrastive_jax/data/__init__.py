@@ -1,0 +1,73 @@
+"""Input pipeline: data sources, SimCLR-style augmentation, soft targets.
+
+Quick use::
+
+    from contrastive_jax import data
+
+    config = data.default_data_config()          # digits, two views, batch 128
+    source = data.load_source(config)
+    train = data.make_pretrain_iterator(config, seed=0, start_step=0, source=source)
+    batch = next(train)                          # {"views": [128, 2, 16, 16, 3], ...}
+    arrays = data.make_global_batch(batch, mesh)  # jax.Arrays sharded over "data"
+    for batch in data.make_eval_iterator(config, "test", 256, source=source):
+        ...                                      # {"image", "label", "index", "valid"}
+
+Modules: :mod:`.config` (the data config), :mod:`.base` (the source
+interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS),
+:mod:`.digits`, :mod:`.synthetic`, :mod:`.augment` (TF augmentations and
+presets), :mod:`.pipeline` (tf.data iterators, global arrays) and
+:mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
+
+Importing this package imports TensorFlow and hides every GPU and TPU from
+it, so decoding and augmentation stay on the host CPU.
+"""
+
+from contrastive_jax.data.augment import (
+    PRESET_NAMES,
+    AugmentConfig,
+    augmentation_preset,
+    simclr_jitter,
+)
+from contrastive_jax.data.base import CorruptImageError, Source, Split
+from contrastive_jax.data.config import default_data_config
+from contrastive_jax.data.mixing import MixSample, apply_mix, mix_batch, sample_mix, smooth_labels
+from contrastive_jax.data.pipeline import (
+    EvalIterator,
+    PretrainIterator,
+    make_eval_iterator,
+    make_global_batch,
+    make_pretrain_iterator,
+)
+from contrastive_jax.data.sources import (
+    DEFAULT_CIFAR10_DIR,
+    DatasetNotPreparedError,
+    class_balanced_subset,
+    load_source,
+    symmetric_label_noise,
+)
+
+__all__ = [
+    "DEFAULT_CIFAR10_DIR",
+    "PRESET_NAMES",
+    "AugmentConfig",
+    "CorruptImageError",
+    "DatasetNotPreparedError",
+    "EvalIterator",
+    "MixSample",
+    "PretrainIterator",
+    "Source",
+    "Split",
+    "apply_mix",
+    "augmentation_preset",
+    "class_balanced_subset",
+    "default_data_config",
+    "load_source",
+    "make_eval_iterator",
+    "make_global_batch",
+    "make_pretrain_iterator",
+    "mix_batch",
+    "sample_mix",
+    "simclr_jitter",
+    "smooth_labels",
+    "symmetric_label_noise",
+]

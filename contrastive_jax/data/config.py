@@ -1,0 +1,58 @@
+"""The data config: one ``ml_collections.ConfigDict`` read by the whole input pipeline."""
+
+from __future__ import annotations
+
+import ml_collections
+from ml_collections import config_dict
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+    """Defaults of every data field (the quickstart's digits set-up).
+
+    Fields:
+      dataset: ``"digits"`` (default) | ``"digits_cluttered"`` | ``"phantoms"``
+        | ``"image_folder"`` | a TFDS name (``"cifar10"``, ``"cifar100"``,
+        ``"stl10"``, ``"imagenet2012"``, ...). See :mod:`.sources`.
+      data_dir: image-folder root (``<root>/<split>/<class>/<image>``) or TFDS
+        data directory; None: TFDS's default (``cifar10``: the image folder
+        ``../shared/data/cifar10`` beside the project root).
+      download: let TFDS download an unprepared dataset (False: fail fast).
+      image_size: output side S of every image; None: the source's native side
+        (required for image folders of variable-size images).
+      num_views: V augmented views per example in pretraining batches.
+      augmentation: preset name (:data:`.augment.PRESET_NAMES`) or ``"auto"``:
+        ``digits`` for the digits sources, ``phantoms`` for phantoms,
+        ``simclr_cifar`` for other images of side <= 32, else
+        ``simclr_imagenet``.
+      global_batch_size: examples per pretraining step over all processes;
+        divisible by the process count. Steps per epoch:
+        ``n_train // global_batch_size`` (the remainder of each epoch is
+        dropped, so every step has the same global batch).
+      train_subset: None, or the size of a deterministic class-balanced subset
+        of the training split (fast CPU proxies); used by every consumer.
+      label_noise: probability p of symmetric label noise on pretraining
+        labels (ProjNCE Table 3 proxy); evaluation always sees clean labels.
+      data_seed: seed of ``train_subset`` and ``label_noise`` (fixed data
+        properties, independent of the run seed that drives augmentation).
+      mean, std: per-channel normalisation statistics on the [0, 1] scale;
+        None: the source's training-split statistics.
+      eval_crop_fraction: evaluation transform: resize the shorter side to
+        ``image_size / eval_crop_fraction`` and centre-crop (ImageNet: 0.875).
+      prefetch: batches prepared ahead of the consumer.
+    """
+    c = ml_collections.ConfigDict()
+    c.dataset = "digits"
+    c.data_dir = config_dict.placeholder(str)
+    c.download = False
+    c.image_size = config_dict.placeholder(int)
+    c.num_views = 2
+    c.augmentation = "auto"
+    c.global_batch_size = 128
+    c.train_subset = config_dict.placeholder(int)
+    c.label_noise = 0.0
+    c.data_seed = 0
+    c.mean = config_dict.placeholder(tuple)
+    c.std = config_dict.placeholder(tuple)
+    c.eval_crop_fraction = 1.0
+    c.prefetch = 2
+    return c

@@ -1,0 +1,446 @@
+"""Deterministic, resumable, multi-host input pipelines (tf.data on the CPU).
+
+Pretraining (:func:`make_pretrain_iterator`) - an infinite iterator of
+per-process numpy batches::
+
+    {"views":    float32 [B, V, S, S, 3]  normalised augmented views,
+     "label":    int32   [B]              class (after label noise, if any),
+     "index":    int64   [B]              example id, unique in the split
+                                          (the SimCLR instance id),
+     "metadata": float32 [B, p]           only for sources with metadata}
+
+with B = global_batch_size / process_count. Which examples and which
+augmentations a step gets is a pure function of (seed, step):
+
+* examples: epoch ``e = step // steps_per_epoch`` is a permutation of the
+  training split, a TF stateless shuffle seeded by ``(seed, e)``
+  (:func:`epoch_permutation`); step ``k`` takes the ``k % steps_per_epoch``-th
+  block of ``global_batch_size`` rows (the tail of each epoch is dropped).
+  Process ``i`` of ``P`` reads rows ``[i B, (i + 1) B)`` of that block, the
+  rows its devices hold in the global array (see :func:`make_global_batch`).
+* augmentation: example ``x`` at step ``k`` is augmented with TF stateless ops
+  seeded by ``fold_in(fold_in([seed, 0], k), id(x))``, and view ``v`` with
+  ``fold_in(., v)``; nothing depends on the process count or on earlier steps.
+
+So a run started at ``start_step = k`` yields exactly the batches an
+uninterrupted run yields from step ``k``, and the concatenation of the batches
+of P processes is the single-process global batch. The whole pipeline is TF
+graph code (the split's arrays or file names are captured as tensors): no
+Python runs per element, so the prefetching threads never wait for the GIL of
+the training loop, and many live pipelines cannot starve TF's small inter-op
+thread pool (``Dataset.from_generator`` can deadlock there).
+
+Evaluation (:func:`make_eval_iterator`) - every example of a split once, in
+order, in batches of ``batch_size`` (split over processes like pretraining);
+the last batch is padded::
+
+    {"image": float32 [B, S, S, 3] (normalised; zeros on padding),
+     "label": int32 [B], "index": int64 [B] (-1 on padding),
+     "valid": bool [B], "metadata": float32 [B, p] if available}
+
+A corrupt image file raises :class:`~contrastive_jax.data.base.CorruptImageError`
+naming the file when the batch that contains it is requested.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from contrastive_jax.data._tf import tf
+from contrastive_jax.data.augment import (
+    AugmentConfig,
+    augmentation_preset,
+    eval_transform,
+    make_views,
+)
+from contrastive_jax.data.base import Source, Split
+from contrastive_jax.data.sources import decode_image_file, load_source, symmetric_label_noise
+
+Batch = dict[str, np.ndarray]
+
+
+def resolve_image_size(config: ml_collections.ConfigDict, source: Source) -> int:
+    """``config.image_size``, or the source's native side when None."""
+    if config.image_size is not None:
+        return int(config.image_size)
+    h, w, _ = source.image_shape
+    if h is None or h != w:
+        raise ValueError(
+            f"dataset {source.name!r} has images of shape {source.image_shape}; set config.image_size"
+        )
+    return int(h)
+
+
+def resolve_augmentation(
+    config: ml_collections.ConfigDict, source: Source, image_size: int
+) -> AugmentConfig:
+    """The preset named by ``config.augmentation`` (``"auto"``: see the config docs)."""
+    name = config.augmentation
+    if name == "auto":
+        if source.name in ("digits", "digits_cluttered"):
+            name = "digits"
+        elif source.name == "phantoms":
+            name = "phantoms"
+        else:
+            name = "simclr_cifar" if image_size <= 32 else "simclr_imagenet"
+    return augmentation_preset(name, image_size)
+
+
+def _process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+    index = jax.process_index() if process_index is None else process_index
+    count = jax.process_count() if process_count is None else process_count
+    if not 0 <= index < count:
+        raise ValueError(f"process_index {index} not in [0, {count})")
+    return index, count
+
+
+def _per_process(batch_size: int, process_count: int, what: str) -> int:
+    if batch_size < 1 or batch_size % process_count:
+        raise ValueError(
+            f"{what}={batch_size} must be a positive multiple of the process count {process_count}"
+        )
+    return batch_size // process_count
+
+
+def _columns(split: Split) -> dict[str, tf.Tensor]:
+    """The split as tensors, indexed by row inside the pipeline (no Python at run time)."""
+    columns = {
+        "index": tf.constant(split.ids, tf.int64),
+        "label": tf.constant(split.labels, tf.int32),
+    }
+    if split.images is not None:
+        columns["image"] = tf.constant(split.images, tf.uint8)
+    else:
+        columns["path"] = tf.constant(split.paths.astype(str), tf.string)
+    if split.metadata is not None:
+        columns["metadata"] = tf.constant(split.metadata, tf.float32)
+    return columns
+
+
+def epoch_permutation(
+    num_examples: int, seed: int | tf.Tensor, epoch: int | tf.Tensor
+) -> tf.Tensor:
+    """The order of the training split in ``epoch``: int64 [num_examples].
+
+    A TF stateless shuffle seeded by ``(seed, epoch)``, computed inside the
+    pipeline once per epoch (and eagerly by :meth:`PretrainIterator.rows`).
+    """
+    seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    return tf.random.experimental.stateless_shuffle(tf.range(num_examples, dtype=tf.int64), seed)
+
+
+#: Files read concurrently from an image folder. Reading is latency-bound (a
+#: cold disk or a network file system), so it runs in its own stage with more
+#: parallelism than there are cores; decoding and augmentation use AUTOTUNE.
+READ_PARALLELISM = 32
+
+
+def _lookup(columns: dict[str, tf.Tensor], ds: tf.data.Dataset) -> tf.data.Dataset:
+    """Maps a dataset of ``(key, row)`` to ``(key, example dict)``; file bytes read in parallel."""
+    ds = ds.map(lambda key, row: (key, {n: tf.gather(c, row) for n, c in columns.items()}))
+    if "path" in columns:
+        ds = ds.map(
+            lambda key, ex: (key, {**ex, "data": tf.io.read_file(ex["path"])}),
+            num_parallel_calls=READ_PARALLELISM,
+        )
+    return ds
+
+
+def _decode(example: dict[str, tf.Tensor]) -> tf.Tensor:
+    """float32 [h, w, 3] in [0, 1] from an in-memory image or the bytes of a file."""
+    if "image" in example:
+        image = example["image"]
+    else:
+        image = tf.io.decode_image(example["data"], channels=3, expand_animations=False)
+        image.set_shape([None, None, 3])
+    return tf.cast(image, tf.float32) / 255.0
+
+
+def _normaliser(source: Source):
+    mean = tf.constant(source.mean, tf.float32)
+    std = tf.constant(source.std, tf.float32)
+    return lambda x: (x - mean) / std
+
+
+def _options() -> tf.data.Options:
+    options = tf.data.Options()
+    options.deterministic = True
+    return options
+
+
+def _explain_decode_error(split: Split, rows: np.ndarray) -> None:
+    """Raises CorruptImageError naming the first undecodable file among ``rows`` (if any)."""
+    if split.paths is not None:
+        for path in split.paths[rows]:
+            decode_image_file(path)  # raises CorruptImageError for a bad file
+
+
+class PretrainIterator(Iterator[Batch]):
+    """Infinite iterator of per-process pretraining batches (see the module docstring).
+
+    Attributes:
+      source: the data source.
+      image_size: S.
+      augmentation: the :class:`AugmentConfig` in use.
+      global_batch_size, local_batch_size: examples per step over all
+        processes / on this process.
+      steps_per_epoch: ``n_train // global_batch_size``.
+      step: the step of the next batch.
+    """
+
+    def __init__(
+        self,
+        config: ml_collections.ConfigDict,
+        *,
+        seed: int,
+        start_step: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
+        source: Source | None = None,
+    ) -> None:
+        self.source = load_source(config) if source is None else source
+        self._process_index, process_count = _process(process_index, process_count)
+        train = self.source.split("train")
+        if config.label_noise > 0:
+            noisy = symmetric_label_noise(
+                train.labels, self.source.num_classes, config.label_noise, config.data_seed
+            )
+            train = train.with_labels(noisy)
+        self._train = train
+        self.image_size = resolve_image_size(config, self.source)
+        self.augmentation = resolve_augmentation(config, self.source, self.image_size)
+        self.num_views = int(config.num_views)
+        self.global_batch_size = int(config.global_batch_size)
+        self.local_batch_size = _per_process(
+            self.global_batch_size, process_count, "global_batch_size"
+        )
+        self.steps_per_epoch = train.num_examples // self.global_batch_size
+        if self.steps_per_epoch < 1:
+            raise ValueError(
+                f"global_batch_size={self.global_batch_size} exceeds the {train.num_examples} "
+                f"training examples of {self.source.name!r}"
+            )
+        if start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {start_step}")
+        self._seed = int(seed)
+        self.step = int(start_step)
+        self._iterator = self._dataset(config).as_numpy_iterator()
+
+    def rows(self, step: int) -> np.ndarray:
+        """Positions in the training split of this process's examples at ``step``: int64 [B]."""
+        epoch, block = divmod(step, self.steps_per_epoch)
+        start = block * self.global_batch_size + self._process_index * self.local_batch_size
+        order = epoch_permutation(self._train.num_examples, self._seed, epoch).numpy()
+        return order[start : start + self.local_batch_size]
+
+    def _dataset(self, config: ml_collections.ConfigDict) -> tf.data.Dataset:
+        n, steps_per_epoch = self._train.num_examples, self.steps_per_epoch
+        global_batch, local_batch = self.global_batch_size, self.local_batch_size
+        offset = self._process_index * local_batch
+        first_step, seed = self.step, self._seed
+        size, views, aug = self.image_size, self.num_views, self.augmentation
+        columns = _columns(self._train)
+        normalise = _normaliser(self.source)
+        base_seed = tf.constant([seed, 0], tf.int64)
+
+        def epoch_examples(epoch: tf.Tensor) -> tf.data.Dataset:
+            """(step, row) of this process's examples of every step of ``epoch``, in order."""
+            order = epoch_permutation(n, seed, epoch)[: steps_per_epoch * global_batch]
+            rows = tf.reshape(order, [steps_per_epoch, global_batch])[
+                :, offset : offset + local_batch
+            ]
+            steps = epoch * steps_per_epoch + tf.range(steps_per_epoch, dtype=tf.int64)
+            steps = tf.repeat(steps, local_batch)
+            skip = tf.maximum(first_step - epoch * steps_per_epoch, 0) * local_batch
+            return tf.data.Dataset.from_tensor_slices((steps, tf.reshape(rows, [-1]))).skip(skip)
+
+        def example(step: tf.Tensor, ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            fold = tf.random.experimental.stateless_fold_in
+            example_seed = fold(fold(base_seed, step), ex["index"])
+            views_ = make_views(_decode(ex), example_seed, aug, num_views=views, size=size)
+            out = {"views": normalise(views_), "label": ex["label"], "index": ex["index"]}
+            if "metadata" in ex:
+                out["metadata"] = ex["metadata"]
+            return out
+
+        ds = tf.data.Dataset.range(first_step // steps_per_epoch, 2**62).flat_map(epoch_examples)
+        ds = _lookup(columns, ds).map(example, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(local_batch, drop_remainder=True).prefetch(config.prefetch)
+        return ds.with_options(_options())
+
+    def __next__(self) -> Batch:
+        try:
+            batch = next(self._iterator)
+        except tf.errors.InvalidArgumentError:
+            _explain_decode_error(self._train, self.rows(self.step))
+            raise
+        self.step += 1
+        return batch
+
+
+def make_pretrain_iterator(
+    config: ml_collections.ConfigDict,
+    *,
+    seed: int,
+    start_step: int = 0,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    source: Source | None = None,
+) -> PretrainIterator:
+    """Pretraining batches of this process from ``start_step`` on (infinite).
+
+    Args:
+      config: data config (:func:`~contrastive_jax.data.default_data_config`).
+      seed: run seed; with ``config`` it fixes every batch.
+      start_step: first step to yield (resume).
+      process_index, process_count: this process and the number of processes;
+        default ``jax.process_index()`` / ``jax.process_count()``.
+      source: an already loaded source (else ``load_source(config)``).
+
+    Returns:
+      A :class:`PretrainIterator` of numpy batches (format in the module docstring).
+    """
+    return PretrainIterator(
+        config,
+        seed=seed,
+        start_step=start_step,
+        process_index=process_index,
+        process_count=process_count,
+        source=source,
+    )
+
+
+class EvalIterator:
+    """Re-iterable batches over a whole split, in order, for feature extraction.
+
+    Attributes:
+      source, image_size: as for :class:`PretrainIterator`.
+      num_examples: examples in the split.
+      num_batches: ``ceil(num_examples / batch_size)`` (``len(self)``).
+      local_batch_size: rows per batch on this process.
+    """
+
+    def __init__(
+        self,
+        config: ml_collections.ConfigDict,
+        split: str,
+        batch_size: int,
+        *,
+        process_index: int | None = None,
+        process_count: int | None = None,
+        source: Source | None = None,
+    ) -> None:
+        self.source = load_source(config) if source is None else source
+        self._split = self.source.split(split)
+        self._process_index, process_count = _process(process_index, process_count)
+        self._global_batch = int(batch_size)
+        self.local_batch_size = _per_process(self._global_batch, process_count, "batch_size")
+        self.image_size = resolve_image_size(config, self.source)
+        self.num_examples = self._split.num_examples
+        self.num_batches = math.ceil(self.num_examples / self._global_batch)
+        self._crop_fraction = float(config.eval_crop_fraction)
+        self._prefetch = config.prefetch
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def _dataset(self) -> tf.data.Dataset:
+        n, size, crop_fraction = self.num_examples, self.image_size, self._crop_fraction
+        global_batch, local_batch = self._global_batch, self.local_batch_size
+        offset = self._process_index * local_batch
+        columns = _columns(self._split)
+        normalise = _normaliser(self.source)
+
+        def position_row(position: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            batch, slot = position // local_batch, position % local_batch
+            row = batch * global_batch + offset + slot
+            return row < n, tf.minimum(row, n - 1)  # (valid, a row to read)
+
+        def example(valid: tf.Tensor, ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            image = normalise(eval_transform(_decode(ex), size=size, crop_fraction=crop_fraction))
+            out = {
+                "image": tf.where(valid, image, tf.zeros_like(image)),
+                "label": tf.where(valid, ex["label"], 0),
+                "index": tf.where(valid, ex["index"], -1),
+                "valid": valid,
+            }
+            if "metadata" in ex:
+                out["metadata"] = tf.where(valid, ex["metadata"], tf.zeros_like(ex["metadata"]))
+            return out
+
+        ds = tf.data.Dataset.range(self.num_batches * local_batch).map(position_row)
+        ds = _lookup(columns, ds).map(example, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(local_batch).prefetch(self._prefetch)
+        return ds.with_options(_options())
+
+    def __iter__(self) -> Iterator[Batch]:
+        iterator = self._dataset().as_numpy_iterator()
+        for b in range(self.num_batches):
+            try:
+                batch = next(iterator)
+            except tf.errors.InvalidArgumentError:
+                start = b * self._global_batch + self._process_index * self.local_batch_size
+                rows = np.arange(start, start + self.local_batch_size)
+                _explain_decode_error(
+                    self._split, np.unique(np.minimum(rows, self.num_examples - 1))
+                )
+                raise
+            yield batch
+
+
+def make_eval_iterator(
+    config: ml_collections.ConfigDict,
+    split: str,
+    batch_size: int,
+    *,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    source: Source | None = None,
+) -> EvalIterator:
+    """Evaluation batches of a whole split (format in the module docstring).
+
+    Args:
+      config: data config.
+      split: ``"train"`` or ``"test"`` (the training split honours
+        ``train_subset``; labels are always clean).
+      batch_size: global rows per batch (a multiple of the process count).
+      process_index, process_count: as for :func:`make_pretrain_iterator`.
+      source: an already loaded source (else ``load_source(config)``).
+    """
+    return EvalIterator(
+        config,
+        split,
+        batch_size,
+        process_index=process_index,
+        process_count=process_count,
+        source=source,
+    )
+
+
+def make_global_batch(
+    batch: Batch, mesh: jax.sharding.Mesh, data_axis: str = "data"
+) -> dict[str, jax.Array]:
+    """Per-process numpy batch -> global ``jax.Array`` s sharded over ``mesh``'s ``data_axis``.
+
+    Each array's leading (batch) axis is split over ``data_axis``; the other
+    axes are replicated. Every process passes its own rows (as yielded by the
+    iterators above) and gets arrays whose global batch is the concatenation
+    over processes, in process order.
+
+    Args:
+      batch: name -> numpy array [B_local, ...].
+      mesh: a mesh with axis ``data_axis``.
+      data_axis: mesh axis of the batch.
+
+    Returns:
+      name -> jax.Array [B_local * process_count, ...].
+    """
+    sharding = NamedSharding(mesh, P(data_axis))
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}

@@ -1,0 +1,398 @@
+"""Loading a :class:`~contrastive_jax.data.base.Source` from a data config.
+
+``config.dataset`` selects the source:
+
+* ``"digits"`` / ``"digits_cluttered"``: scikit-learn's bundled digits
+  (:mod:`contrastive_jax.data.digits`); nothing to download.
+* ``"phantoms"``: synthetic brain phantoms with (age, sex) metadata
+  (:mod:`contrastive_jax.data.synthetic`).
+* ``"image_folder"``: ``tfds.ImageFolder(config.data_dir)``, a tree
+  ``<data_dir>/<split>/<class>/<image>.{jpg,jpeg,png}``.
+* any other name: a TFDS dataset (``cifar10``, ``cifar100``, ``stl10``,
+  ``imagenet2012``, ...). If ``config.data_dir`` is a folder of images in the
+  layout above, it is read with ``tfds.ImageFolder`` under that name;
+  otherwise ``config.data_dir`` is a TFDS data directory and the dataset is
+  loaded with TFDS (``download`` only when ``config.download`` is true, so an
+  unprepared dataset fails fast with a message that names it). ``cifar10``
+  without a ``data_dir`` reads the image folder ``../shared/data/cifar10``
+  next to the project root.
+
+Image folders are listed, not decoded: the pipeline reads and decodes files
+on the fly. A file that cannot be decoded raises
+:class:`~contrastive_jax.data.base.CorruptImageError` naming it (no silent
+skip: skipping would change every later batch). TFDS datasets are loaded into
+memory, which needs fixed-size images and at most :data:`MAX_IN_MEMORY_BYTES`
+per split (CIFAR, STL-10, MNIST, ...); datasets of variable-size images such as
+``imagenet2012`` are read from an image folder instead (ILSVRC's
+``train/<wnid>/*.JPEG`` is that layout).
+
+``config.train_subset`` replaces the training split by a deterministic,
+class-balanced subset (seed ``config.data_seed``); it applies to every
+consumer of the source (pretraining and evaluation alike).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+
+from contrastive_jax.data import digits, synthetic
+from contrastive_jax.data.base import CorruptImageError, Source, Split, channel_stats
+
+log = logging.getLogger(__name__)
+
+#: Default location of CIFAR-10 as an image folder: ``../shared/data/cifar10``
+#: relative to the project root.
+DEFAULT_CIFAR10_DIR = str(
+    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "cifar10"
+)
+
+_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # those tfds.ImageFolder lists
+
+#: Published per-channel training statistics ([0, 1] scale), used for image
+#: folders of these datasets instead of decoding every file.
+KNOWN_STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "stl10": ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
+    "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+
+#: Images decoded to estimate the statistics of an unknown image folder.
+STATS_SAMPLE = 512
+#: Largest TFDS split loaded into memory. The pipeline captures the split as a
+#: tensor, which tf.data copies a few times (graph serialisation, 2 GB proto
+#: limit); CIFAR (150 MB) and STL-10 (140-220 MB) fit with room to spare.
+MAX_IN_MEMORY_BYTES = 2**30
+
+
+# --------------------------------------------------------------------------- subsets, noise
+
+
+def class_balanced_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """Sorted positions of a deterministic class-balanced subset of ``size`` examples.
+
+    Each of the K classes present gets ``size // K`` examples, and
+    ``size % K`` randomly chosen classes one more; members are drawn without
+    replacement with ``numpy.random.default_rng(seed)``.
+
+    Args:
+      labels: int [N].
+      size: subset size, 1 <= size <= N.
+      seed: subset seed.
+
+    Returns:
+      int64 [size], increasing.
+    """
+    classes = np.unique(labels)
+    if not 1 <= size <= len(labels):
+        raise ValueError(f"train_subset must be in [1, {len(labels)}], got {size}")
+    rng = np.random.default_rng([seed, 1])
+    per_class = np.full(len(classes), size // len(classes))
+    per_class[rng.permutation(len(classes))[: size % len(classes)]] += 1
+    rows = []
+    for k, count in zip(classes, per_class, strict=True):
+        members = np.flatnonzero(labels == k)
+        if count > len(members):
+            raise ValueError(
+                f"train_subset={size} needs {count} examples of class {k}, which has {len(members)}"
+            )
+        rows.append(rng.choice(members, size=count, replace=False))
+    return np.sort(np.concatenate(rows)).astype(np.int64)
+
+
+def symmetric_label_noise(
+    labels: np.ndarray, num_classes: int, prob: float, seed: int
+) -> np.ndarray:
+    """Symmetric label noise (spec/projnce.md §5 A4).
+
+    Each label is independently replaced, with probability ``prob``, by a class
+    drawn uniformly from all K classes (so it may keep its value: the expected
+    fraction of changed labels is ``prob (K - 1) / K``).
+
+    Args:
+      labels: int [N].
+      num_classes: K.
+      prob: noise probability in [0, 1].
+      seed: noise seed.
+
+    Returns:
+      int64 [N] noisy labels.
+    """
+    if not 0.0 <= prob <= 1.0:
+        raise ValueError(f"label_noise must be in [0, 1], got {prob}")
+    rng = np.random.default_rng([seed, 2])
+    replace = rng.random(len(labels)) < prob
+    random_labels = rng.integers(0, num_classes, len(labels))
+    return np.where(replace, random_labels, labels).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- image files
+
+
+def decode_image_file(path: str) -> np.ndarray:
+    """Decodes one image file to uint8 [H, W, 3]; :class:`CorruptImageError` names a bad file."""
+    from contrastive_jax.data._tf import tf
+
+    try:
+        data = tf.io.read_file(path)
+        return tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+        raise CorruptImageError(f"cannot decode image file {path}: {e.message}") from e
+
+
+def is_image_folder(path: str) -> bool:
+    """Whether ``path`` has the ImageFolder layout: some ``<split>/<class>/`` holds image files.
+
+    (A TFDS data directory, ``<name>/<version>/*.tfrecord...``, does not.)
+    """
+    from contrastive_jax.data._tf import tf
+
+    def subdirs(folder: str) -> list[str]:
+        if not tf.io.gfile.isdir(folder):
+            return []
+        children = (
+            os.path.join(folder, c.rstrip("/")) for c in sorted(tf.io.gfile.listdir(folder))
+        )
+        return [c for c in children if tf.io.gfile.isdir(c)]
+
+    for split_dir in subdirs(path):
+        for class_dir in subdirs(split_dir)[:1]:
+            if any(f.lower().endswith(_IMAGE_EXTENSIONS) for f in tf.io.gfile.listdir(class_dir)):
+                return True
+    return False
+
+
+def image_folder_source(
+    root: str,
+    *,
+    name: str = "image_folder",
+    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+) -> Source:
+    """A folder of images ``<root>/<split>/<class>/<file>`` via ``tfds.ImageFolder``.
+
+    ``tfds.ImageFolder`` gives the splits, the sorted class names (label ids)
+    and the example counts; the files are listed in sorted (class, file name)
+    order, which fixes every example's id, and decoded later by the pipeline.
+
+    Args:
+      root: the folder.
+      name: dataset name; selects :data:`KNOWN_STATS` when present.
+      stats: (mean, std) to use; by default the known statistics of ``name``
+        or estimates from :data:`STATS_SAMPLE` evenly spaced training images.
+
+    Returns:
+      A source with file-backed splits. ``image_shape`` is the common shape of
+      the first 8 training images, or (None, None, 3) if they differ.
+    """
+    import tensorflow_datasets as tfds
+
+    from contrastive_jax.data._tf import tf
+
+    builder = tfds.ImageFolder(root)
+    label_feature = builder.info.features["label"]
+    splits = {}
+    for split, split_info in builder.info.splits.items():
+        paths, labels = [], []
+        split_dir = os.path.join(root, split)
+        for class_name in sorted(d.rstrip("/") for d in tf.io.gfile.listdir(split_dir)):
+            class_dir = os.path.join(split_dir, class_name)
+            if not tf.io.gfile.isdir(class_dir):
+                continue
+            files = sorted(
+                f for f in tf.io.gfile.listdir(class_dir) if f.lower().endswith(_IMAGE_EXTENSIONS)
+            )
+            paths += [os.path.join(class_dir, f) for f in files]
+            labels += [label_feature.str2int(class_name)] * len(files)
+        if len(paths) != split_info.num_examples:
+            raise RuntimeError(
+                f"listed {len(paths)} images in {split_dir}, tfds.ImageFolder counts "
+                f"{split_info.num_examples}"
+            )
+        splits[split] = Split(labels=np.array(labels), paths=np.array(paths))
+    if "train" not in splits:
+        raise ValueError(f"image folder {root} has no 'train' split; found {sorted(splits)}")
+    train_paths = splits["train"].paths
+    shapes = {decode_image_file(p).shape for p in train_paths[:8]}
+    image_shape = shapes.pop() if len(shapes) == 1 else (None, None, 3)
+    if stats is None:
+        stats = KNOWN_STATS.get(name)
+    if stats is None:
+        rows = np.linspace(0, len(train_paths) - 1, min(STATS_SAMPLE, len(train_paths))).astype(int)
+        sample = [decode_image_file(train_paths[i]).reshape(-1, 3) for i in rows]
+        stats = channel_stats(np.concatenate(sample)[None])
+    return Source(
+        name=name,
+        splits=splits,
+        num_classes=label_feature.num_classes,
+        class_names=tuple(label_feature.names),
+        image_shape=image_shape,
+        mean=tuple(stats[0]),
+        std=tuple(stats[1]),
+    )
+
+
+# --------------------------------------------------------------------------- TFDS
+
+
+class DatasetNotPreparedError(FileNotFoundError):
+    """A TFDS dataset that is not prepared locally and may not be downloaded."""
+
+
+def tfds_source(
+    name: str,
+    *,
+    data_dir: str | None = None,
+    download: bool = False,
+    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+) -> Source:
+    """A prepared (or, with ``download``, downloadable) TFDS dataset, loaded into memory.
+
+    Splits ``train`` and ``test`` (``validation`` serves as ``test`` when the
+    dataset has no ``test`` split). Grey images are repeated on three channels.
+
+    Raises:
+      DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` and
+        ``download`` is false; the message suggests the image-folder route.
+      ValueError: unknown name, no image/label features, or variable-size images.
+    """
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError as e:
+        raise ValueError(
+            f"unknown dataset {name!r}: not a built-in name (digits, digits_cluttered, phantoms, "
+            "image_folder) nor a TFDS dataset"
+        ) from e
+    if not builder.is_prepared():
+        if not download:
+            raise DatasetNotPreparedError(
+                f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and downloads are off "
+                "(config.download=False; this machine has no internet access). Prepare it where "
+                f"there is internet (`tfds build {name} --data_dir=DIR`) and set config.data_dir=DIR, "
+                "or read a folder of images: config.data_dir=<root>/<split>/<class>/<image> (for "
+                f"CIFAR-10: config.dataset='cifar10', config.data_dir={DEFAULT_CIFAR10_DIR!r})."
+            )
+        builder.download_and_prepare()
+    features = builder.info.features
+    if "image" not in features or "label" not in features:
+        raise ValueError(f"TFDS dataset {name!r} has no 'image' and 'label' features")
+    shape = features["image"].shape
+    if None in shape[:2]:
+        raise ValueError(
+            f"TFDS dataset {name!r} has variable-size images {shape}; loading it needs random "
+            "access to decoded images. Read it as a folder of images instead: "
+            "config.data_dir=<root>/<split>/<class>/<image> (e.g. ILSVRC train/<wnid>/*.JPEG)."
+        )
+    available = builder.info.splits
+    chosen = {"train": "train", "test": "test" if "test" in available else "validation"}
+    splits = {}
+    for split, tfds_split in chosen.items():
+        if tfds_split not in available:
+            continue
+        size = available[tfds_split].num_examples * int(np.prod(shape))
+        if size > MAX_IN_MEMORY_BYTES:
+            raise ValueError(
+                f"TFDS split {name}/{tfds_split} needs {size / 2**30:.1f} GiB in memory (limit "
+                f"{MAX_IN_MEMORY_BYTES / 2**30:.0f} GiB); read it as a folder of images instead"
+            )
+        arrays = tfds.as_numpy(builder.as_dataset(split=tfds_split, batch_size=-1))
+        images, labels = arrays["image"], arrays["label"]
+        if images.shape[-1] == 1:
+            images = np.repeat(images, 3, axis=-1)
+        splits[split] = Split(labels=labels, images=images)
+    if "train" not in splits:
+        raise ValueError(f"TFDS dataset {name!r} has no 'train' split")
+    train_images = splits["train"].images
+    mean, std = stats if stats is not None else channel_stats(train_images)
+    label_feature = features["label"]
+    return Source(
+        name=name,
+        splits=splits,
+        num_classes=label_feature.num_classes,
+        class_names=tuple(label_feature.names),
+        image_shape=train_images.shape[1:],
+        mean=tuple(mean),
+        std=tuple(std),
+    )
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _array_source(
+    name: str,
+    splits: dict[str, Split],
+    class_names: tuple[str, ...],
+    metadata_names: tuple[str, ...],
+    stats: tuple[tuple[float, ...], tuple[float, ...]] | None,
+) -> Source:
+    mean, std = stats if stats is not None else channel_stats(splits["train"].images)
+    return Source(
+        name=name,
+        splits=splits,
+        num_classes=len(class_names),
+        class_names=class_names,
+        image_shape=splits["train"].images.shape[1:],
+        mean=tuple(mean),
+        std=tuple(std),
+        metadata_names=metadata_names,
+    )
+
+
+def load_source(config: ml_collections.ConfigDict) -> Source:
+    """The source described by a data config (see :func:`~contrastive_jax.data.default_data_config`).
+
+    Uses ``dataset``, ``data_dir``, ``download``, ``mean``/``std`` (both or
+    neither), ``train_subset`` and ``data_seed``.
+    """
+    name = config.dataset
+    if (config.mean is None) != (config.std is None):
+        raise ValueError("set both config.mean and config.std, or neither")
+    stats = None if config.mean is None else (tuple(config.mean), tuple(config.std))
+    data_dir = config.data_dir
+    if name in ("digits", "digits_cluttered"):
+        source = _array_source(
+            name,
+            digits.digits_splits(cluttered=name == "digits_cluttered"),
+            tuple(str(k) for k in range(10)),
+            digits.METADATA_NAMES,
+            stats,
+        )
+    elif name == "phantoms":
+        source = _array_source(
+            name,
+            synthetic.phantom_splits(),
+            ("control", "patient"),
+            synthetic.METADATA_NAMES,
+            stats,
+        )
+    elif name == "image_folder":
+        if data_dir is None:
+            raise ValueError(
+                "dataset 'image_folder' needs config.data_dir (<root>/<split>/<class>/)"
+            )
+        source = image_folder_source(data_dir, stats=stats)
+    else:
+        if data_dir is None and name == "cifar10":
+            data_dir = DEFAULT_CIFAR10_DIR
+        if data_dir is not None and is_image_folder(data_dir):
+            source = image_folder_source(data_dir, name=name, stats=stats)
+        else:
+            source = tfds_source(name, data_dir=data_dir, download=config.download, stats=stats)
+    if config.train_subset is not None:
+        train = source.split("train")
+        rows = class_balanced_subset(train.labels, config.train_subset, config.data_seed)
+        log.info("dataset %s: class-balanced training subset of %d", name, len(rows))
+        source = _replace_split(source, "train", train.take(rows))
+    return source
+
+
+def _replace_split(source: Source, name: str, split: Split) -> Source:
+    return dataclasses.replace(source, splits={**source.splits, name: split})
