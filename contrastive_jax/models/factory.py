@@ -9,7 +9,8 @@ Encoder config fields (defaults from :func:`default_encoder_config`):
 ``dtype``                     compute dtype ``float32`` | ``bfloat16``; parameters are
                               always float32 (default ``float32``)
 ``stem``                      ResNet: ``cifar`` | ``imagenet`` (default ``cifar``)
-``width``                     ResNet: integer channel multiplier ≥ 1 (default 1)
+``width``                     ResNet: channel multiplier, 64·width a whole number
+                              (1, 2, 0.25, ...; default 1.0)
 ``zero_init_residual``        ResNet: zero last BN gamma of each block (default False)
 ``bn_axis_name``              ResNet: mesh axis for BN statistics, ``None`` = the arrays
                               each BN sees (default None)
@@ -70,7 +71,7 @@ def default_encoder_config() -> ml_collections.ConfigDict:
     config.name = "resnet18"
     config.dtype = "float32"
     config.stem = "cifar"
-    config.width = 1
+    config.width = 1.0
     config.zero_init_residual = False
     config.bn_axis_name = config_dict.placeholder(str)
     config.bn_momentum = 0.9

@@ -6,7 +6,8 @@ vector [B, F] with F = 512·width (ResNet-18/34) or 2048·width (ResNet-50).
 - Stems: ``"imagenet"`` (7×7 conv stride 2 + 3×3 max-pool stride 2) and
   ``"cifar"`` (3×3 conv stride 1, no max-pool; SimCLR, Chen et al. 2020, App. B.9).
 - ``width`` multiplies every channel count, the stem included (SimCLR's
-  ResNet-50 (2×), (4×)).
+  ResNet-50 (2×), (4×)); fractions such as 0.25 give the narrow networks of
+  CPU-scale experiments (``64·width`` must be a whole number of channels).
 - Bottleneck blocks put the stride on the 3×3 convolution (ResNet "v1.5", as in
   torchvision and SimCLR); projection shortcuts are 1×1 conv + BN.
 - ``zero_init_residual`` initialises the scale (gamma) of the last BN of every
@@ -205,6 +206,16 @@ class Bottleneck(nnx.Module):
         return nnx.relu(y + residual)
 
 
+def _base_features(width: float) -> int:
+    """Channels of the stem and first stage, ``64·width``; ValueError unless a positive integer."""
+    if isinstance(width, bool) or not isinstance(width, int | float) or not width > 0:
+        raise ValueError(f"width must be a positive number, got {width!r}")
+    base = 64 * width
+    if base != int(base):
+        raise ValueError(f"width must make 64·width a whole number of channels, got {width!r}")
+    return int(base)
+
+
 class ResNet(nnx.Module):
     """ResNet-18, -34 or -50 encoder without the classifier.
 
@@ -217,7 +228,7 @@ class ResNet(nnx.Module):
       depth: 18, 34 or 50.
       stem: ``"cifar"`` (3×3 stride-1 conv, no max-pool) or ``"imagenet"``
         (7×7 stride-2 conv + 3×3 stride-2 max-pool).
-      width: integer channel multiplier (≥ 1).
+      width: channel multiplier > 0 with ``64·width`` a whole number (1, 2, 0.25, ...).
       zero_init_residual: zero-initialise the last BN gamma of each block.
       bn_axis_name: mesh axis over which BN statistics are averaged, or ``None``.
       bn_momentum: running-average decay of BN statistics (0.9 = PyTorch's 0.1).
@@ -231,7 +242,7 @@ class ResNet(nnx.Module):
         depth: int,
         *,
         stem: str = "cifar",
-        width: int = 1,
+        width: float = 1,
         zero_init_residual: bool = False,
         bn_axis_name: str | None = None,
         bn_momentum: float = 0.9,
@@ -243,14 +254,13 @@ class ResNet(nnx.Module):
             raise ValueError(f"depth must be one of {sorted(_DEPTHS)}, got {depth!r}")
         if stem not in STEMS:
             raise ValueError(f"stem must be one of {STEMS}, got {stem!r}")
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"width must be a positive integer, got {width!r}")
+        base = _base_features(width)
         if not 0.0 <= bn_momentum < 1.0:
             raise ValueError(f"bn_momentum must be in [0, 1), got {bn_momentum!r}")
 
         bottleneck, stage_sizes = _DEPTHS[depth]
         block_cls = Bottleneck if bottleneck else BasicBlock
-        stem_features = 64 * width
+        stem_features = base
         self.stem = stem
         if stem == "imagenet":
             self.conv1 = _conv(in_channels, stem_features, 7, 2, dtype=dtype, rngs=rngs)
@@ -263,7 +273,7 @@ class ResNet(nnx.Module):
         blocks = []
         in_features = stem_features
         for stage, num_blocks in enumerate(stage_sizes):
-            features = 64 * width * 2**stage
+            features = base * 2**stage
             for i in range(num_blocks):
                 strides = 2 if stage > 0 and i == 0 else 1
                 blocks.append(

@@ -69,6 +69,14 @@ def test_parameter_counts_match_published(name, stem, width, expected):
     assert n == expected
 
 
+@pytest.mark.parametrize("width, base", [(0.125, 8), (0.25, 16), (1.5, 96)])
+def test_fractional_width_scales_every_stage(width, base):
+    config = encoder_config(name="resnet18", stem="cifar", width=width)
+    model = nnx.eval_shape(lambda: create_encoder(config, rngs=nnx.Rngs(0)))
+    assert model.conv1.kernel.shape == (3, 3, 3, base)
+    assert model.num_features == 8 * base
+
+
 @pytest.mark.parametrize(
     "name, stem, width, size, features",
     [
@@ -275,7 +283,7 @@ def test_strided_blocks_project_the_shortcut():
         ({"depth": 101}, "depth"),
         ({"stem": "tiny"}, "stem"),
         ({"width": 0}, "width"),
-        ({"width": 1.5}, "width"),
+        ({"width": 0.3}, "width"),
         ({"bn_momentum": 1.0}, "bn_momentum"),
     ],
 )
