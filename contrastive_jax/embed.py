@@ -1,0 +1,111 @@
+"""Embed a whole split with a frozen network: features or projections, in split order.
+
+    from contrastive_jax import data, embed
+    from contrastive_jax.train.pretrained import load_pretrained
+
+    run = load_pretrained("workdirs/quickstart")
+    source = data.load_source(run.config.data)
+    test = embed.embed_split(run.network, run.config.data, "test", source=source)
+    test.features, test.labels          # [N, F] float32, [N] int32
+
+The network must be in evaluation mode (``load_pretrained`` returns it so):
+BatchNorm then uses its running statistics, so an example's features do not
+depend on the batch it sits in, and nothing in the network is updated.
+Batches are sharded over this process's devices (one jitted forward per batch).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from contrastive_jax import data as data_lib
+from contrastive_jax.parallel import DATA_AXIS
+
+#: What :func:`embed_split` can return per example.
+OUTPUTS = ("features", "projections")
+
+
+class Embedded(NamedTuple):
+    """A split passed through the network, padding removed.
+
+    Attributes:
+      features: float32 [N, F] encoder output (or head output for ``"projections"``).
+      labels: int32 [N] clean class labels.
+      index: int64 [N] example ids (rows of the split).
+    """
+
+    features: np.ndarray
+    labels: np.ndarray
+    index: np.ndarray
+
+
+def _forward(network: nnx.Module, output: str, mesh: Mesh):
+    """``images -> features or projections``, jitted, with the state replicated on ``mesh``."""
+    graphdef, state = nnx.split(network)
+    state = jax.device_put(state, NamedSharding(mesh, P()))
+
+    @jax.jit
+    def forward(state, images):
+        model = nnx.merge(graphdef, state)
+        features, projections = model(images)
+        return features if output == "features" else projections
+
+    return lambda images: forward(state, images)
+
+
+def embed_split(
+    network: nnx.Module,
+    data_config: ml_collections.ConfigDict,
+    split: str,
+    *,
+    output: str = "features",
+    batch_size: int = 256,
+    source: data_lib.Source | None = None,
+) -> Embedded:
+    """Runs every example of ``split`` through ``network`` once, in order.
+
+    Args:
+      network: a ``ContrastiveModel`` in eval mode (``network(x)`` ->
+        (features, projections)).
+      data_config: the data config of the run (image size, normalisation).
+      split: ``"train"`` or ``"test"``.
+      output: ``"features"`` (encoder output, what linear evaluation uses) or
+        ``"projections"`` (the head output the loss saw).
+      batch_size: images per forward pass; rounded up to a multiple of the
+        local device count.
+      source: an already loaded source (else loaded from ``data_config``).
+
+    Returns:
+      :class:`Embedded` with one row per example of the split.
+    """
+    if output not in OUTPUTS:
+        raise ValueError(f"`output` must be one of {OUTPUTS}, got {output!r}")
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
+    mesh = Mesh(np.asarray(jax.local_devices()), (DATA_AXIS,))
+    sharding = NamedSharding(mesh, P(DATA_AXIS))
+    batch_size = -(-batch_size // mesh.size) * mesh.size
+    forward = _forward(network, output, mesh)
+    batches = data_lib.make_eval_iterator(
+        data_config, split, batch_size, process_index=0, process_count=1, source=source
+    )
+    chunks, labels, index = [], [], []
+    for batch in batches:
+        out = np.asarray(forward(jax.device_put(batch["image"], sharding)), dtype=np.float32)
+        keep = batch["valid"]
+        chunks.append(out[keep])
+        labels.append(batch["label"][keep])
+        index.append(batch["index"][keep])
+    return Embedded(
+        np.concatenate(chunks).astype(np.float32),
+        np.concatenate(labels).astype(np.int32),
+        np.concatenate(index),
+    )
+
