@@ -2,25 +2,37 @@
 
 Each checkpoint holds two items: ``state`` (the pytree of arrays: parameters,
 batch statistics, optimiser state, step, RNG) and ``meta`` (JSON: step, input
-position, the config that produced it). Saves are asynchronous; the last
-``max_to_keep`` are kept. :meth:`Checkpointer.restore_latest` walks back from
-the newest checkpoint and skips (and reports) any it cannot read.
+position, the config that produced it, a signature of the state's structure).
+
+Saves are asynchronous. A checkpoint counts once Orbax has finalised it (on a
+local disk: renamed from its ``<step>.orbax-checkpoint-tmp-*`` directory, so a
+save killed half-way leaves only a temporary directory, which is ignored and
+never deleted). Retention is done here, not by Orbax's ``max_to_keep``:
+before each save the finished checkpoints are *verified* by reading them back,
+and an old checkpoint is deleted only once ``max_to_keep`` newer checkpoints
+have been verified, so a good checkpoint is never deleted while a newer one is
+unverified. A checkpoint that fails to read back is *damaged*: it is reported
+and moved to ``<workdir>/damaged_checkpoints`` (never deleted), and
+:meth:`Checkpointer.restore_latest` falls back to the previous one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 CHECKPOINT_DIR = "checkpoints"
+DAMAGED_DIR = "damaged_checkpoints"
 
 
 class CheckpointError(RuntimeError):
-    """No usable checkpoint where one was required."""
+    """A checkpoint could not be written, or none could be read where one exists."""
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -28,38 +40,112 @@ def checkpoint_dir(workdir: str) -> str:
 
 
 class Checkpointer:
-    """Saves and restores (state, meta) pairs with an Orbax ``CheckpointManager``."""
+    """Saves, verifies, prunes and restores (state, meta) pairs with Orbax.
 
-    def __init__(
-        self,
-        workdir: str,
-        *,
-        max_to_keep: int = 3,
-        asynchronous: bool = True,
-    ) -> None:
+    Args:
+      workdir: the run's work directory; checkpoints go to ``<workdir>/checkpoints``.
+      max_to_keep: verified checkpoints kept (the newest ones), >= 1.
+      asynchronous: write in a background thread (the caller continues training).
+    """
+
+    def __init__(self, workdir: str, *, max_to_keep: int = 3, asynchronous: bool = True) -> None:
         if max_to_keep < 1:
             raise ValueError(f"checkpoint max_to_keep must be >= 1, got {max_to_keep}")
         self.directory = checkpoint_dir(workdir)
+        self.damaged_directory = os.path.join(os.path.abspath(workdir), DAMAGED_DIR)
+        self.max_to_keep = max_to_keep
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep,
+            max_to_keep=None,  # retention below, after verification
             enable_async_checkpointing=asynchronous,
             create=True,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._verified: set[int] = set()
+        self._abstract: Any = None
 
     def steps(self) -> list[int]:
         """Steps of the finalised checkpoints, oldest first."""
         return sorted(self._manager.all_steps())
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        """Starts an (asynchronous) save of ``state`` and ``meta`` at ``step``."""
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
-            ),
-            force=True,
+        """Starts an (asynchronous) save of ``state`` and ``meta`` at ``step``.
+
+        First waits for the previous save, verifies it and prunes old
+        checkpoints. Raises :class:`CheckpointError` (naming the step and the
+        last good checkpoint) when the previous or this save fails to write.
+        """
+        self._abstract = abstract_like(state)
+        self.wait()
+        self._verify_and_prune()
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+                ),
+                force=True,
+            )
+        except Exception as err:
+            raise self._write_error(step, err) from err
+
+    def wait(self) -> None:
+        """Blocks until pending asynchronous saves are written; raises CheckpointError if one failed."""
+        try:
+            self._manager.wait_until_finished()
+        except Exception as err:
+            raise self._write_error(None, err) from err
+
+    def _write_error(self, step: int | None, err: Exception) -> CheckpointError:
+        good = sorted(self._verified)
+        where = f"at step {step}" if step is not None else "in the background"
+        return CheckpointError(
+            f"writing a checkpoint {where} to {self.directory} failed ({type(err).__name__}: "
+            f"{err}); is the disk full or the directory unwritable? The last verified "
+            f"checkpoint is {('step ' + str(good[-1])) if good else 'none'}"
         )
+
+    def verify(self, step: int) -> bool:
+        """Reads the checkpoint at ``step`` back; moves it aside and returns False if damaged."""
+        try:
+            if self._abstract is None:
+                self.restore_meta(step)
+            else:
+                self.restore(step, self._abstract)
+        except Exception as err:  # noqa: BLE001 - any read failure means "damaged"
+            self._quarantine(step, err)
+            return False
+        self._verified.add(step)
+        return True
+
+    def _verify_and_prune(self) -> None:
+        self._manager.reload()
+        for step in self.steps():
+            if step not in self._verified:
+                self.verify(step)
+        verified = sorted(s for s in self.steps() if s in self._verified)
+        # Every unverified checkpoint has just been verified or quarantined, so
+        # the newest max_to_keep verified ones protect the older ones deleted here.
+        for step in verified[: -self.max_to_keep]:
+            self._manager.delete(step)
+            self._verified.discard(step)
+
+    def _quarantine(self, step: int, err: Exception) -> None:
+        """Reports a damaged checkpoint and moves it to ``damaged_checkpoints/``."""
+        target = os.path.join(self.damaged_directory, f"{step}-{int(time.time())}")
+        logging.warning(
+            "checkpoint at step %d in %s is damaged (%s: %s); moved to %s",
+            step,
+            self.directory,
+            type(err).__name__,
+            str(err).splitlines()[0] if str(err) else "",
+            target,
+        )
+        if jax.process_index() == 0:
+            os.makedirs(self.damaged_directory, exist_ok=True)
+            os.rename(os.path.join(self.directory, str(step)), target)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"quarantine checkpoint {step}")
+        self._manager.reload()
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """Restores the checkpoint at ``step`` into the structure of ``abstract_state``."""
@@ -76,34 +162,49 @@ class Checkpointer:
         restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(restored.meta)
 
-    def restore_latest(self, abstract_state: Any) -> tuple[Any, dict] | None:
+    def restore_latest(self, abstract_state: Any, check_meta=None) -> tuple[Any, dict] | None:
         """The newest checkpoint that restores, or None if there is none.
 
-        A checkpoint that fails to restore (truncated, incomplete, corrupt) is
-        reported and skipped in favour of the previous one.
+        ``check_meta(meta, step)``, if given, runs on each candidate's JSON item
+        before its arrays are read and may raise (e.g. an incompatible config);
+        that error propagates and the checkpoint is left in place. A checkpoint
+        that fails to read (truncated, incomplete, corrupt) is reported, moved
+        to ``damaged_checkpoints/`` and skipped in favour of the previous one.
         """
+        self._abstract = abstract_state
         for step in reversed(self.steps()):
             try:
-                return self.restore(step, abstract_state)
+                meta = self.restore_meta(step)
+            except Exception as err:  # noqa: BLE001 - unreadable JSON item: damaged
+                self._quarantine(step, err)
+                continue
+            if check_meta is not None:
+                check_meta(meta, step)
+            try:
+                state, meta = self.restore(step, abstract_state)
             except Exception as err:  # noqa: BLE001 - any read failure means "damaged"
-                logging.warning(
-                    "checkpoint at step %d in %s cannot be restored (%s: %s); trying an older one",
-                    step,
-                    self.directory,
-                    type(err).__name__,
-                    err,
-                )
+                self._quarantine(step, err)
+                continue
+            self._verified.add(step)
+            return state, meta
         return None
 
-    def wait(self) -> None:
-        """Blocks until pending asynchronous saves are written."""
-        self._manager.wait_until_finished()
-
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Waits for pending saves (raising CheckpointError if one failed) and closes."""
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
 
 def abstract_like(tree: Any) -> Any:
     """ShapeDtypeStructs (with shardings) of a pytree of arrays, for restoring into."""
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+
+
+def structure_signature(tree: Any) -> list[str]:
+    """``"<path> <dtype><shape>"`` per leaf: what a checkpoint must match to restore into ``tree``."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return [
+        f"{jax.tree_util.keystr(path)} {leaf.dtype}{list(leaf.shape)}" for path, leaf in leaves
+    ]

@@ -4,6 +4,13 @@
 ``workdir`` without being asked, saves every ``config.train.checkpoint_every``
 steps (asynchronously) and at the end, and on SIGTERM saves the current step and
 raises :class:`Preempted`.
+
+A resumed run is the run it would have been: the input pipeline yields the
+batches of a pure function of (seed, step) from the restored step on, dropout
+keys derive from (seed, step, device) (:mod:`.step`), and the checkpoint holds
+parameters, batch statistics and optimiser state. Before any array is read, the
+checkpoint's model config and state structure are compared with the current
+config (:class:`ConfigMismatch`).
 """
 
 from __future__ import annotations
@@ -17,13 +24,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 
 from contrastive_jax import data as data_lib
 from contrastive_jax import models
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import objective, optim
-from contrastive_jax.train.checkpoint import Checkpointer, abstract_like
+from contrastive_jax.train.checkpoint import Checkpointer, abstract_like, structure_signature
 from contrastive_jax.train.logging import MetricLogger
 from contrastive_jax.train.step import PretrainModel, TrainState, make_train_step, split_model
 
@@ -95,20 +104,40 @@ def _model_fingerprint(config: ml_collections.ConfigDict) -> dict:
     return json.loads(config.model.to_json())
 
 
-def _check_compatible(config: ml_collections.ConfigDict, meta: dict, step: int) -> None:
+def _config_diff(saved: dict, current: dict) -> list[str]:
+    """``part.key: checkpoint X vs config Y`` for every differing field of two nested dicts."""
+    return sorted(
+        f"{part}.{key}: checkpoint {saved.get(part, {}).get(key)!r} vs config "
+        f"{current.get(part, {}).get(key)!r}"
+        for part in set(saved) | set(current)
+        for key in set(saved.get(part, {})) | set(current.get(part, {}))
+        if saved.get(part, {}).get(key) != current.get(part, {}).get(key)
+    )
+
+
+def _check_compatible(
+    config: ml_collections.ConfigDict, signature: list[str], meta: dict, step: int
+) -> None:
+    """Raises ConfigMismatch unless the checkpoint's model config and state structure match."""
     saved = meta.get("model")
     current = _model_fingerprint(config)
     if saved is not None and saved != current:
-        diff = sorted(
-            f"{part}.{key}: checkpoint {saved.get(part, {}).get(key)!r} vs config "
-            f"{current.get(part, {}).get(key)!r}"
-            for part in set(saved) | set(current)
-            for key in set(saved.get(part, {})) | set(current.get(part, {}))
-            if saved.get(part, {}).get(key) != current.get(part, {}).get(key)
-        )
         raise ConfigMismatch(
             f"the checkpoint at step {step} was written with a different model config "
-            f"({'; '.join(diff)}); use a new --workdir or restore the old config"
+            f"({'; '.join(_config_diff(saved, current))}); use a new --workdir or restore "
+            "the old config"
+        )
+    saved_signature = meta.get("state_signature")
+    if saved_signature is not None and saved_signature != signature:
+        first = next(
+            (f"checkpoint {a!r} vs config {b!r}" for a, b in zip(saved_signature, signature, strict=False)
+             if a != b),
+            f"checkpoint {len(saved_signature)} arrays vs config {len(signature)}",
+        )
+        raise ConfigMismatch(
+            f"the checkpoint at step {step} holds a training state of a different structure "
+            f"(optimizer or online probe changed? first difference: {first}); use a new "
+            "--workdir or restore the old config"
         )
 
 
@@ -126,10 +155,14 @@ def _prepare_workdir(workdir: str) -> str:
 
 
 class _SigtermFlag:
-    """Turns SIGTERM into a flag the loop polls (main thread only)."""
+    """Turns SIGTERM into a flag the loop polls (main thread only).
+
+    With several processes the flag is agreed on after every step (any
+    process's SIGTERM stops all), so all of them save the same step together.
+    """
 
     def __init__(self) -> None:
-        self.raised = False
+        self._raised = False
         self._previous = None
 
     def __enter__(self):
@@ -140,15 +173,43 @@ class _SigtermFlag:
         return self
 
     def _handle(self, signum, frame) -> None:
-        self.raised = True
+        self._raised = True
+
+    def raised(self) -> bool:
+        if jax.process_count() == 1:
+            return self._raised
+        flags = multihost_utils.process_allgather(np.asarray(self._raised, np.int32))
+        return bool(np.any(flags))
 
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
 
 
+def _nonfinite_text(logged: dict[str, float]) -> str:
+    return ", ".join(
+        f"{k}={v:.6g}" for k, v in logged.items() if k.startswith("loss") or k == "grad_norm"
+    )
+
+
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Pretrains (or resumes) according to ``config`` in ``workdir``; returns a summary."""
+    """Pretrains (or resumes) according to ``config`` in ``workdir``; returns a summary.
+
+    Raises:
+      Preempted: SIGTERM arrived; the step reached was checkpointed.
+      NonFiniteLoss: a step's loss or gradient was NaN/inf (without
+        ``config.train.skip_nonfinite``); the last good checkpoint is kept.
+      ConfigMismatch: the work directory's checkpoint has another model/state structure.
+      CheckpointError: a checkpoint could not be written (full disk, ...), or
+        none of the checkpoints present could be read.
+      OSError: the work directory is not writable.
+      ValueError: a bad config or input (e.g. a corrupt image file).
+    """
+    with _SigtermFlag() as sigterm:
+        return _train(config, workdir, sigterm)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFlag) -> dict:
     workdir = _prepare_workdir(workdir)
     terms = objective.parse_terms(config.loss)
     mesh = make_mesh()
@@ -175,17 +236,19 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         total_steps=total_steps,
     )
     state = jax.device_put(state, replicated(mesh))
+    signature = structure_signature(state)
 
     checkpointer = Checkpointer(workdir, max_to_keep=config.train.keep_checkpoints)
-    restored = checkpointer.restore_latest(abstract_like(state))
-    if restored is not None:
-        state, meta = restored
-        _check_compatible(config, meta, int(state.step))
-    elif checkpointer.steps():
-        raise RuntimeError(
-            f"no checkpoint in {checkpointer.directory} could be restored (steps "
-            f"{checkpointer.steps()}); move the directory away to start afresh"
+    try:
+        restored = checkpointer.restore_latest(
+            abstract_like(state),
+            check_meta=lambda meta, step: _check_compatible(config, signature, meta, step),
         )
+    except BaseException:
+        checkpointer.close()
+        raise
+    if restored is not None:
+        state, _ = restored
     start_step = int(state.step)
     if jax.process_index() == 0:
         with open(os.path.join(workdir, CONFIG_FILE), "w", encoding="utf-8") as f:
@@ -207,47 +270,46 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         return {
             "step": step,
             "input_position": step,
+            "seed": int(config.seed),
             "num_classes": source.num_classes,
             "model": _model_fingerprint(config),
+            "state_signature": signature,
         }
 
     skipped = 0
     last: dict[str, float] = {}
     started = time.perf_counter()
     try:
-        with _SigtermFlag() as sigterm:
-            for step in range(start_step, total_steps):
-                local = next(batches)
-                batch = data_lib.make_global_batch(
-                    {k: v for k, v in local.items() if k in BATCH_FIELDS}, mesh
-                )
-                state, logged = step_fn(state, batch)
-                done = step + 1
-                if not bool(logged["finite"]):
-                    host = {k: float(v) for k, v in jax.device_get(logged).items()}
-                    terms_text = ", ".join(
-                        f"{k}={v:.6g}" for k, v in host.items() if k.startswith("loss")
+        for step in range(start_step, total_steps):
+            local = next(batches)
+            batch = data_lib.make_global_batch(
+                {k: v for k, v in local.items() if k in BATCH_FIELDS}, mesh
+            )
+            state, logged = step_fn(state, batch)
+            done = step + 1
+            if not bool(logged["finite"]):
+                text = _nonfinite_text({k: float(v) for k, v in jax.device_get(logged).items()})
+                if not config.train.skip_nonfinite:
+                    good = checkpointer.steps()
+                    raise NonFiniteLoss(
+                        f"non-finite loss or gradient at step {done} ({text}); the last good "
+                        f"checkpoint (step {good[-1] if good else 'none'}) is kept in "
+                        f"{checkpointer.directory}. Set --config.train.skip_nonfinite=True "
+                        "to skip such steps instead."
                     )
-                    if not config.train.skip_nonfinite:
-                        raise NonFiniteLoss(
-                            f"non-finite loss or gradient at step {done} ({terms_text}, "
-                            f"grad_norm={host['grad_norm']:.6g}); the last good checkpoint is "
-                            f"kept in {checkpointer.directory}. Set "
-                            "--config.train.skip_nonfinite=True to skip such steps instead."
-                        )
-                    skipped += 1
-                    logger.message(f"skipped non-finite step {done} ({terms_text})")
-                if done % config.train.log_every == 0 or done == total_steps:
-                    last = {k: float(v) for k, v in jax.device_get(logged).items()}
-                    last["images_per_s"] = logger.throughput(done)
-                    last["skipped_steps"] = float(skipped)
-                    logger.write(done, last)
-                if done % config.train.checkpoint_every == 0 or done == total_steps:
-                    checkpointer.save(done, state, meta(done))
-                if sigterm.raised:
-                    checkpointer.save(done, state, meta(done))
-                    checkpointer.wait()
-                    raise Preempted(done)
+                skipped += 1
+                logger.message(f"skipped non-finite step {done} ({text})")
+            if done % config.train.log_every == 0 or done == total_steps:
+                last = {k: float(v) for k, v in jax.device_get(logged).items()}
+                last["images_per_s"] = logger.throughput(done)
+                last["skipped_steps"] = float(skipped)
+                logger.write(done, last)
+            preempted = sigterm.raised()
+            if done % config.train.checkpoint_every == 0 or done == total_steps or preempted:
+                checkpointer.save(done, state, meta(done))
+            if preempted:
+                checkpointer.wait()
+                raise Preempted(done)
         checkpointer.wait()
     finally:
         logger.close()

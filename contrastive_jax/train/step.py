@@ -33,7 +33,8 @@ class TrainState(NamedTuple):
       params: nnx.State of the model's ``nnx.Param`` leaves (encoder, head, probe).
       batch_stats: nnx.State of the ``nnx.BatchStat`` leaves (running BN statistics).
       opt_state: the optax state.
-      rng: uint32 [2] raw key data of the run's RNG (folded with the step).
+      rng: uint32 [2] raw key data of the run's RNG; constant, folded with ``step``
+        (and the device index) into each step's dropout keys.
     """
 
     step: Array
@@ -84,11 +85,20 @@ def make_train_step(
     (1.0 when loss and gradients are finite), ``probe_accuracy`` with a probe.
     With ``skip_nonfinite`` a non-finite step leaves parameters and optimiser
     state unchanged (the caller counts it); otherwise the caller stops.
+
+    Randomness inside the model (dropout, stochastic depth) is a pure function
+    of (run seed, step, device): the model's RNG streams are reseeded on every
+    step with ``fold_in(fold_in(state.rng, state.step), device index)``, so a
+    resumed run draws the masks an uninterrupted run would have drawn.
     """
     batch_keys = ("views", "label", "index", "metadata")
 
-    def per_device(params, batch_stats, local):
+    def per_device(params, batch_stats, key_data, local):
         model = nnx.merge(graphdef, params, batch_stats, rest)
+        device_key = jax.random.fold_in(
+            jax.random.wrap_key_data(key_data), jax.lax.axis_index(DATA_AXIS)
+        )
+        nnx.reseed(model, default=device_key, dropout=device_key)
         views = local["views"]
         b, v = views.shape[:2]
         features, projections = model.network(views.reshape((b * v,) + views.shape[2:]))
@@ -124,20 +134,21 @@ def make_train_step(
         )
         return total, (logged, new_stats)
 
-    def loss_fn(params, batch_stats, batch):
+    def loss_fn(params, batch_stats, key_data, batch):
         local_specs = {k: P(DATA_AXIS) for k in batch}
         sharded = jax.shard_map(
             per_device,
             mesh=mesh,
-            in_specs=(P(), P(), local_specs),
+            in_specs=(P(), P(), P(), local_specs),
             out_specs=(P(), (P(), P())),
         )
-        return sharded(params, batch_stats, batch)
+        return sharded(params, batch_stats, key_data, batch)
 
     def step(state: TrainState, batch: dict[str, Array]):
         batch = {k: batch[k] for k in batch_keys if batch.get(k) is not None}
+        step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         (loss, (logged, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.batch_stats, batch
+            state.params, state.batch_stats, jax.random.key_data(step_key), batch
         )
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

@@ -1,0 +1,168 @@
+"""Helpers of the reliability tests: a tiny pretraining config, reading checkpoints
+back, damaging them, and running the pretraining CLI in a subprocess."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+
+from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
+from contrastive_jax.train.config import default_config
+from contrastive_jax.train.logging import METRICS_FILE
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: Command-line overrides equal to :func:`tiny_config` for the CLI.
+TINY_FLAGS = (
+    "--config.data.dataset=digits",
+    "--config.data.global_batch_size=32",
+    "--config.model.encoder.width=0.125",
+    "--config.model.head.hidden_features=32",
+    "--config.model.head.out_features=16",
+    "--config.loss.name=sincere",
+    "--config.optimizer.name=adamw",
+    "--config.optimizer.base_learning_rate=0.001",
+    "--config.optimizer.lr_scaling=none",
+    "--config.optimizer.warmup_epochs=0",
+    "--config.train.log_every=1",
+)
+
+
+def tiny_config(total_steps: int = 6, checkpoint_every: int = 2) -> ml_collections.ConfigDict:
+    """Digits, a ResNet-18 of width 0.125 (8 base channels), batch 32, AdamW."""
+    config = default_config()
+    config.data.dataset = "digits"
+    config.data.global_batch_size = 32
+    config.model.encoder.width = 0.125
+    config.model.head.hidden_features = 32
+    config.model.head.out_features = 16
+    config.loss.name = "sincere"
+    config.optimizer.name = "adamw"
+    config.optimizer.base_learning_rate = 1e-3
+    config.optimizer.lr_scaling = "none"
+    config.optimizer.warmup_epochs = 0
+    config.train.total_steps = total_steps
+    config.train.checkpoint_every = checkpoint_every
+    config.train.keep_checkpoints = 3
+    config.train.log_every = 1
+    return config
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+    """Finalised checkpoint steps in ``workdir`` (directory names that are integers)."""
+    folder = os.path.join(workdir, CHECKPOINT_DIR)
+    return sorted(int(n) for n in os.listdir(folder) if n.isdigit())
+
+
+def read_state(workdir: str, step: int) -> list[np.ndarray]:
+    """Every array of the checkpointed training state at ``step``, as host numpy arrays."""
+    path = os.path.join(workdir, CHECKPOINT_DIR, str(step), "state")
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        tree = checkpointer.restore(path)
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
+
+
+def assert_same_state(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    """Bit-identical pytrees of arrays."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+
+
+def metrics(workdir: str) -> list[dict]:
+    """The records of ``metrics.jsonl``, in file order."""
+    with open(os.path.join(workdir, METRICS_FILE), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def losses_by_step(workdir: str) -> dict[int, float]:
+    """Last logged loss of each step (a resumed run logs its steps again)."""
+    return {r["step"]: r["loss"] for r in metrics(workdir)}
+
+
+def truncate_largest_file(workdir: str, step: int) -> str:
+    """Cuts the largest file of the checkpoint at ``step`` to half its size; returns its path."""
+    files = [
+        p for p in glob.glob(os.path.join(workdir, CHECKPOINT_DIR, str(step), "**"), recursive=True)
+        if os.path.isfile(p)
+    ]
+    target = max(files, key=os.path.getsize)
+    with open(target, "r+b") as f:
+        f.truncate(os.path.getsize(target) // 2)
+    return target
+
+
+def cli_env(num_devices: int = 8, **extra: str) -> dict[str, str]:
+    """Environment of a pretraining subprocess on ``num_devices`` simulated CPU devices."""
+    env = dict(os.environ)
+    env.update(
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={num_devices}",
+        JAX_PLATFORMS="cpu",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONUNBUFFERED="1",
+        **extra,
+    )
+    return env
+
+
+def pretrain_command(workdir: str, *flags: str) -> list[str]:
+    """``python -m contrastive_jax.pretrain`` with the tiny config and ``flags``."""
+    return [
+        sys.executable, "-m", "contrastive_jax.pretrain",
+        "--config", os.path.join(ROOT, "experiments", "configs", "quickstart_digits.py"),
+        "--workdir", workdir, *TINY_FLAGS, *flags,
+    ]
+
+
+def start_pretrain(workdir: str, *flags: str, env: dict[str, str] | None = None,
+                   **popen) -> subprocess.Popen:
+    """Starts the CLI in a new process group, stdout+stderr to ``<workdir>.log``."""
+    os.makedirs(os.path.dirname(os.path.abspath(workdir)), exist_ok=True)
+    log = open(f"{workdir}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed by the child's exit
+    return subprocess.Popen(
+        pretrain_command(workdir, *flags), cwd=ROOT, env=env or cli_env(),
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **popen,
+    )
+
+
+def log_text(workdir: str) -> str:
+    with open(f"{workdir}.log", encoding="utf-8") as f:
+        return f.read()
+
+
+def enable_compilation_cache(directory: str) -> dict:
+    """Turns on JAX's persistent compilation cache in ``directory``; returns the old settings.
+
+    Each ``train()`` call builds (and would compile) its step function afresh;
+    with the cache, runs of the same config compile once per test session.
+    """
+    from jax._src import compilation_cache
+
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
+    previous = {name: jax.config.values[name] for name in names}
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.reset_cache()
+    return previous
+
+
+def restore_compilation_cache(previous: dict) -> None:
+    from jax._src import compilation_cache
+
+    for name, value in previous.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()

@@ -1,0 +1,113 @@
+"""Exact resume (issue 8, items 1-3), fast in-process versions.
+
+One uninterrupted 6-step run is the reference; every interrupted or damaged
+run in the same configuration must end with bit-identical parameters,
+optimiser state and BN statistics. The subprocess versions with a real
+SIGKILL are in ``test_resume_cli.py`` (slow).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from contrastive_jax import data as data_lib
+from contrastive_jax.train import loop
+from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR
+from tests.train import runs
+
+TOTAL = 6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compile_cache(tmp_path_factory):
+    previous = runs.enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
+    yield
+    runs.restore_compilation_cache(previous)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> str:
+    """Work directory of an uninterrupted run: checkpoints at steps 2, 4, 6."""
+    workdir = str(tmp_path_factory.mktemp("reference"))
+    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    assert summary["start_step"] == 0 and summary["final_step"] == TOTAL
+    return workdir
+
+
+def _signal_before_batch(monkeypatch, step: int, signum: int) -> list[float]:
+    """Makes the input pipeline send ``signum`` to this process when batch ``step`` is drawn."""
+    sent: list[float] = []
+    original = data_lib.make_pretrain_iterator
+
+    def iterator(*args, **kwargs):
+        batches = original(*args, **kwargs)
+        position = kwargs["start_step"]
+
+        def generate():
+            nonlocal position
+            while True:
+                if position == step and not sent:
+                    sent.append(time.monotonic())
+                    os.kill(os.getpid(), signum)
+                position += 1
+                yield next(batches)
+
+        return generate()
+
+    monkeypatch.setattr(data_lib, "make_pretrain_iterator", iterator)
+    return sent
+
+
+def test_retention_keeps_verified_checkpoints(reference):
+    # keep_checkpoints=3 and saves at 2, 4, 6: nothing deleted, the final one verified on close.
+    assert runs.checkpoint_steps(reference) == [2, 4, 6]
+    assert runs.losses_by_step(reference).keys() == set(range(1, TOTAL + 1))
+
+
+def test_sigterm_saves_current_step_and_resume_is_exact(reference, tmp_path, monkeypatch):
+    workdir = str(tmp_path / "run")
+    sent = _signal_before_batch(monkeypatch, 2, signal.SIGTERM)  # arrives during step 3
+    with pytest.raises(loop.Preempted, match="step 3") as info:
+        loop.train(runs.tiny_config(TOTAL), workdir)
+    stopped = time.monotonic()
+    assert info.value.step == 3
+    assert stopped - sent[0] < 60.0  # one step, one checkpoint write
+    assert runs.checkpoint_steps(workdir) == [2, 3]
+    monkeypatch.undo()
+
+    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    assert summary["start_step"] == 3
+    runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
+    assert runs.losses_by_step(workdir) == runs.losses_by_step(reference)
+
+
+def test_truncated_latest_checkpoint_is_skipped(reference, tmp_path, caplog):
+    workdir = str(tmp_path / "run")
+    shutil.copytree(reference, workdir)
+    runs.truncate_largest_file(workdir, TOTAL)
+
+    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    assert summary["start_step"] == 4
+    assert f"checkpoint at step {TOTAL}" in caplog.text and "damaged" in caplog.text
+    # Moved aside, never deleted; the re-run wrote a good step 6 identical to the reference.
+    assert len(os.listdir(os.path.join(workdir, DAMAGED_DIR))) == 1
+    runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
+
+
+def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
+    # A save killed before Orbax finalised it leaves only its temporary directory.
+    workdir = str(tmp_path / "run")
+    shutil.copytree(reference, workdir)
+    folder = os.path.join(workdir, CHECKPOINT_DIR)
+    partial = os.path.join(folder, f"{TOTAL}.orbax-checkpoint-tmp-1234567890")
+    os.rename(os.path.join(folder, str(TOTAL)), partial)
+
+    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    assert summary["start_step"] == 4
+    assert os.path.isdir(partial)  # ignored, not deleted
+    runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
