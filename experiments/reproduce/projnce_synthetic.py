@@ -405,11 +405,14 @@ def summarise(out: Path, setts: dict[str, Setting], seeds: list[int], truth: dic
                 "seconds": secs,
                 "seeds": [r["seed"] for r in runs],
             }
+            supcon = {r["seed"]: r["mi_ksg"] for r in results["supcon"] if r is not None}
+            paired = [r["mi_ksg"] - supcon[r["seed"]] for r in runs if r["seed"] in supcon]
             rows.append(
                 [
                     LABELS[m],
                     len(runs),
                     common.fmt_mean_std(mi, 4),
+                    common.fmt_mean_std(paired, 4) if paired else "n/a",
                     common.fmt_mean_std(bounds, 4) if bounds else "n/a",
                     f"{np.mean(secs):.0f}",
                 ]
@@ -435,7 +438,15 @@ def summarise(out: Path, setts: dict[str, Setting], seeds: list[int], truth: dic
         plt.close(fig)
         text += f"\n### {name} (true I(X;C) = {truth[name]:.4f} nats)\n\n"
         text += common.markdown_table(
-            ["method", "seeds", "Mixed-KSG MI (nats)", "bound 1+log N-(loss+R)", "s/run"], rows
+            [
+                "method",
+                "seeds",
+                "Mixed-KSG MI (nats)",
+                "MI - SupCon's (paired by seed)",
+                "bound 1+log N-(loss+R)",
+                "train s/run",
+            ],
+            rows,
         )
     common.save_json(Path(out) / "summary.json", summary)
     (Path(out) / "table.md").write_text(text)
