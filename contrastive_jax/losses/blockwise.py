@@ -1,250 +1,256 @@
-"""Memory-lean SupCon / SINCERE: stream over column blocks, recompute in the VJP.
+"""Memory-lean losses: stream over blocks of anchor rows, gradient fused into the forward.
 
 The dense losses hold the [n, m] logit matrix and, under autodiff, several
-[n, m] residuals. Here the candidates are processed ``block`` columns at a time
-with an online log-sum-exp (spec/sincere-supcon.md §5), and a ``jax.custom_vjp``
-recomputes each block's logits in the backward pass from O(n + m) saved
-statistics, so memory is O(n·D + m·D + n·block) instead of O(n·m).
+[n, m] residuals. Every loss of the NCE family is a sum over anchors of a
+function of one *row* of logits (plus labels or metadata), so the anchors are
+processed ``block`` rows at a time: each block scores its rows against all m
+candidates, [block, m], evaluates the loss's own per-row function on that slab
+(row statistics such as the log-sum-exp over a row are exact, no online
+rescaling), and is then dropped. Memory is O(n·D + m·D + block·m) instead of
+O(n·m); under ``axis_name`` a device holds its n_local anchors and the m
+gathered candidates, so per-device memory is O(block·m), independent of n_local.
 
-Backward, per anchor t with upstream cotangent c_t (G = dℓ/dS, Eq. 13/14 at the
-logit level, spec §3.3):
+Gradient. ``stream_rows`` is a ``jax.custom_vjp`` whose forward rule, used only
+under differentiation, also computes the gradient of the summed loss: inside
+each block ``G = d total / d dots`` [block, m] comes from ``jax.vjp`` of the
+loss's row function (the same code as the dense path), and
 
-* SupCon: ``G_tj = c_t (softmax_{A_t}(S_t)_j - [j in P_t] / |P_t|)``.
-* SINCERE: ``G_tp = -c_t σ(L_t - S_tp) / |P_t|`` on positives and
-  ``G_tj = c_t (a_t / |P_t|) e^{S_tj - L_t}`` on negatives, with
-  ``L_t = LSE_{N_t} S_t``, ``a_t = Σ_{p in P_t} σ(L_t - S_tp)``.
+    d anchors[block] = G C,    d candidates += Gᵀ A[block],
 
-Then ``d anchors = G C / τ``, ``d candidates = Gᵀ A / τ`` and
-``d τ = -Σ G ⊙ S / τ``.
+so value and gradient cost three [n, m, D] products (S, G C, Gᵀ A), the minimum
+for an O(n·m) memory-free backward; the undifferentiated call costs one. The
+backward rule only scales the stored [n, D] and [m, D] gradients by the
+(scalar) cotangent. A column-streamed variant with an online log-sum-exp and a
+recomputing backward (spec/sincere-supcon.md §5) needs four products for
+SupCon and five for SINCERE and was measured slower (experiments/bench/README.md).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses._core import BIG
+from contrastive_jax.losses import _core
 
 Array = jax.Array
+#: ``block_fn(dots [b, m], params, rows, cols) -> (contributions [b], aux)``.
+RowBlockFn = Callable[[Array, Any, Any, Any], tuple[Array, Any]]
+
+#: Above this many candidate rows (the global batch) the NCE-family losses
+#: stream over row blocks instead of materialising the [n, m] logits.
+BLOCKWISE_THRESHOLD = 8192
+#: Automatic block height: rows such that a [block, m] slab has about this many
+#: entries (16 MiB in float32).
+BLOCK_ELEMENTS = 1 << 22
 
 
-class _Blocks(NamedTuple):
-    """Candidates cut into [num_blocks, block, ...] with padding marked invalid."""
+def choose_block(block_size: int | None, num_candidates: int) -> int | None:
+    """Anchor rows per block, or None for the dense path.
 
-    embeddings: Array  # [nb, b, D]
-    labels: Array  # [nb, b]
-    valid: Array  # [nb, b]
-    index: Array  # [nb, b] global column index
+    Args:
+      block_size: user choice; None picks the dense form up to
+        ``BLOCKWISE_THRESHOLD`` candidates and ``BLOCK_ELEMENTS // m`` rows above.
+      num_candidates: m, the rows of the (global) batch scored against.
+
+    Raises:
+      ValueError: ``block_size`` is given and not a positive integer.
+    """
+    if block_size is None:
+        if num_candidates <= BLOCKWISE_THRESHOLD:
+            return None
+        return max(8, BLOCK_ELEMENTS // num_candidates)
+    if isinstance(block_size, bool) or int(block_size) != block_size or block_size < 1:
+        raise ValueError(f"`block_size` must be a positive integer or None, got {block_size!r}")
+    return int(block_size)
 
 
-def _to_blocks(candidates: Array, labels: Array, valid: Array, block: int) -> _Blocks:
-    m = candidates.shape[0]
-    nb = -(-m // block)
-    pad = nb * block - m
+def _pad_rows(x: Array, total: int) -> Array:
+    widths = [(0, total - x.shape[0])] + [(0, 0)] * (x.ndim - 1)
+    return jnp.pad(x, widths)
 
-    def cut(x):
-        widths = [(0, pad)] + [(0, 0)] * (x.ndim - 1)
-        return jnp.pad(x, widths).reshape((nb, block) + x.shape[1:])
 
-    return _Blocks(
-        cut(candidates), cut(labels), cut(valid), jnp.arange(nb * block).reshape(nb, block)
+def _to_blocks(tree: Any, block: int, num_blocks: int) -> Any:
+    """Leaves [n, ...] -> [num_blocks, block, ...], zero-padded."""
+    return jax.tree.map(
+        lambda x: _pad_rows(x, num_blocks * block).reshape((num_blocks, block) + x.shape[1:]),
+        tree,
     )
 
 
-def _block_masks(anchor_labels, anchor_index, blk_labels, blk_valid, blk_index):
-    """(positives, negatives, others) bool [n, b] of one column block."""
-    same = anchor_labels[:, None] == blk_labels[None, :]
-    live = blk_valid[None, :]
-    not_self = anchor_index[:, None] != blk_index[None, :]
-    return same & not_self & live, ~same & live, not_self & live
+def _dot(x: Array, y: Array) -> Array:
+    """``x @ y.T`` in float32 at full precision: [p, D] x [q, D] -> [p, q]."""
+    return jnp.matmul(x, y.T, precision=jax.lax.Precision.HIGHEST)
 
 
-def _block_logits(anchors, blk_embeddings, temperature):
-    return jnp.matmul(anchors, blk_embeddings.T, precision=jax.lax.Precision.HIGHEST) / temperature
+def _blocked_inputs(anchors, row_data, block):
+    n = anchors.shape[0]
+    num_blocks = -(-n // block)
+    live = jnp.arange(num_blocks * block) < n
+    return _to_blocks((anchors, row_data), block, num_blocks) + (
+        live.reshape(num_blocks, block),
+    )
 
 
-def _online_lse(anchors, blocks, anchor_labels, anchor_index, temperature, which):
-    """Per-row log-sum-exp over the ``which`` mask ("others" or "negatives"), streamed."""
-
-    def body(carry, blk):
-        run_max, run_sum = carry
-        logits = _block_logits(anchors, blk.embeddings, temperature)
-        pos, neg, others = _block_masks(
-            anchor_labels, anchor_index, blk.labels, blk.valid, blk.index
-        )
-        mask = others if which == "others" else neg
-        masked = jnp.where(mask, logits, -BIG)
-        new_max = jnp.maximum(run_max, jnp.max(masked, axis=1))
-        run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.sum(
-            jnp.exp(masked - new_max[:, None]), axis=1
-        )
-        stats = (jnp.sum(jnp.where(pos, logits, 0.0), axis=1), jnp.sum(pos, axis=1))
-        return (new_max, run_sum), stats
-
-    # *_like keeps the varying-axis type of the anchors inside shard_map.
-    init = (jnp.full_like(anchors[:, 0], -BIG), jnp.zeros_like(anchors[:, 0]))
-    (run_max, run_sum), (pos_sums, pos_counts) = jax.lax.scan(body, init, blocks)
-    lse = run_max + jnp.log(run_sum)
-    return lse, jnp.sum(pos_sums, axis=0), jnp.sum(pos_counts, axis=0)
+def _block_total(block_fn, dots, params, rows, cols, live):
+    contributions, aux = block_fn(dots, params, rows, cols)
+    return jnp.sum(jnp.where(live, contributions, 0.0)), aux
 
 
-def _forward(kind, anchors, candidates, anchor_labels, candidate_labels, candidate_valid,
-             offset, temperature, block):
-    anchors = anchors.astype(jnp.float32)
-    blocks = _to_blocks(candidates.astype(jnp.float32), candidate_labels, candidate_valid, block)
-    anchor_index = offset + jnp.arange(anchors.shape[0])
-    temperature = jnp.asarray(temperature, jnp.float32)
-    if kind == "supcon":
-        lse, pos_sum, count = _online_lse(
-            anchors, blocks, anchor_labels, anchor_index, temperature, "others"
-        )
-        per_anchor = lse - pos_sum / jnp.maximum(count, 1)
-        aux = jnp.zeros_like(lse)
-    else:
-        lse, _, count = _online_lse(
-            anchors, blocks, anchor_labels, anchor_index, temperature, "negatives"
-        )
-
-        def body(acc, blk):
-            logits = _block_logits(anchors, blk.embeddings, temperature)
-            pos, _, _ = _block_masks(anchor_labels, anchor_index, blk.labels, blk.valid, blk.index)
-            gap = lse[:, None] - logits
-            terms = jnp.where(pos, jax.nn.softplus(gap), 0.0).sum(1)
-            sigm = jnp.where(pos, jax.nn.sigmoid(gap), 0.0).sum(1)
-            return (acc[0] + terms, acc[1] + sigm), None
-
-        zeros = jnp.zeros_like(lse)
-        (total, aux), _ = jax.lax.scan(body, (zeros, zeros), blocks)
-        per_anchor = total / jnp.maximum(count, 1)
-    residuals = (anchors, blocks, anchor_labels, anchor_index, temperature, lse, count, aux)
-    return per_anchor, residuals
+def _unblock(tree: Any, n: int) -> Any:
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:n], tree)
 
 
-def _backward(kind, block, m, residuals, cotangent):
-    anchors, blocks, anchor_labels, anchor_index, temperature, lse, count, aux = residuals
-    scale = cotangent / jnp.maximum(count, 1).astype(jnp.float32)
-
-    def body(carry, blk):
-        d_anchors, d_temp = carry
-        logits = _block_logits(anchors, blk.embeddings, temperature)
-        pos, neg, others = _block_masks(
-            anchor_labels, anchor_index, blk.labels, blk.valid, blk.index
-        )
-        if kind == "supcon":
-            soft = jnp.where(others, jnp.exp(logits - lse[:, None]), 0.0)
-            grad = cotangent[:, None] * soft - jnp.where(pos, scale[:, None], 0.0)
-        else:
-            gap = lse[:, None] - logits
-            on_pos = jnp.where(pos, -jax.nn.sigmoid(gap), 0.0)
-            on_neg = jnp.where(neg, aux[:, None] * jnp.exp(-gap), 0.0)
-            grad = scale[:, None] * (on_pos + on_neg)
-        d_anchors = d_anchors + jnp.matmul(
-            grad, blk.embeddings, precision=jax.lax.Precision.HIGHEST
-        ) / temperature
-        d_blk = jnp.matmul(grad.T, anchors, precision=jax.lax.Precision.HIGHEST) / temperature
-        d_temp = d_temp - jnp.sum(grad * logits) / temperature
-        return (d_anchors, d_temp), d_blk
-
-    init = (jnp.zeros_like(anchors), jnp.zeros_like(anchors[0, 0]))
-    (d_anchors, d_temp), d_blocks = jax.lax.scan(body, init, blocks)
-    d_candidates = d_blocks.reshape((-1, anchors.shape[1]))[:m]
-    return d_anchors, d_candidates, d_temp
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 8))
-def _per_anchor(kind, anchors, candidates, anchor_labels, candidate_labels, candidate_valid,
-                offset, temperature, block):
-    return _forward(kind, anchors, candidates, anchor_labels, candidate_labels,
-                    candidate_valid, offset, temperature, block)[0]
-
-
-def _per_anchor_fwd(kind, anchors, candidates, anchor_labels, candidate_labels, candidate_valid,
-                    offset, temperature, block):
-    per_anchor, residuals = _forward(kind, anchors, candidates, anchor_labels, candidate_labels,
-                                     candidate_valid, offset, temperature, block)
-    return per_anchor, (residuals, candidates.shape[0], candidate_labels, candidate_valid,
-                        offset)
-
-
-def _per_anchor_bwd(kind, block, saved, cotangent):
-    residuals, m, candidate_labels, candidate_valid, offset = saved
-    d_anchors, d_candidates, d_temp = _backward(kind, block, m, residuals, cotangent)
-    anchor_labels = residuals[2]
-
-    def no_grad(x):
-        if jnp.issubdtype(x.dtype, jnp.floating):
-            return jnp.zeros_like(x)
-        return jnp.zeros(x.shape, jax.dtypes.float0)
-
-    return (d_anchors, d_candidates, no_grad(anchor_labels), no_grad(candidate_labels),
-            no_grad(candidate_valid), no_grad(offset), d_temp)
-
-
-_per_anchor.defvjp(_per_anchor_fwd, _per_anchor_bwd)
-
-
-def supcon_per_anchor_blockwise(
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 6))
+def stream_rows(
+    block_fn: RowBlockFn,
     anchors: Array,
     candidates: Array,
-    anchor_labels: Array,
-    candidate_labels: Array,
-    candidate_valid: Array,
-    offset: Array,
-    temperature: float | Array,
+    params: Any,
+    row_data: Any,
+    col_data: Any,
     block: int,
-) -> tuple[Array, Array]:
-    """Per-anchor SupCon L_out [n] and positive counts [n], streamed over column blocks.
+) -> tuple[Array, Any]:
+    """``sum_i contributions_i`` of a row-wise loss, streamed over blocks of anchor rows.
 
     Args:
-      anchors: float32 [n, D] unit rows (the local anchors).
-      candidates: float32 [m, D] unit rows (the global batch; anchors are rows
-        ``offset .. offset + n`` of it).
-      anchor_labels, candidate_labels: int [n], [m].
-      candidate_valid: bool [m].
-      offset: int [], global index of the first anchor.
-      temperature: tau.
-      block: columns per block (static).
+      block_fn: ``(dots [b, m], params, rows, cols) -> (contributions [b], aux)``,
+        the loss of b anchor rows given their raw products ``dots = A_b C^T``;
+        ``rows`` are the [b, ...] slices of ``row_data``, ``cols`` is
+        ``col_data`` whole. It must be row-separable: row i of the output may
+        depend only on row i of ``dots`` and ``rows``. ``aux`` is a pytree of
+        [b, ...] per-row statistics (not differentiated).
+      anchors: float32 [n, D].
+      candidates: float32 [m, D].
+      params: pytree of float32 arrays (e.g. the temperature), differentiated.
+        Inside ``shard_map`` give them the anchors' varying-axis type
+        (``x + jnp.zeros_like(anchors[0, 0])``).
+      row_data: pytree of [n, ...] per-anchor arrays (labels, indices, masks), constant.
+      col_data: pytree of [m, ...] per-candidate arrays, constant.
+      block: anchor rows per block (static); n need not be a multiple.
+
+    Returns:
+      ``(total, aux)``: float32 scalar and ``aux`` with leading dimension n.
     """
-    per_anchor = _per_anchor("supcon", anchors, candidates, anchor_labels, candidate_labels,
-                             candidate_valid, offset, _like_anchors(temperature, anchors), block)
-    return per_anchor, _positive_counts(anchor_labels, candidate_labels, candidate_valid,
-                                        offset, block)
+    a_blocks, r_blocks, live = _blocked_inputs(anchors, row_data, block)
+
+    def body(total, x):
+        a, rows, row_live = x
+        value, aux = _block_total(block_fn, _dot(a, candidates), params, rows, col_data, row_live)
+        return total + value, aux
+
+    total, aux = jax.lax.scan(body, jnp.zeros_like(anchors[0, 0]), (a_blocks, r_blocks, live))
+    return total, _unblock(aux, anchors.shape[0])
 
 
-def sincere_per_anchor_blockwise(
-    anchors: Array,
-    candidates: Array,
-    anchor_labels: Array,
-    candidate_labels: Array,
-    candidate_valid: Array,
-    offset: Array,
-    temperature: float | Array,
-    block: int,
-) -> tuple[Array, Array]:
-    """Per-anchor SINCERE [n] and positive counts [n], streamed; arguments as SupCon's."""
-    per_anchor = _per_anchor("sincere", anchors, candidates, anchor_labels, candidate_labels,
-                             candidate_valid, offset, _like_anchors(temperature, anchors), block)
-    return per_anchor, _positive_counts(anchor_labels, candidate_labels, candidate_valid,
-                                        offset, block)
+def _stream_rows_fwd(block_fn, anchors, candidates, params, row_data, col_data, block):
+    a_blocks, r_blocks, live = _blocked_inputs(anchors, row_data, block)
+
+    def body(carry, x):
+        total, d_candidates, d_params = carry
+        a, rows, row_live = x
+
+        def block_total(dots, p):
+            return _block_total(block_fn, dots, p, rows, col_data, row_live)
+
+        value, vjp, aux = jax.vjp(block_total, _dot(a, candidates), params, has_aux=True)
+        g_dots, g_params = vjp(jnp.ones_like(value))
+        d_a = jnp.matmul(g_dots, candidates, precision=jax.lax.Precision.HIGHEST)
+        d_candidates = d_candidates + jnp.matmul(
+            g_dots.T, a, precision=jax.lax.Precision.HIGHEST
+        )
+        d_params = jax.tree.map(jnp.add, d_params, g_params)
+        return (total + value, d_candidates, d_params), (aux, d_a)
+
+    init = (
+        jnp.zeros_like(anchors[0, 0]),
+        jnp.zeros_like(candidates),
+        jax.tree.map(jnp.zeros_like, params),
+    )
+    (total, d_candidates, d_params), (aux, d_a) = jax.lax.scan(
+        body, init, (a_blocks, r_blocks, live)
+    )
+    n = anchors.shape[0]
+    residuals = (_unblock(d_a, n), d_candidates, d_params, row_data, col_data)
+    return (total, _unblock(aux, n)), residuals
 
 
-def _like_anchors(temperature: float | Array, anchors: Array) -> Array:
-    """τ as a float32 array with the anchors' varying-axis type (inside shard_map the
-    custom VJP returns a per-device cotangent for it; the broadcast's transpose sums it)."""
-    return jnp.asarray(temperature, jnp.float32) + jnp.zeros_like(anchors[0, 0])
+def _zero_cotangent(x: Array) -> Array:
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.zeros_like(x)
+    return jnp.zeros(x.shape, jax.dtypes.float0)
 
 
-def _positive_counts(anchor_labels, candidate_labels, candidate_valid, offset, block):
-    """|P_t| per anchor, streamed over label blocks (integers only, no gradient)."""
-    labels = _to_blocks(candidate_labels[:, None], candidate_labels, candidate_valid, block)
-    anchor_index = offset + jnp.arange(anchor_labels.shape[0])
+def _stream_rows_bwd(block_fn, block, residuals, cotangents):
+    d_anchors, d_candidates, d_params, row_data, col_data = residuals
+    ct = cotangents[0]
+    return (
+        ct * d_anchors,
+        ct * d_candidates,
+        jax.tree.map(lambda g: ct * g, d_params),
+        jax.tree.map(_zero_cotangent, row_data),
+        jax.tree.map(_zero_cotangent, col_data),
+    )
 
-    def body(acc, blk):
-        pos, _, _ = _block_masks(anchor_labels, anchor_index, blk.labels, blk.valid, blk.index)
-        return acc + jnp.sum(pos, axis=1), None
 
-    counts, _ = jax.lax.scan(body, jnp.zeros_like(anchor_labels, dtype=jnp.int32), labels)
-    return counts
+stream_rows.defvjp(_stream_rows_fwd, _stream_rows_bwd)
+
+
+def like_anchors(value: float | Array, anchors: Array) -> Array:
+    """A float32 hyperparameter with the anchors' varying-axis type.
+
+    Inside ``shard_map`` the custom VJP returns a per-device cotangent for it;
+    the transpose of this broadcast sums those over devices.
+    """
+    return jnp.asarray(value, jnp.float32) + jnp.zeros_like(anchors[0, 0])
+
+
+class GatheredRows(NamedTuple):
+    """Local anchors and the gathered candidates, without any [n, m] array.
+
+    Attributes:
+      anchors: float32 [n, D], L2-normalised local rows.
+      candidates: float32 [m, D], the normalised rows of the global batch.
+      index: int32 [n], global row index of each anchor (its own column).
+      anchor_valid: bool [n].
+      candidate_data: [m, ...], the gathered second argument (labels, metadata).
+      candidate_valid: bool [m].
+    """
+
+    anchors: Array
+    candidates: Array
+    index: Array
+    anchor_valid: Array
+    candidate_data: Array
+    candidate_valid: Array
+
+
+def gather_rows(
+    embeddings: Array, data: Array, valid: Array | None, axis_name: str | None
+) -> GatheredRows:
+    """Normalises and gathers rows like ``_core.contrast_batch``, minus the [n, m] self mask.
+
+    ``embeddings`` and ``data`` must already be checked.
+    """
+    n = embeddings.shape[0]
+    valid = _core.check_valid(valid, n)
+    anchors = _core.l2_normalize(embeddings)
+    return GatheredRows(
+        anchors=anchors,
+        candidates=_core.all_gather_rows(anchors, axis_name),
+        index=_core.local_row_offset(n, axis_name) + jnp.arange(n, dtype=jnp.int32),
+        anchor_valid=valid,
+        candidate_data=_core.all_gather_rows(data, axis_name),
+        candidate_valid=_core.all_gather_rows(valid, axis_name),
+    )
+
+
+def global_mean(total: Array, anchor_ok: Array, axis_name: str | None) -> Array:
+    """``total`` (the sum of the per-anchor losses of this device's valid anchors)
+    over the number of valid anchors of the global batch; 0 when there is none."""
+    total = _core.differentiable_psum(total, axis_name)
+    count = _core.psum_if(jnp.sum(anchor_ok.astype(jnp.float32)), axis_name)
+    return total / jnp.maximum(count, 1.0)

@@ -15,13 +15,6 @@ from contrastive_jax.losses import _core, blockwise
 
 Array = jax.Array
 
-#: Above this many candidate rows (the global batch) the losses stream over
-#: column blocks instead of materialising the [n, m] logits (see ``blockwise``).
-BLOCKWISE_THRESHOLD = 8192
-#: Columns per block when streaming is chosen automatically.
-DEFAULT_BLOCK_SIZE = 1024
-
-
 def supcon_per_anchor(logits: Array, positives: Array, candidates: Array) -> Array:
     """Per-anchor SupCon L_out from logits (seed 000 Eq. 3, second line).
 
@@ -61,67 +54,78 @@ def sincere_per_anchor(logits: Array, positives: Array, negatives: Array) -> Arr
     return jnp.sum(jnp.where(positives, pair, 0.0), axis=1) / jnp.maximum(count, 1)
 
 
-def _label_masks(batch: _core.ContrastBatch) -> tuple[Array, Array, Array]:
-    """Positive, negative and all-candidate masks [n, m] of a labelled batch."""
-    same = batch.anchor_labels[:, None] == batch.candidate_labels[None, :]
-    live = batch.candidate_valid[None, :]
-    positives = same & ~batch.is_self & live
+def _label_masks(
+    anchor_labels: Array, is_self: Array, candidate_labels: Array, candidate_valid: Array
+) -> tuple[Array, Array, Array]:
+    """Positive, negative and all-candidate masks [n, m] of a labelled batch.
+
+    Args:
+      anchor_labels: [n]; is_self: bool [n, m]; candidate_labels: [m];
+      candidate_valid: bool [m].
+    """
+    same = anchor_labels[:, None] == candidate_labels[None, :]
+    live = candidate_valid[None, :]
+    positives = same & ~is_self & live
     negatives = ~same & live
-    return positives, negatives, ~batch.is_self & live
+    return positives, negatives, ~is_self & live
 
 
-def _block_size(block_size: int | None, num_candidates: int) -> int | None:
-    """Columns per block, or None for the dense path."""
-    if block_size is None:
-        return DEFAULT_BLOCK_SIZE if num_candidates > BLOCKWISE_THRESHOLD else None
-    if int(block_size) < 1:
-        raise ValueError(f"`block_size` must be a positive integer or None, got {block_size}")
-    return int(block_size)
+def _per_anchor(kind: str, logits: Array, positives: Array, negatives: Array,
+                candidates: Array) -> Array:
+    if kind == "supcon":
+        return supcon_per_anchor(logits, positives, candidates)
+    return sincere_per_anchor(logits, positives, negatives)
+
+
+def _label_block(kind: str):
+    """Row-block function of SupCon / SINCERE for :func:`blockwise.stream_rows`.
+
+    ``(dots [b, m], tau, (labels, global index, valid) [b], (labels, valid) [m])``
+    -> (loss of each valid anchor, 0 elsewhere [b]; anchor_ok bool [b]).
+    """
+
+    def block_fn(dots, temperature, rows, cols):
+        labels, index, anchor_valid = rows
+        candidate_labels, candidate_valid = cols
+        is_self = index[:, None] == jnp.arange(dots.shape[1])[None, :]
+        positives, negatives, candidates = _label_masks(
+            labels, is_self, candidate_labels, candidate_valid
+        )
+        per_anchor = _per_anchor(kind, dots / temperature, positives, negatives, candidates)
+        anchor_ok = anchor_valid & jnp.any(positives, axis=1)
+        return jnp.where(anchor_ok, per_anchor, 0.0), anchor_ok
+
+    return block_fn
 
 
 def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_size) -> Array:
     """SupCon or SINCERE, dense or streamed, reduced over valid anchors."""
-    batch = _checked_batch(embeddings, labels, temperature, valid, axis_name)
-    block = _block_size(block_size, batch.candidates.shape[0])
-    if block is None:
-        logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)
-        positives, negatives, candidates = _label_masks(batch)
-        if kind == "supcon":
-            per_anchor = supcon_per_anchor(logits, positives, candidates)
-        else:
-            per_anchor = sincere_per_anchor(logits, positives, negatives)
-        count = jnp.sum(positives, axis=1)
-    else:
-        streamed = (
-            blockwise.supcon_per_anchor_blockwise
-            if kind == "supcon"
-            else blockwise.sincere_per_anchor_blockwise
-        )
-        per_anchor, count = streamed(
-            batch.anchors,
-            batch.candidates,
-            batch.anchor_labels,
-            batch.candidate_labels,
-            batch.candidate_valid,
-            _core.local_row_offset(batch.anchors.shape[0], axis_name),
-            temperature,
-            block,
-        )
-    anchor_ok = batch.anchor_valid & (count > 0)
-    return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
-
-
-def _checked_batch(
-    embeddings: Array,
-    labels: Array,
-    temperature: float | Array,
-    valid: Array | None,
-    axis_name: str | None,
-) -> _core.ContrastBatch:
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
     _core.check_positive(temperature, "temperature")
-    return _core.contrast_batch(embeddings, labels, valid, axis_name)
+    n = embeddings.shape[0]
+    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    block = blockwise.choose_block(block_size, n * num_devices)
+    if block is None:
+        batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
+        logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)
+        positives, negatives, candidates = _label_masks(
+            batch.anchor_labels, batch.is_self, batch.candidate_labels, batch.candidate_valid
+        )
+        per_anchor = _per_anchor(kind, logits, positives, negatives, candidates)
+        anchor_ok = batch.anchor_valid & jnp.any(positives, axis=1)
+        return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
+    rows = blockwise.gather_rows(embeddings, labels, valid, axis_name)
+    total, anchor_ok = blockwise.stream_rows(
+        _label_block(kind),
+        rows.anchors,
+        rows.candidates,
+        blockwise.like_anchors(temperature, rows.anchors),
+        (labels, rows.index, rows.anchor_valid),
+        (rows.candidate_data, rows.candidate_valid),
+        block,
+    )
+    return blockwise.global_mean(total, anchor_ok, axis_name)
 
 
 def supcon(
@@ -146,9 +150,9 @@ def supcon(
       temperature: tau > 0.
       axis_name: mesh/pmap axis to gather negatives over (see ``_core``).
       valid: optional bool [N]; False rows are padding.
-      block_size: stream over candidate blocks of this many columns (O(N·block)
-        memory); None chooses the dense form up to ``BLOCKWISE_THRESHOLD``
-        global rows and blocks of ``DEFAULT_BLOCK_SIZE`` above.
+      block_size: stream over blocks of this many anchor rows (O(block·N)
+        memory instead of O(N²), see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
@@ -186,9 +190,9 @@ def nt_xent(
       temperature: tau > 0 (SimCLR: 0.5 on CIFAR, 0.1 on ImageNet).
       axis_name: mesh/pmap axis to gather negatives over.
       valid: optional bool [N]; False rows are padding.
-      block_size: stream over candidate blocks of this many columns (O(N·block)
-        memory); None chooses the dense form up to ``BLOCKWISE_THRESHOLD``
-        global rows and blocks of ``DEFAULT_BLOCK_SIZE`` above.
+      block_size: stream over blocks of this many anchor rows (O(block·N)
+        memory instead of O(N²), see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar. (SimCLR's TF code reports twice this value: the sum of
@@ -227,9 +231,9 @@ def sincere(
       temperature: tau > 0 (0.1 in seed 000).
       axis_name: mesh/pmap axis to gather negatives over.
       valid: optional bool [N]; False rows are padding.
-      block_size: stream over candidate blocks of this many columns (O(N·block)
-        memory); None chooses the dense form up to ``BLOCKWISE_THRESHOLD``
-        global rows and blocks of ``DEFAULT_BLOCK_SIZE`` above.
+      block_size: stream over blocks of this many anchor rows (O(block·N)
+        memory instead of O(N²), see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
