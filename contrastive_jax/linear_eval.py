@@ -15,11 +15,10 @@ The results are printed and written as JSON to ``<workdir>/linear_eval.json``
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 
@@ -42,7 +41,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the probe's minibatch order and
 
 def main(argv: list[str]) -> int:
     del argv
-    logging.getLogger("absl").setLevel(logging.WARNING)
+    logging.set_verbosity(logging.WARNING)  # JAX reports absent TPU/GPU backends at INFO
     if (_WORKDIR.value is None) == (_CHECKPOINT.value is None):
         print("error: give exactly one of --workdir and --checkpoint", file=sys.stderr)
         return 2

@@ -13,12 +13,11 @@ Any field can be overridden, e.g. ``--config.loss.name=supcon``.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
@@ -34,7 +33,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "workdirs/quickstart", "Work directory
 
 def main(argv: list[str]) -> int:
     del argv
-    logging.getLogger("absl").setLevel(logging.WARNING)
+    logging.set_verbosity(logging.WARNING)  # JAX reports absent TPU/GPU backends at INFO
     try:
         summary = loop.train(_CONFIG.value, _WORKDIR.value)
         results = evaluate_checkpoint(_WORKDIR.value)
