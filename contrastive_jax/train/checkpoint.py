@@ -189,6 +189,11 @@ class Checkpointer:
             return state, meta
         return None
 
+    def flush(self) -> None:
+        """Waits for pending saves, then verifies and prunes (end of a run or preemption)."""
+        self.wait()
+        self._verify_and_prune()
+
     def close(self) -> None:
         """Waits for pending saves (raising CheckpointError if one failed) and closes."""
         try:

@@ -254,9 +254,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         with open(os.path.join(workdir, CONFIG_FILE), "w", encoding="utf-8") as f:
             f.write(config.to_json_best_effort(indent=2))
 
-    step_fn = make_train_step(
-        graphdef, rest, tx, terms, schedule, mesh, skip_nonfinite=config.train.skip_nonfinite
-    )
+    step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
     batches = data_lib.make_pretrain_iterator(
         config.data, seed=config.seed, start_step=start_step, source=source
     )
@@ -308,9 +306,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
             if done % config.train.checkpoint_every == 0 or done == total_steps or preempted:
                 checkpointer.save(done, state, meta(done))
             if preempted:
-                checkpointer.wait()
+                checkpointer.flush()
                 raise Preempted(done)
-        checkpointer.wait()
+        checkpointer.flush()
     finally:
         logger.close()
         checkpointer.close()

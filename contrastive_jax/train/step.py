@@ -72,8 +72,6 @@ def make_train_step(
     terms: list[objective.Term],
     schedule: optax.Schedule,
     mesh: Mesh,
-    *,
-    skip_nonfinite: bool = False,
 ) -> Callable[[TrainState, dict[str, Array]], tuple[TrainState, dict[str, Array]]]:
     """Builds ``step(state, batch) -> (state, metrics)``, jitted, donating the state.
 
@@ -83,8 +81,10 @@ def make_train_step(
     Returned metrics are replicated scalars: ``loss``, ``loss/<term>``,
     ``alignment``, ``uniformity``, ``learning_rate``, ``grad_norm``, ``finite``
     (1.0 when loss and gradients are finite), ``probe_accuracy`` with a probe.
-    With ``skip_nonfinite`` a non-finite step leaves parameters and optimiser
-    state unchanged (the caller counts it); otherwise the caller stops.
+    A non-finite step returns the input's parameters, batch statistics and
+    optimiser state unchanged (only ``step`` advances), so the caller can skip
+    it (``config.train.skip_nonfinite``) or stop with the last good state; both
+    choices run the same compiled step.
 
     Randomness inside the model (dropout, stochastic depth) is a pure function
     of (run seed, step, device): the model's RNG streams are reseeded on every
@@ -154,10 +154,12 @@ def make_train_step(
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        new = TrainState(state.step + 1, params, new_stats, opt_state, state.rng)
-        if skip_nonfinite:
-            new = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, state)
-            new = new._replace(step=state.step + 1)
+        kept = jax.tree.map(
+            lambda a, b: jnp.where(finite, a, b),
+            (params, new_stats, opt_state),
+            (state.params, state.batch_stats, state.opt_state),
+        )
+        new = TrainState(state.step + 1, *kept, state.rng)
         logged.update(
             loss=loss,
             learning_rate=schedule(state.step),

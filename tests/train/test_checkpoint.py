@@ -1,0 +1,122 @@
+"""Checkpointer: verified retention, damaged and incomplete checkpoints, write failures."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from contrastive_jax.train.checkpoint import (
+    CHECKPOINT_DIR,
+    DAMAGED_DIR,
+    CheckpointError,
+    Checkpointer,
+    abstract_like,
+)
+from tests.train import runs
+
+
+def _state(step: int) -> dict:
+    return {"w": jnp.full((64, 32), float(step)), "step": jnp.asarray(step, jnp.int32)}
+
+
+def _save(checkpointer: Checkpointer, step: int) -> None:
+    checkpointer.save(step, _state(step), {"step": step})
+
+
+def test_rejects_bad_max_to_keep(tmp_path):
+    with pytest.raises(ValueError, match="max_to_keep"):
+        Checkpointer(str(tmp_path), max_to_keep=0)
+
+
+def test_deletes_old_checkpoints_only_after_newer_ones_verified(tmp_path):
+    workdir = str(tmp_path)
+    checkpointer = Checkpointer(workdir, max_to_keep=1)
+    _save(checkpointer, 1)
+    _save(checkpointer, 2)  # 1 verified, 2 being written: nothing may go
+    checkpointer.wait()
+    assert checkpointer.steps() == [1, 2]
+    runs.truncate_largest_file(workdir, 2)
+    _save(checkpointer, 3)  # 2 fails verification: moved aside, 1 is still the only good one
+    checkpointer.wait()
+    assert checkpointer.steps() == [1, 3]
+    assert os.listdir(os.path.join(workdir, DAMAGED_DIR))[0].startswith("2-")
+    checkpointer.flush()  # 3 verified: now 1 can go
+    assert checkpointer.steps() == [3]
+    checkpointer.close()
+
+
+def test_restore_latest_skips_truncated_checkpoint(tmp_path, caplog):
+    workdir = str(tmp_path)
+    checkpointer = Checkpointer(workdir, max_to_keep=3)
+    for step in (1, 2):
+        _save(checkpointer, step)
+    checkpointer.close()
+    runs.truncate_largest_file(workdir, 2)
+
+    checkpointer = Checkpointer(workdir)
+    with caplog.at_level(logging.WARNING):
+        state, meta = checkpointer.restore_latest(abstract_like(_state(0)))
+    checkpointer.close()
+    assert meta == {"step": 1} and int(state["step"]) == 1
+    np.testing.assert_array_equal(state["w"], np.ones((64, 32)))
+    assert "checkpoint at step 2" in caplog.text and "damaged" in caplog.text
+    assert runs.checkpoint_steps(workdir) == [1]
+
+
+def test_incomplete_checkpoint_is_ignored_and_kept(tmp_path):
+    workdir = str(tmp_path)
+    checkpointer = Checkpointer(workdir)
+    _save(checkpointer, 1)
+    checkpointer.close()
+    # What a save killed before finalisation leaves behind.
+    partial = os.path.join(workdir, CHECKPOINT_DIR, "2.orbax-checkpoint-tmp-1795400000")
+    os.makedirs(os.path.join(partial, "state"))
+
+    checkpointer = Checkpointer(workdir)
+    state, meta = checkpointer.restore_latest(abstract_like(_state(0)))
+    _save(checkpointer, 2)
+    checkpointer.close()
+    assert meta["step"] == 1 and os.path.isdir(partial)
+    assert runs.checkpoint_steps(workdir) == [1, 2]
+
+
+def test_mismatch_found_by_check_meta_leaves_checkpoints_alone(tmp_path):
+    workdir = str(tmp_path)
+    checkpointer = Checkpointer(workdir)
+    _save(checkpointer, 1)
+    checkpointer.close()
+
+    def refuse(meta, step):
+        raise ValueError(f"incompatible step {step}")
+
+    checkpointer = Checkpointer(workdir)
+    with pytest.raises(ValueError, match="incompatible step 1"):
+        checkpointer.restore_latest(abstract_like(_state(0)), check_meta=refuse)
+    checkpointer.close()
+    assert runs.checkpoint_steps(workdir) == [1]
+    assert not os.path.exists(os.path.join(workdir, DAMAGED_DIR))
+
+
+def test_full_disk_is_a_clear_error(tmp_path, monkeypatch):
+    # A real ENOSPC needs a small filesystem (mount, root); the CLI test in
+    # test_failures_cli.py limits the file size with RLIMIT_FSIZE instead.
+    workdir = str(tmp_path)
+    checkpointer = Checkpointer(workdir)
+    _save(checkpointer, 1)
+    checkpointer.flush()
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", no_space)
+    with pytest.raises(CheckpointError, match=r"at step 2 .*No space left.*last verified checkpoint is step 1"):
+        _save(checkpointer, 2)
+    monkeypatch.undo()
+    checkpointer.close()
+    assert runs.checkpoint_steps(workdir) == [1]
