@@ -17,7 +17,8 @@ Set-up (paper §3.1; unstated details from spec/soft-target-infonce.md §2.1):
   ``theta_hat`` [20, 20] initialised N(0, 0.01^2).
 * Losses: NLL (cross-entropy) and InfoNCE (Eq. 5) with the labels of the other
   1,023 batch samples as negatives, tau = 1, eta = empirical label frequencies
-  (``losses.soft_target_infonce`` with one-hot targets).
+  (``hard_infonce``: the exact O(B K) form of ``losses.soft_target_infonce``
+  with one-hot targets).
 * Adam lr 1e-3, batch 1024 (last incomplete batch dropped), at most 500 epochs,
   early stopping on the method's own validation loss (patience 20 epochs, best
   weights kept); 10 seeds per level; a seed fixes the data, so NLL and InfoNCE
@@ -93,6 +94,30 @@ def modes(perc: float, construction: str) -> np.ndarray:
     return theta
 
 
+def hard_infonce(logits: jax.Array, labels: jax.Array, prior: jax.Array) -> jax.Array:
+    """Hard InfoNCE, Eq. (5), with the other batch samples' labels as negatives, tau = 1.
+
+    The O(B K) count form (spec/soft-target-infonce.md §1.5, T7): with
+    ``S = L - log eta`` and ``n_k`` the batch count of class k,
+    ``l_a = logsumexp_k (S[a, k] + log n_k) - S[a, k_a]``. It equals
+    ``losses.soft_target_infonce(logits, one_hot(labels), class_prior=prior)``
+    (tested) without the [B, B] score matrix.
+
+    Args:
+      logits: float [B, K] class scores ``x . theta_hat_k``.
+      labels: int [B].
+      prior: float [K] noise distribution eta (all entries > 0).
+
+    Returns:
+      The mean over the batch.
+    """
+    scores = logits - jnp.log(prior)
+    counts = jnp.bincount(labels, length=logits.shape[1])
+    log_counts = jnp.where(counts > 0, jnp.log(jnp.maximum(counts, 1)), -jnp.inf)
+    lse = jax.nn.logsumexp(scores + log_counts, axis=1)
+    return jnp.mean(lse - jnp.take_along_axis(scores, labels[:, None], axis=1)[:, 0])
+
+
 def make_group(cfg: Config, loss_name: str):
     """jit ``(keys [S], theta [K, K]) -> dict of [S] arrays``: one training run per key."""
     n_train = int(round(0.9 * cfg.samples))
@@ -103,10 +128,9 @@ def make_group(cfg: Config, loss_name: str):
 
     def objective(theta_hat, x, k, prior):
         logits = x @ theta_hat.T
-        targets = jax.nn.one_hot(k, K)
         if loss_name == "nll":
-            return losses.soft_target_cross_entropy(logits, targets, temperature=1.0)
-        return losses.soft_target_infonce(logits, targets, temperature=1.0, class_prior=prior)
+            return losses.soft_target_cross_entropy(logits, jax.nn.one_hot(k, K), temperature=1.0)
+        return hard_infonce(logits, k, prior)
 
     def run(key, theta):
         k_comp, k_noise, k_sub, k_lab, k_init, k_shuffle = jax.random.split(key, 6)

@@ -167,3 +167,16 @@ def test_soft_target_toy_quick_end_to_end_and_resumes(tmp_path):
     assert (out / "kl_vs_alignment.png").exists()
     second = _run_quick("soft_target_toy.py", out)
     assert second.count("skip ") == 8
+
+
+def test_toy_hard_infonce_equals_library_soft_target_infonce(toy):
+    from contrastive_jax import losses
+
+    k1, k2 = jax.random.split(jax.random.key(0))
+    logits = 3.0 * jax.random.normal(k1, (64, 20))
+    labels = jax.random.randint(k2, (64,), 0, 7)  # classes 7..19 absent from the batch
+    prior = jnp.arange(1.0, 21.0) / 210.0
+    want = losses.soft_target_infonce(
+        logits, jax.nn.one_hot(labels, 20), temperature=1.0, class_prior=prior
+    )
+    assert float(toy.hard_infonce(logits, labels, prior)) == pytest.approx(float(want), rel=1e-5)
