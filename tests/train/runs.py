@@ -14,6 +14,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from contrastive_jax import data as data_lib
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.config import default_config
 from contrastive_jax.train.logging import METRICS_FILE
@@ -54,6 +55,28 @@ def tiny_config(total_steps: int = 6, checkpoint_every: int = 2) -> ml_collectio
     config.train.keep_checkpoints = 3
     config.train.log_every = 1
     return config
+
+
+def patch_batches(monkeypatch, change) -> None:
+    """Routes every pretraining batch through ``change(step, batch) -> batch``.
+
+    ``step`` is the 0-based step the batch is drawn for (the run's position in
+    the input pipeline), so a test can inject a NaN or a signal at a given step.
+    """
+    original = data_lib.make_pretrain_iterator
+
+    def iterator(*args, **kwargs):
+        batches = original(*args, **kwargs)
+
+        def generate():
+            step = kwargs["start_step"]
+            while True:
+                yield change(step, next(batches))
+                step += 1
+
+        return generate()
+
+    monkeypatch.setattr(data_lib, "make_pretrain_iterator", iterator)
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
@@ -118,7 +141,7 @@ def pretrain_command(workdir: str, *flags: str) -> list[str]:
     """``python -m contrastive_jax.pretrain`` with the tiny config and ``flags``."""
     return [
         sys.executable, "-m", "contrastive_jax.pretrain",
-        "--config", os.path.join(ROOT, "experiments", "configs", "quickstart_digits.py"),
+        "--config", os.path.join(ROOT, "experiments", "configs", "quickstart.py"),
         "--workdir", workdir, *TINY_FLAGS, *flags,
     ]
 

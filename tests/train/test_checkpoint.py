@@ -14,8 +14,8 @@ import pytest
 from contrastive_jax.train.checkpoint import (
     CHECKPOINT_DIR,
     DAMAGED_DIR,
-    CheckpointError,
     Checkpointer,
+    CheckpointError,
     abstract_like,
 )
 from tests.train import runs

@@ -15,7 +15,6 @@ import time
 
 import pytest
 
-from contrastive_jax import data as data_lib
 from contrastive_jax.train import loop
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR
 from tests.train import runs
@@ -39,27 +38,17 @@ def reference(tmp_path_factory) -> str:
     return workdir
 
 
-def _signal_before_batch(monkeypatch, step: int, signum: int) -> list[float]:
-    """Makes the input pipeline send ``signum`` to this process when batch ``step`` is drawn."""
+def _signal_at(monkeypatch, step: int, signum: int) -> list[float]:
+    """Sends ``signum`` to this process when the batch of ``step`` (0-based) is drawn."""
     sent: list[float] = []
-    original = data_lib.make_pretrain_iterator
 
-    def iterator(*args, **kwargs):
-        batches = original(*args, **kwargs)
-        position = kwargs["start_step"]
+    def change(position, batch):
+        if position == step and not sent:
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signum)
+        return batch
 
-        def generate():
-            nonlocal position
-            while True:
-                if position == step and not sent:
-                    sent.append(time.monotonic())
-                    os.kill(os.getpid(), signum)
-                position += 1
-                yield next(batches)
-
-        return generate()
-
-    monkeypatch.setattr(data_lib, "make_pretrain_iterator", iterator)
+    runs.patch_batches(monkeypatch, change)
     return sent
 
 
@@ -71,7 +60,7 @@ def test_retention_keeps_verified_checkpoints(reference):
 
 def test_sigterm_saves_current_step_and_resume_is_exact(reference, tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
-    sent = _signal_before_batch(monkeypatch, 2, signal.SIGTERM)  # arrives during step 3
+    sent = _signal_at(monkeypatch, 2, signal.SIGTERM)  # arrives during step 3
     with pytest.raises(loop.Preempted, match="step 3") as info:
         loop.train(runs.tiny_config(TOTAL), workdir)
     stopped = time.monotonic()

@@ -1,0 +1,121 @@
+"""Non-finite steps and bad environment or input (issue 8, items 4-5), in-process.
+
+The subprocess versions (exit codes, a NaN from a huge learning rate, a write
+limit) are in ``test_failures_cli.py`` (slow).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from contrastive_jax import data as data_lib
+from contrastive_jax.train import loop
+from contrastive_jax.train.checkpoint import DAMAGED_DIR
+from tests.train import runs
+
+TOTAL = 4
+NAN_STEP = 3  # 1-based step whose batch holds a NaN
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compile_cache(tmp_path_factory):
+    previous = runs.enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
+    yield
+    runs.restore_compilation_cache(previous)
+
+
+def _nan_at(monkeypatch, step: int) -> None:
+    def change(position, batch):
+        if position + 1 == step:
+            views = np.array(batch["views"])
+            views[0, 0, 0, 0, 0] = np.nan
+            batch = dict(batch, views=views)
+        return batch
+
+    runs.patch_batches(monkeypatch, change)
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> tuple[str, str]:
+    """A run stopped by a NaN at step 3: (work directory, error message)."""
+    workdir = str(tmp_path_factory.mktemp("nan_stop"))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _nan_at(monkeypatch, NAN_STEP)
+        with pytest.raises(loop.NonFiniteLoss) as info:
+            loop.train(runs.tiny_config(TOTAL), workdir)
+    return workdir, str(info.value)
+
+
+def test_nonfinite_loss_stops_naming_step_and_terms(stopped):
+    workdir, message = stopped
+    assert f"at step {NAN_STEP}" in message
+    assert "loss=nan" in message and "loss/sincere=nan" in message
+    assert "last good checkpoint (step 2)" in message and "skip_nonfinite" in message
+    assert runs.checkpoint_steps(workdir) == [2]
+    assert all(np.isfinite(a).all() for a in runs.read_state(workdir, 2))
+
+
+def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
+    workdir = str(tmp_path / "run")
+    config = runs.tiny_config(TOTAL)
+    config.train.skip_nonfinite = True
+    _nan_at(monkeypatch, NAN_STEP)
+    summary = loop.train(config, workdir)
+    assert summary["skipped_steps"] == 1
+    skipped = {r["step"]: r["skipped_steps"] for r in runs.metrics(workdir)}
+    assert skipped == {1: 0.0, 2: 0.0, 3: 1.0, 4: 1.0}
+    final = runs.read_state(workdir, TOTAL)
+    assert all(np.isfinite(a).all() for a in final)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("model.encoder.name", "resnet34", "model config .*encoder.name: checkpoint 'resnet18'"),
+        ("model.encoder.width", 0.25, "encoder.width: checkpoint 0.125 vs config 0.25"),
+        ("optimizer.name", "sgd", "different structure"),
+    ],
+)
+def test_incompatible_config_on_resume_is_refused(stopped, tmp_path, field, value, match):
+    workdir = str(tmp_path / "run")
+    shutil.copytree(stopped[0], workdir)
+    config = runs.tiny_config(TOTAL)
+    config.update_from_flattened_dict({field: value})
+    with pytest.raises(loop.ConfigMismatch, match=match):
+        loop.train(config, workdir)
+    assert runs.checkpoint_steps(workdir) == [2]  # untouched
+    assert not os.path.exists(os.path.join(workdir, DAMAGED_DIR))
+
+
+def test_unwritable_workdir_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OSError, match=r"work directory .*a_file/run is not writable"):
+        loop.train(runs.tiny_config(TOTAL), str(blocker / "run"))
+
+
+def test_corrupt_image_in_image_folder_is_named(tmp_path):
+    root = tmp_path / "folder"
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        for split, count in (("train", 8), ("test", 2)):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(count):
+                image = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+                tf.io.write_file(str(folder / f"{i:02d}.png"), tf.io.encode_png(image))
+    for path in (root / "train" / "dog").iterdir():  # every step-1 batch holds a dog
+        path.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    config = runs.tiny_config(TOTAL)
+    config.data.dataset = "image_folder"
+    config.data.data_dir = str(root)
+    config.data.global_batch_size = 8
+    config.data.mean = (0.5, 0.5, 0.5)
+    config.data.std = (0.25, 0.25, 0.25)
+    with pytest.raises(data_lib.CorruptImageError, match=r"train/dog/0\d\.png"):
+        loop.train(config, str(tmp_path / "run"))
