@@ -128,8 +128,9 @@ def stream_rows(
       params: pytree of float32 arrays (e.g. the temperature), differentiated.
         Inside ``shard_map`` give them the anchors' varying-axis type
         (``x + jnp.zeros_like(anchors[0, 0])``).
-      row_data: pytree of [n, ...] per-anchor arrays (labels, indices, masks), constant.
-      col_data: pytree of [m, ...] per-candidate arrays, constant.
+      row_data: pytree of [n, ...] per-anchor arrays (labels, indices, masks,
+        squared norms); floating-point leaves are differentiated, others constant.
+      col_data: pytree of [m, ...] per-candidate arrays, likewise.
       block: anchor rows per block (static); n need not be a multiple.
 
     Returns:
@@ -146,53 +147,79 @@ def stream_rows(
     return total, _unblock(aux, anchors.shape[0])
 
 
+def _split_floats(tree: Any) -> tuple[list[Array], Callable[[list[Array]], Any]]:
+    """The floating-point leaves of ``tree`` and a function that puts new ones back."""
+    leaves, treedef = jax.tree.flatten(tree)
+    is_float = [jnp.issubdtype(x.dtype, jnp.floating) for x in leaves]
+
+    def merge(floats: list[Array], others: Callable[[Array], Any] = lambda x: x) -> Any:
+        it = iter(floats)
+        return treedef.unflatten(
+            [next(it) if f else others(x) for x, f in zip(leaves, is_float, strict=True)]
+        )
+
+    return [x for x, f in zip(leaves, is_float, strict=True) if f], merge
+
+
 def _stream_rows_fwd(block_fn, anchors, candidates, params, row_data, col_data, block):
     a_blocks, r_blocks, live = _blocked_inputs(anchors, row_data, block)
+    col_floats, merge_cols = _split_floats(col_data)
 
     def body(carry, x):
-        total, d_candidates, d_params = carry
+        total, d_candidates, d_params, d_cols = carry
         a, rows, row_live = x
+        row_floats, merge_rows = _split_floats(rows)
 
-        def block_total(dots, p):
-            return _block_total(block_fn, dots, p, rows, col_data, row_live)
+        def block_total(dots, p, rf, cf):
+            return _block_total(block_fn, dots, p, merge_rows(rf), merge_cols(cf), row_live)
 
-        value, vjp, aux = jax.vjp(block_total, _dot(a, candidates), params, has_aux=True)
-        g_dots, g_params = vjp(jnp.ones_like(value))
+        value, vjp, aux = jax.vjp(
+            block_total, _dot(a, candidates), params, row_floats, col_floats, has_aux=True
+        )
+        g_dots, g_params, g_rows, g_cols = vjp(jnp.ones_like(value))
         d_a = jnp.matmul(g_dots, candidates, precision=jax.lax.Precision.HIGHEST)
         d_candidates = d_candidates + jnp.matmul(
             g_dots.T, a, precision=jax.lax.Precision.HIGHEST
         )
-        d_params = jax.tree.map(jnp.add, d_params, g_params)
-        return (total + value, d_candidates, d_params), (aux, d_a)
+        carry = (
+            total + value,
+            d_candidates,
+            jax.tree.map(jnp.add, d_params, g_params),
+            jax.tree.map(jnp.add, d_cols, g_cols),
+        )
+        return carry, (aux, d_a, g_rows)
 
     init = (
         jnp.zeros_like(anchors[0, 0]),
         jnp.zeros_like(candidates),
         jax.tree.map(jnp.zeros_like, params),
+        jax.tree.map(jnp.zeros_like, col_floats),
     )
-    (total, d_candidates, d_params), (aux, d_a) = jax.lax.scan(
+    (total, d_candidates, d_params, d_cols), (aux, d_a, d_rows) = jax.lax.scan(
         body, init, (a_blocks, r_blocks, live)
     )
     n = anchors.shape[0]
-    residuals = (_unblock(d_a, n), d_candidates, d_params, row_data, col_data)
-    return (total, _unblock(aux, n)), residuals
+    grads = (_unblock(d_a, n), d_candidates, d_params, _unblock(d_rows, n), d_cols)
+    return (total, _unblock(aux, n)), (grads, row_data, col_data)
 
 
-def _zero_cotangent(x: Array) -> Array:
-    if jnp.issubdtype(x.dtype, jnp.floating):
-        return jnp.zeros_like(x)
+def _float0_like(x: Array) -> Array:
     return jnp.zeros(x.shape, jax.dtypes.float0)
 
 
 def _stream_rows_bwd(block_fn, block, residuals, cotangents):
-    d_anchors, d_candidates, d_params, row_data, col_data = residuals
+    (d_anchors, d_candidates, d_params, d_rows, d_cols), row_data, col_data = residuals
     ct = cotangents[0]
+
+    def scale(tree):
+        return jax.tree.map(lambda g: ct * g, tree)
+
     return (
         ct * d_anchors,
         ct * d_candidates,
-        jax.tree.map(lambda g: ct * g, d_params),
-        jax.tree.map(_zero_cotangent, row_data),
-        jax.tree.map(_zero_cotangent, col_data),
+        scale(d_params),
+        _split_floats(row_data)[1](scale(d_rows), _float0_like),
+        _split_floats(col_data)[1](scale(d_cols), _float0_like),
     )
 
 
@@ -254,3 +281,15 @@ def global_mean(total: Array, anchor_ok: Array, axis_name: str | None) -> Array:
     total = _core.differentiable_psum(total, axis_name)
     count = _core.psum_if(jnp.sum(anchor_ok.astype(jnp.float32)), axis_name)
     return total / jnp.maximum(count, 1.0)
+
+
+def map_row_blocks(fn: Callable[[Any, Any], Any], row_data: Any, col_data: Any,
+                   block: int) -> Any:
+    """``fn(rows [b, ...], cols [m, ...]) -> [b, ...]`` over blocks of rows, restacked to [n, ...].
+
+    For label-only statistics (pair counts) that need no embeddings; memory O(block·m).
+    """
+    n = jax.tree.leaves(row_data)[0].shape[0]
+    num_blocks = -(-n // block)
+    blocks = _to_blocks(row_data, block, num_blocks)
+    return _unblock(jax.lax.map(lambda rows: fn(rows, col_data), blocks), n)

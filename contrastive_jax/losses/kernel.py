@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, blockwise
 
 Array = jax.Array
 
@@ -210,6 +210,7 @@ def y_aware_infonce(
     sigma: float | Array = 5.0,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """y-Aware InfoNCE (Dufumier et al. 2021, ref. [8] of seed 003; seed 003 Eq. 1).
 
@@ -235,13 +236,69 @@ def y_aware_infonce(
       sigma: RBF bandwidth > 0 in metadata units (5 years of age in the official code).
       axis_name: mesh/pmap axis to gather rows and metadata over (see ``_core``).
       valid: optional bool [N]; False rows are padding.
+      block_size: stream over blocks of this many anchor rows (O(block·N)
+        memory instead of O(N²), see ``blockwise``; each row's kernel targets
+        and log-sum-exp are exact within its block); None chooses the dense
+        form up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
     """
+    embeddings = _core.check_embeddings(embeddings)
+    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    block = blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
+    if block is not None:
+        return _y_aware_streamed(
+            embeddings, metadata, temperature, sigma, valid, axis_name, block
+        )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
     per_anchor = _alignment_per_anchor(kb, sigma) + _uniformity_per_anchor(kb)
     return _core.valid_anchor_mean(per_anchor, kb.anchor_ok, axis_name)
+
+
+def _y_aware_block(dots, params, rows, cols):
+    """Row-block function of y-Aware InfoNCE for :func:`blockwise.stream_rows`.
+
+    ``(dots [b, m], (tau, sigma), (metadata [b, p], global index, valid) [b],
+    (metadata [m, p], valid [m]))`` -> (loss of each valid anchor, 0 elsewhere
+    [b]; anchor_ok bool [b]).
+    """
+    temperature, sigma = params
+    metadata, index, anchor_valid = rows
+    candidate_metadata, candidate_valid = cols
+    others = (index[:, None] != jnp.arange(dots.shape[1])[None, :]) & candidate_valid[None, :]
+    kb = _KernelBatch(
+        logits=dots / temperature,
+        others=others,
+        sq_dist=squared_distances(metadata, candidate_metadata),
+        anchor_valid=anchor_valid,
+        candidate_valid=candidate_valid,
+        anchor_ok=anchor_valid & jnp.any(others, axis=1),
+    )
+    per_anchor = _alignment_per_anchor(kb, sigma) + _uniformity_per_anchor(kb)
+    return jnp.where(kb.anchor_ok, per_anchor, 0.0), kb.anchor_ok
+
+
+def _y_aware_streamed(embeddings, metadata, temperature, sigma, valid, axis_name, block):
+    """y-Aware InfoNCE streamed over blocks of ``block`` anchor rows."""
+    _core.check_positive(temperature, "temperature")
+    metadata = jax.lax.stop_gradient(check_metadata(metadata, embeddings.shape[0]))
+    _core.check_positive(sigma, "sigma")
+    rows = blockwise.gather_rows(embeddings, metadata, valid, axis_name)
+    params = (
+        blockwise.like_anchors(temperature, rows.anchors),
+        blockwise.like_anchors(sigma, rows.anchors),
+    )
+    total, anchor_ok = blockwise.stream_rows(
+        _y_aware_block,
+        rows.anchors,
+        rows.candidates,
+        params,
+        (metadata, rows.index, rows.anchor_valid),
+        (rows.candidate_data, rows.candidate_valid),
+        block,
+    )
+    return blockwise.global_mean(total, anchor_ok, axis_name)
 
 
 def conditional_alignment(

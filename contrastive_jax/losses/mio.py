@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, blockwise
 
 Array = jax.Array
 
@@ -38,6 +38,7 @@ def mio(
     l2_weight: float | Array = 0.0,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """MIO loss L_O (seed 004 Eqs. 4–5) plus its L2 regulariser (Eq. 39) at the official scale.
 
@@ -74,6 +75,10 @@ def mio(
       l2_weight: lambda >= 0 of the L2 regulariser.
       axis_name: mesh/pmap axis to gather rows and labels over (see ``_core``).
       valid: optional bool [N]; False rows are padding.
+      block_size: stream over blocks of this many anchor rows (O(block·N)
+        memory instead of O(N²), see ``blockwise``; a label-only pass counts the
+        global pairs first); None chooses the dense form up to
+        ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, identical on every device.
@@ -82,6 +87,10 @@ def mio(
     labels = _core.check_labels(labels, embeddings.shape[0])
     _core.check_positive(temperature, "temperature")
     _core.check_nonnegative(l2_weight, "l2_weight")
+    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    block = blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
+    if block is not None:
+        return _mio_streamed(embeddings, labels, temperature, l2_weight, valid, axis_name, block)
     batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
     cosine = _core.similarity_logits(batch.anchors, batch.candidates, 1.0)
     logits = cosine / jnp.asarray(temperature, jnp.float32)
@@ -100,3 +109,75 @@ def mio(
     sq_dist = sq_norm_a[:, None] + sq_norm_c[None, :] - 2.0 * cosine
     l2 = _global_pair_mean(sq_dist, positives, axis_name) / embeddings.shape[1]
     return binary + jnp.asarray(l2_weight, jnp.float32) * l2
+
+
+def _pair_masks(labels, index, anchor_valid, candidate_labels, candidate_valid):
+    """Positive and negative pair masks [b, m] of valid anchors (rows with a positive)."""
+    same = labels[:, None] == candidate_labels[None, :]
+    live = candidate_valid[None, :]
+    is_self = index[:, None] == jnp.arange(candidate_labels.shape[0])[None, :]
+    positives = same & ~is_self & live
+    anchor_ok = anchor_valid & jnp.any(positives, axis=1)
+    return positives & anchor_ok[:, None], ~same & live & anchor_ok[:, None]
+
+
+def _pair_counts(rows, cols):
+    """Positive and negative pairs per anchor row: int32 [b, 2]."""
+    positives, negatives = _pair_masks(*rows, *cols)
+    return jnp.stack([jnp.sum(positives, axis=1), jnp.sum(negatives, axis=1)], axis=1)
+
+
+def _mio_block(dots, params, rows, cols):
+    """Row-block function of MIO for :func:`blockwise.stream_rows`: each row's pair
+    terms already divided by the global pair counts (``params``), so the rows sum to
+    the loss.
+
+    ``(dots [b, m] cosines, (tau, 1/T_P, 1/T_N, l2_weight / (D T_P)),
+    (labels, global index, valid, squared norm) [b], (labels, valid, squared norm) [m])``
+    -> (contribution [b], None).
+    """
+    temperature, inv_pos, inv_neg, l2_scale = params
+    labels, index, anchor_valid, sq_norm = rows
+    candidate_labels, candidate_valid, candidate_sq_norm = cols
+    positives, negatives = _pair_masks(
+        labels, index, anchor_valid, candidate_labels, candidate_valid
+    )
+    logits = dots / temperature
+    sq_dist = sq_norm[:, None] + candidate_sq_norm[None, :] - 2.0 * dots
+    on_pos = inv_pos * jax.nn.softplus(-logits) + l2_scale * sq_dist
+    on_neg = inv_neg * jax.nn.softplus(logits)
+    terms = jnp.where(positives, on_pos, 0.0) + jnp.where(negatives, on_neg, 0.0)
+    return jnp.sum(terms, axis=1), None
+
+
+def _mio_streamed(embeddings, labels, temperature, l2_weight, valid, axis_name, block):
+    """MIO streamed over blocks of ``block`` anchor rows, after a pass counting pairs."""
+    rows = blockwise.gather_rows(embeddings, labels, valid, axis_name)
+    counts = blockwise.map_row_blocks(
+        _pair_counts,
+        (labels, rows.index, rows.anchor_valid),
+        (rows.candidate_data, rows.candidate_valid),
+        block,
+    )
+    totals = _core.psum_if(jnp.sum(counts.astype(jnp.float32), axis=0), axis_name)
+    inv_pos, inv_neg = 1.0 / jnp.maximum(totals[0], 1.0), 1.0 / jnp.maximum(totals[1], 1.0)
+    params = tuple(
+        blockwise.like_anchors(p, rows.anchors)
+        for p in (
+            temperature,
+            inv_pos,
+            inv_neg,
+            jnp.asarray(l2_weight, jnp.float32) * inv_pos / embeddings.shape[1],
+        )
+    )
+    sq_norm = jnp.sum(jnp.square(rows.anchors), axis=1)
+    total, _ = blockwise.stream_rows(
+        _mio_block,
+        rows.anchors,
+        rows.candidates,
+        params,
+        (labels, rows.index, rows.anchor_valid, sq_norm),
+        (rows.candidate_data, rows.candidate_valid, _core.all_gather_rows(sq_norm, axis_name)),
+        block,
+    )
+    return _core.differentiable_psum(total, axis_name)

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, blockwise
 
 Array = jax.Array
 
@@ -86,6 +86,7 @@ def soft_target_infonce(
     class_prior: Array | None = None,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """Soft-target InfoNCE, Hugger & Uhlmann Eq. (12) (spec §1.6, matrix form).
 
@@ -121,6 +122,11 @@ def soft_target_infonce(
       class_prior: optional float [K] noise distribution eta (>= 0).
       axis_name: mesh/pmap axis to gather the targets over (see ``_core``).
       valid: optional bool [B]; False rows are padding.
+      block_size: stream over blocks of this many anchor rows (O(block·B_g)
+        memory instead of O(B·B_g), see ``blockwise``: ``M`` is ``scores`` against
+        the gathered targets, the same row-block product as the embedding
+        losses); None chooses the dense form up to
+        ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, the mean of ``l_a`` over anchor rows of the global batch.
@@ -133,14 +139,39 @@ def soft_target_infonce(
     scores = logits / jnp.asarray(temperature, jnp.float32) - log_prior[None, :]
     global_targets = _core.all_gather_rows(targets, axis_name)
     candidate_ok = _core.all_gather_rows(anchor_ok, axis_name)
+    offset = _core.local_row_offset(logits.shape[0], axis_name)
+    block = blockwise.choose_block(block_size, global_targets.shape[0])
+    if block is not None:
+        total, _ = blockwise.stream_rows(
+            _soft_target_block,
+            scores,
+            global_targets,
+            (),
+            (offset + jnp.arange(logits.shape[0]), anchor_ok),
+            candidate_ok,
+            block,
+        )
+        return blockwise.global_mean(total, anchor_ok, axis_name)
     m = jnp.einsum(
         "ak,bk->ab", scores, global_targets, precision=jax.lax.Precision.HIGHEST
     )
-    offset = _core.local_row_offset(logits.shape[0], axis_name)
     is_self = (offset + jnp.arange(m.shape[0]))[:, None] == jnp.arange(m.shape[1])[None, :]
     positive = jnp.sum(jnp.where(is_self, m, 0.0), axis=1)
     per_anchor = _core.masked_logsumexp(m, candidate_ok[None, :], axis=1) - positive
     return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
+
+
+def _soft_target_block(m, params, rows, candidate_ok):
+    """Row-block function of soft-target InfoNCE for :func:`blockwise.stream_rows`.
+
+    ``(M [b, B_g], (), (global index, anchor_ok) [b], candidate_ok [B_g])`` ->
+    (``l_a`` of anchor rows, 0 elsewhere [b]; None).
+    """
+    index, anchor_ok = rows
+    is_self = index[:, None] == jnp.arange(m.shape[1])[None, :]
+    positive = jnp.sum(jnp.where(is_self, m, 0.0), axis=1)
+    per_anchor = _core.masked_logsumexp(m, candidate_ok[None, :], axis=1) - positive
+    return jnp.where(anchor_ok, per_anchor, 0.0), None
 
 
 def soft_target_cross_entropy(
