@@ -1,0 +1,495 @@
+"""Reproduce SINCERE vs SupCon (seed 000) at CPU scale: Tables 1-2, Figs. 2-3, batch contrast.
+
+    python experiments/reproduce/sincere.py                    # cluttered digits (spec §7.7 proxy)
+    python experiments/reproduce/sincere.py --dataset cifar10  # CIFAR-10 16x16 (see RESULTS_sincere)
+    python experiments/reproduce/sincere.py --quick            # plain digits, 8 steps (< 2 min idle)
+
+For each of two batch sizes (the second has about a quarter of the same-class partners per
+anchor: the paper's CIFAR-10 vs CIFAR-100 contrast, with the data held fixed) and each of three
+seeds, pretrain SINCERE and SupCon with the dataset's config in ``experiments/configs/sincere_*``
+(same encoder, schedule and tau = 0.1; only the loss differs), then on the frozen network:
+
+* Table 1: mean pretraining loss over the first and the last fifth of the steps, next to the
+  reference values of spec/sincere-supcon.md §7.5: the value at constant embeddings (SupCon
+  ``log(n - 1)``, SINCERE ``E log(1 + |N_t|)``) and SupCon's floor ``E log |P_t|``.
+* Fig. 2: class-by-class mean cosine similarity of the test set (``M_ab``, self pairs
+  excluded), of the L2-normalised projection-head output (spec §9 A5 default) and of the encoder
+  features; within = mean diagonal, between = mean off-diagonal.
+* Fig. 3: within-class vs class-vs-rest cosine histograms of class 9 (CIFAR-10's "truck").
+* Table 2: linear probe (spec §7.2 protocol) top-1/top-5 test accuracy with 95 % percentile
+  bootstrap intervals (1,000 resamples) and the paired bootstrap of SINCERE - SupCon.
+
+Resumable: a finished run (its per-run JSON exists) is skipped, an unfinished one resumes from
+its checkpoint. Work directories go to ``--runs_dir`` (checkpoints, logs, test embeddings);
+per-run JSON, ``summary.json``, ``tables.md`` and the PNG figures go to ``--results_dir``
+(default ``experiments/results/sincere/<dataset>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "experiments" / "configs"
+#: dataset -> (config file, batch sizes). The first batch size is the main setting; the second
+#: has about a quarter of the same-class partners per anchor (the many-class contrast).
+SETTINGS = {
+    "digits_cluttered": (CONFIGS / "sincere_digits.py", (128, 32)),
+    "cifar10": (CONFIGS / "sincere_cifar10.py", (64, 16)),
+}
+LOSSES = ("sincere", "supcon")
+FULL_SEEDS = (0, 1, 2)
+#: Table 1's "initial" and "final" losses: means over the first and the last fifth of the steps.
+LOSS_WINDOW = 0.2
+#: CIFAR-10's "truck", the class of the paper's Fig. 3.
+HIST_CLASS = 9
+RESAMPLES = 1000
+PROBE_EPOCHS = {"full": 100, "quick": 5}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One pretraining run: dataset, loss, seed and batch size (images per step)."""
+
+    dataset: str
+    loss: str
+    seed: int
+    batch: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}_b{self.batch}_{self.loss}_s{self.seed}"
+
+
+def base_config(dataset: str, quick: bool) -> ml_collections.ConfigDict:
+    """The experiment config of ``dataset``; ``quick`` cuts it to 8 steps on plain digits."""
+    spec = importlib.util.spec_from_file_location("sincere_config", SETTINGS[dataset][0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    if quick:
+        config.data.dataset = "digits"
+        config.data.image_size = None
+        config.data.augmentation = "auto"
+        config.data.train_subset = None
+        config.model.encoder.width = 0.125
+        config.optimizer.warmup_steps = 2
+        config.train.total_steps = 8
+        config.train.log_every = 1
+        config.train.checkpoint_every = 4
+    return config
+
+
+def run_config(base: ml_collections.ConfigDict, run: RunSpec) -> ml_collections.ConfigDict:
+    """``base`` with the run's loss, seed and batch size."""
+    config = ml_collections.ConfigDict(base.to_dict())
+    config.loss.name = run.loss
+    config.seed = run.seed
+    config.data.global_batch_size = run.batch
+    return config
+
+
+def read_losses(workdir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, losses) logged in ``workdir/metrics.jsonl``; a resumed step keeps its last entry."""
+    by_step: dict[int, float] = {}
+    with open(workdir / "metrics.jsonl", encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            if "loss" in record:
+                by_step[int(record["step"])] = float(record["loss"])
+    steps = np.array(sorted(by_step), dtype=np.int64)
+    return steps, np.array([by_step[s] for s in steps], dtype=np.float64)
+
+
+def loss_references(train_labels: np.ndarray, batch: int, views: int, seed: int = 0) -> dict:
+    """Reference loss values of random ``batch``-image batches (spec §7.5, §8 T4).
+
+    Over 2,000 batches drawn without replacement from ``train_labels`` (n = views * batch
+    embeddings each), the anchor-weighted means of ``log |P_t|`` (SupCon's floor),
+    ``log(n - 1)`` (SupCon at constant embeddings), ``log(1 + |N_t|)`` (SINCERE at constant
+    embeddings) and of ``|P_t|`` (same-class views per anchor, the quantity the paper varies).
+    """
+    rng = np.random.default_rng(seed)
+    k = int(train_labels.max()) + 1
+    floors, const_sincere, positives = [], [], []
+    for _ in range(2000):
+        counts = np.bincount(rng.choice(train_labels, batch, replace=False), minlength=k) * views
+        weights = counts / counts.sum()
+        present = counts > 0
+        pos = counts[present] - 1
+        floors.append(np.sum(weights[present] * np.log(np.maximum(pos, 1))))
+        const_sincere.append(np.sum(weights[present] * np.log1p(views * batch - counts[present])))
+        positives.append(np.sum(weights[present] * pos))
+    return {
+        "supcon_floor": float(np.mean(floors)),
+        "supcon_constant": float(np.log(views * batch - 1)),
+        "sincere_constant": float(np.mean(const_sincere)),
+        "positives_per_anchor": float(np.mean(positives)),
+    }
+
+
+def _bits(correct: np.ndarray) -> str:
+    return np.packbits(correct.astype(bool)).tobytes().hex()
+
+
+def _unbits(text: str, n: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(bytes.fromhex(text), np.uint8))[:n].astype(bool)
+
+
+def _similarities(z: np.ndarray, labels: np.ndarray, num_classes: int) -> dict:
+    from contrastive_jax import metrics
+
+    matrix = metrics.class_similarity_matrix(z, labels, num_classes)
+    within, between = metrics.within_between_similarities(z, labels, HIST_CLASS % num_classes)
+    return {
+        "matrix": np.round(matrix, 6).tolist(),
+        **metrics.similarity_summary(matrix),
+        "hist_class_within": float(within.mean()),
+        "hist_class_between": float(between.mean()),
+    }
+
+
+def train_run(config: ml_collections.ConfigDict, workdir: Path) -> None:
+    """Pretrains (or resumes) one run; a run already at its last step returns at once."""
+    from contrastive_jax.train import loop
+
+    loop.train(config, str(workdir))
+
+
+def evaluate_run(run: RunSpec, workdir: Path, probe_epochs: int) -> dict:
+    """Everything one run contributes: loss table entries, similarities, probe accuracies.
+
+    Also saves the test projections to ``workdir/test_embeddings.npz`` for the figures.
+    """
+    from contrastive_jax import data as data_lib
+    from contrastive_jax import eval as eval_lib
+    from contrastive_jax.embed import embed_split
+    from contrastive_jax.train.pretrained import load_pretrained
+
+    pretrained = load_pretrained(str(workdir))
+    config = pretrained.config
+    source = data_lib.load_source(config.data)
+    train = embed_split(pretrained.network, config.data, "train", source=source)
+    test = embed_split(pretrained.network, config.data, "test", source=source)
+    test_proj = embed_split(
+        pretrained.network, config.data, "test", output="projections", source=source
+    )
+    np.savez(workdir / "test_embeddings.npz", z=test_proj.features, labels=test_proj.labels)
+    k = source.num_classes
+
+    probe = eval_lib.train_linear_classifier(
+        train.features,
+        train.labels,
+        num_classes=k,
+        epochs=probe_epochs,
+        warmup_epochs=min(10, probe_epochs - 1),
+        seed=run.seed,
+    )
+    logits = eval_lib.predict_logits(probe, test.features)
+    k5 = min(5, k)
+    correct = {f"top{t}": eval_lib.topk_correct(logits, test.labels, t) for t in (1, k5)}
+
+    steps, losses = read_losses(workdir)
+    total = int(config.train.total_steps)
+    window = max(1, round(LOSS_WINDOW * total))
+    return {
+        "run": dataclasses.asdict(run),
+        "step": pretrained.step,
+        "dataset": source.name,
+        "num_train": int(len(train.labels)),
+        "num_test": int(len(test.labels)),
+        "steps_per_epoch": len(train.labels) // config.data.global_batch_size,
+        "loss_window_steps": window,
+        "loss_initial": float(losses[steps <= window].mean()),
+        "loss_final": float(losses[steps > total - window].mean()),
+        "loss_curve": {"steps": steps.tolist(), "loss": np.round(losses, 5).tolist()},
+        "references": loss_references(
+            train.labels, config.data.global_batch_size, config.data.num_views
+        ),
+        "similarity": {
+            "projection": _similarities(test_proj.features, test_proj.labels, k),
+            "encoder": _similarities(test.features, test.labels, k),
+        },
+        "linear": {
+            name: {**eval_lib.bootstrap_accuracy(c, resamples=RESAMPLES, seed=0), "bits": _bits(c)}
+            for name, c in correct.items()
+        },
+        "class_names": list(source.class_names),
+    }
+
+
+def _mean_std(values: list[float]) -> dict:
+    a = np.asarray(values, np.float64)
+    return {
+        "mean": float(a.mean()),
+        "std": float(a.std(ddof=1)) if a.size > 1 else 0.0,
+        "n": int(a.size),
+        "values": a.tolist(),
+    }
+
+
+def aggregate(results: dict[str, dict], runs: list[RunSpec], seeds: tuple[int, ...]) -> dict:
+    """Per batch size: mean +- std over seeds of every claim's statistic, and paired tests."""
+    dataset = runs[0].dataset
+    summary: dict = {}
+    for batch in sorted({r.batch for r in runs}, reverse=True):
+        pairs = [
+            (
+                results[RunSpec(dataset, "sincere", s, batch).name],
+                results[RunSpec(dataset, "supcon", s, batch).name],
+            )
+            for s in seeds
+            if RunSpec(dataset, "sincere", s, batch).name in results
+            and RunSpec(dataset, "supcon", s, batch).name in results
+        ]
+        if not pairs:
+            continue
+        entry: dict = {"seeds": len(pairs), "references": pairs[0][0]["references"]}
+        for i, loss in enumerate(LOSSES):
+            rs = [p[i] for p in pairs]
+            entry[loss] = {
+                "loss_initial": _mean_std([r["loss_initial"] for r in rs]),
+                "loss_final": _mean_std([r["loss_final"] for r in rs]),
+                **{
+                    f"{space}_{key}": _mean_std([r["similarity"][space][key] for r in rs])
+                    for space in ("projection", "encoder")
+                    for key in ("mean_within", "mean_between")
+                },
+                **{
+                    f"linear_{top}": _mean_std([100 * r["linear"][top]["accuracy"] for r in rs])
+                    for top in rs[0]["linear"]
+                },
+                "linear_per_seed": [
+                    {
+                        top: {k: 100 * v[k] for k in ("accuracy", "low", "high")}
+                        for top, v in r["linear"].items()
+                    }
+                    for r in rs
+                ],
+            }
+        entry["supcon_minus_sincere"] = {
+            f"{space}_{key}": _mean_std(
+                [
+                    sup["similarity"][space][key] - sin["similarity"][space][key]
+                    for sin, sup in pairs
+                ]
+            )
+            for space in ("projection", "encoder")
+            for key in ("mean_within", "mean_between")
+        }
+        paired = {}
+        for top in pairs[0][0]["linear"]:
+            tests = []
+            for sin, sup in pairs:
+                n = sin["num_test"]
+                d = _paired(sin["linear"][top]["bits"], sup["linear"][top]["bits"], n)
+                tests.append({k: (100 * v if k != "significant" else v) for k, v in d.items()})
+            paired[top] = tests
+        entry["paired_sincere_minus_supcon"] = paired
+        summary[f"b{batch}"] = entry
+    return summary
+
+
+def _paired(bits_a: str, bits_b: str, n: int) -> dict:
+    from contrastive_jax import eval as eval_lib
+
+    return eval_lib.paired_bootstrap_difference(
+        _unbits(bits_a, n), _unbits(bits_b, n), resamples=RESAMPLES, seed=0
+    )
+
+
+def _pm(stat: dict, digits: int = 3) -> str:
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def tables(summary: dict) -> str:
+    """Markdown tables of ``summary`` (mean ± std over seeds)."""
+    lines = []
+    for key, e in summary.items():
+        ref = e["references"]
+        lines += [
+            f"### batch {key[1:]} ({e['seeds']} seeds; mean same-class partners per anchor "
+            f"|P_t| = {ref['positives_per_anchor']:.1f})",
+            "",
+            "| loss | initial loss | final loss | constant-embedding value | SupCon floor "
+            "E log|P_t| |",
+            "|---|---|---|---|---|",
+        ]
+        for loss in LOSSES:
+            const = ref[f"{loss}_constant"]
+            floor = f"{ref['supcon_floor']:.3f}" if loss == "supcon" else "0"
+            lines.append(
+                f"| {loss} | {_pm(e[loss]['loss_initial'])} | {_pm(e[loss]['loss_final'])} "
+                f"| {const:.3f} | {floor} |"
+            )
+        lines += ["", "| loss | space | within | between |", "|---|---|---|---|"]
+        for loss in LOSSES:
+            for space in ("projection", "encoder"):
+                lines.append(
+                    f"| {loss} | {space} | {_pm(e[loss][f'{space}_mean_within'])} "
+                    f"| {_pm(e[loss][f'{space}_mean_between'])} |"
+                )
+        for space in ("projection", "encoder"):
+            d = e["supcon_minus_sincere"]
+            lines.append(
+                f"| SupCon − SINCERE | {space} | {_pm(d[f'{space}_mean_within'])} "
+                f"| {_pm(d[f'{space}_mean_between'])} |"
+            )
+        tops = list(e["paired_sincere_minus_supcon"])
+        lines += [
+            "",
+            "| loss | "
+            + " | ".join(f"{t} mean ± std (%)" for t in tops)
+            + " | per-seed "
+            + " / ".join(tops)
+            + " [95 % CI] |",
+            "|---|" + "---|" * (len(tops) + 1),
+        ]
+        for loss in LOSSES:
+            per_seed = "; ".join(
+                " / ".join(
+                    f"{s[t]['accuracy']:.2f} [{s[t]['low']:.2f}, {s[t]['high']:.2f}]" for t in tops
+                )
+                for s in e[loss]["linear_per_seed"]
+            )
+            lines.append(
+                f"| {loss} | "
+                + " | ".join(_pm(e[loss][f"linear_{t}"], 2) for t in tops)
+                + f" | {per_seed} |"
+            )
+        lines += ["", "| paired SINCERE − SupCon (pp) | per seed: diff [95 % CI] |", "|---|---|"]
+        for t in tops:
+            tests = e["paired_sincere_minus_supcon"][t]
+            cells = "; ".join(
+                f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
+                + (" significant" if d["significant"] else "")
+                for d in tests
+            )
+            lines.append(f"| {t} | {cells} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_figures(
+    results: dict[str, dict], runs_dir: Path, out: Path, dataset: str, batches, seed: int
+) -> None:
+    """Fig. 2 and Fig. 3 panels for ``seed`` of each batch size; loss curves of every run."""
+    from matplotlib.figure import Figure
+
+    from contrastive_jax import eval as eval_lib
+
+    for batch in batches:
+        names = {loss: RunSpec(dataset, loss, seed, batch).name for loss in LOSSES}
+        if not all((runs_dir / n / "test_embeddings.npz").exists() for n in names.values()):
+            continue
+        loaded = {loss: np.load(runs_dir / n / "test_embeddings.npz") for loss, n in names.items()}
+        z = {f"{loss} (batch {batch}, seed {seed})": d["z"] for loss, d in loaded.items()}
+        labels = loaded["sincere"]["labels"]
+        class_names = results[names["sincere"]]["class_names"]
+        eval_lib.plot_class_similarity(
+            z, labels, class_names, out / f"fig2_similarity_b{batch}.png"
+        )
+        eval_lib.plot_within_between_histograms(
+            z,
+            labels,
+            HIST_CLASS % len(class_names),
+            class_names,
+            out / f"fig3_histograms_b{batch}.png",
+        )
+    fig = Figure(figsize=(6.0 * len(batches), 3.8), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(batches)))
+    for ax, batch in zip(axes, batches, strict=True):
+        for loss, colour in zip(LOSSES, ("tab:blue", "tab:orange"), strict=True):
+            for r in results.values():
+                if r["run"]["batch"] == batch and r["run"]["loss"] == loss:
+                    c = r["loss_curve"]
+                    ax.plot(
+                        c["steps"],
+                        c["loss"],
+                        color=colour,
+                        alpha=0.7,
+                        label=loss if r["run"]["seed"] == seed else None,
+                    )
+                    ref = r["references"]
+        if any(r["run"]["batch"] == batch for r in results.values()):
+            ax.axhline(
+                ref["supcon_floor"],
+                color="tab:orange",
+                ls="--",
+                lw=1,
+                label="SupCon floor E log|P_t|",
+            )
+        ax.set_title(f"pretraining loss, batch {batch}")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.legend(fontsize=8)
+    fig.savefig(out / "table1_loss_curves.png", dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="digits, 8 steps, one seed")
+    parser.add_argument("--dataset", choices=sorted(SETTINGS), default="digits_cluttered")
+    parser.add_argument("--runs_dir", type=Path, default=None)
+    parser.add_argument("--results_dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    runs_dir = args.runs_dir or ROOT / "runs" / ("sincere_quick" if args.quick else "sincere")
+    out = args.results_dir or (
+        runs_dir / "results"
+        if args.quick
+        else ROOT / "experiments" / "results" / "sincere" / args.dataset
+    )
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    seeds = (0,) if args.quick else FULL_SEEDS
+    batches = (64, 16) if args.quick else SETTINGS[args.dataset][1]
+    dataset = "digits" if args.quick else args.dataset
+    runs = [RunSpec(dataset, loss, s, b) for b in batches for s in seeds for loss in LOSSES]
+    base = base_config(args.dataset, args.quick)
+
+    results: dict[str, dict] = {}
+    for i, run in enumerate(runs, 1):
+        path = out / "runs" / f"{run.name}.json"
+        workdir = runs_dir / run.name
+        if path.exists():
+            results[run.name] = json.loads(path.read_text())
+            print(f"[{i}/{len(runs)}] {run.name}: done, skipped", flush=True)
+            continue
+        start = time.time()
+        print(f"[{i}/{len(runs)}] {run.name}: pretraining in {workdir}", flush=True)
+        train_run(run_config(base, run), workdir)
+        print(f"[{i}/{len(runs)}] {run.name}: evaluating", flush=True)
+        results[run.name] = evaluate_run(run, workdir, PROBE_EPOCHS[mode])
+        results[run.name]["seconds"] = round(time.time() - start, 1)
+        path.write_text(json.dumps(results[run.name], indent=1))
+        r = results[run.name]
+        print(
+            f"[{i}/{len(runs)}] {run.name}: loss {r['loss_initial']:.3f} -> {r['loss_final']:.3f}, "
+            f"top-1 {100 * r['linear']['top1']['accuracy']:.2f} %, "
+            f"{r['seconds']:.0f} s",
+            flush=True,
+        )
+
+    summary = aggregate(results, runs, seeds)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    text = tables(summary)
+    (out / "tables.md").write_text(text)
+    plot_figures(results, runs_dir, out, dataset, batches, seeds[0])
+    print(text)
+    print(f"results in {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())
