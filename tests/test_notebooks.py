@@ -1,0 +1,108 @@
+"""The notebooks in ``notebooks/``: committed outputs are complete and error-free, and
+every notebook runs top to bottom in a fresh kernel (nbclient, ``notebooks`` extra).
+
+The committed files are never rewritten here: execution happens in memory
+(``notebooks/run.py``'s ``execute``). Notebook 05 runs against a 20-step
+quickstart it starts itself in a temporary work directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+EXPECTED = [
+    "01_loss_tour",
+    "02_projnce_mutual_information",
+    "03_soft_targets",
+    "04_conditional_uniformity",
+    "05_explore_a_checkpoint",
+]
+#: Run in `make test` (each well under a minute of CPU); the others are `slow`.
+FAST = {"04_conditional_uniformity"}
+MAX_BYTES = 1_000_000
+
+
+def _load(path: Path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _code_cells(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+
+
+def _outputs(cells: list[dict]) -> list[dict]:
+    return [o for c in cells for o in c.get("outputs", [])]
+
+
+def _stale_problems(nb: dict) -> list[str]:
+    """Why a notebook's stored outputs are not one clean top-to-bottom run (empty if they are)."""
+    problems = []
+    cells = _code_cells(nb)
+    counts = [c.get("execution_count") for c in cells]
+    if counts != list(range(1, len(cells) + 1)):
+        problems.append(f"execution counts {counts} are not 1..{len(cells)} in order")
+    for i, out in enumerate(_outputs(cells)):
+        if out.get("output_type") == "error":
+            problems.append(f"output {i} is an error: {out.get('ename')}: {out.get('evalue')}")
+        if out.get("output_type") == "stream" and "Traceback" in "".join(out.get("text", "")):
+            problems.append(f"output {i} prints a traceback")
+    if not any("image/png" in o.get("data", {}) for o in _outputs(cells)):
+        problems.append("no figure in the outputs")
+    return problems
+
+
+def test_every_notebook_is_committed():
+    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_outputs_are_fresh(path):
+    assert path.stat().st_size < MAX_BYTES, f"{path.name} is {path.stat().st_size} bytes"
+    nb = _load(path)
+    assert nb["nbformat"] == 4
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    assert _stale_problems(nb) == []
+
+
+def test_stale_check_catches_errors_and_unexecuted_cells():
+    nb = _load(NOTEBOOK_DIR / "04_conditional_uniformity.ipynb")
+    cells = _code_cells(nb)
+    cells[1]["outputs"] = [{"output_type": "error", "ename": "ValueError", "evalue": "x"}]
+    cells[2]["execution_count"] = None
+    problems = _stale_problems(nb)
+    assert any("ValueError" in p for p in problems)
+    assert any("execution counts" in p for p in problems)
+
+
+def _runner():
+    pytest.importorskip("nbclient", reason="the `notebooks` extra is not installed")
+    spec = importlib.util.spec_from_file_location("notebook_runner", NOTEBOOK_DIR / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _params():
+    for path in NOTEBOOKS:
+        marks = () if path.stem in FAST else (pytest.mark.slow,)
+        yield pytest.param(path, id=path.stem, marks=marks)
+
+
+@pytest.mark.parametrize("path", list(_params()))
+def test_notebook_runs(path, tmp_path):
+    runner = _runner()
+    env = {
+        "CONTRASTIVE_JAX_CHECKPOINT": str(tmp_path / "quickstart"),
+        "CONTRASTIVE_JAX_QUICKSTART_FLAGS": "--config.train.total_steps=20",
+    }
+    nb = runner.execute(path, timeout=900, env=env)
+    assert _stale_problems(nb) == []
+    if path.stem == "05_explore_a_checkpoint":
+        assert any((tmp_path / "quickstart" / "checkpoints").iterdir())
