@@ -2,6 +2,7 @@
 
     python experiments/reproduce/soft_target_toy.py            # full: 2 constructions x 9 levels x 2 losses x 10 seeds
     python experiments/reproduce/soft_target_toy.py --quick    # tiny version (< 1 min), own --out
+    python experiments/reproduce/soft_target_toy.py --constructions alt --levels 0 40 --losses nll
 
 Set-up (paper §3.1; unstated details from spec/soft-target-infonce.md §2.1):
 
@@ -283,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny version (< 1 min)")
     parser.add_argument("--out", type=Path, default=None, help=f"default {DEFAULT_OUT}")
     parser.add_argument("--constructions", nargs="+", default=list(CONSTRUCTIONS))
+    parser.add_argument("--levels", nargs="+", type=int, default=None, help="subset of levels")
+    parser.add_argument("--losses", nargs="+", default=list(LOSSES), help="subset of losses")
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         parser.error("--quick needs --out (keep tiny runs out of the results directory)")
@@ -291,8 +294,15 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"`--constructions`: unknown {c!r}; choose from {CONSTRUCTIONS}")
     out = args.out or DEFAULT_OUT
     cfg = QUICK if args.quick else Config()
-    groups = make_group(cfg, "nll"), make_group(cfg, "infonce")
-    todo = [(c, lv, n) for c in args.constructions for lv in cfg.levels for n in LOSSES]
+    levels = cfg.levels if args.levels is None else args.levels
+    for name in args.losses:
+        if name not in LOSSES:
+            raise ValueError(f"`--losses`: unknown {name!r}; choose from {LOSSES}")
+    for level in levels:
+        if level not in cfg.levels:
+            raise ValueError(f"`--levels`: {level} is not one of {cfg.levels}")
+    groups = {name: make_group(cfg, name) for name in args.losses}
+    todo = [(c, lv, n) for c in args.constructions for lv in levels for n in args.losses]
     progress = common.Progress(len(todo), "soft_target_toy")
     keys = jax.random.split(jax.random.key(0), cfg.seeds)
     for construction, level, name in todo:
@@ -302,8 +312,9 @@ def main(argv: list[str] | None = None) -> None:
             progress.log(f"skip {setting}/{name} (done)")
             continue
         start = time.time()
-        group = groups[LOSSES.index(name)]
-        res = jax.device_get(group(keys, jnp.asarray(modes(level, construction), jnp.float32)))
+        res = jax.device_get(
+            groups[name](keys, jnp.asarray(modes(level, construction), jnp.float32))
+        )
         seconds = time.time() - start
         for s, path in enumerate(paths):
             common.save_json(
