@@ -2,7 +2,7 @@
 every notebook runs top to bottom in a fresh kernel (nbclient, ``notebooks`` extra).
 
 The committed files are never rewritten here: execution happens in memory
-(``notebooks/run.py``'s ``execute``). Notebook 05 runs against a 20-step
+(``notebooks/run.py``'s ``execute``). Notebook 05 runs against a 30-step
 quickstart it starts itself in a temporary work directory.
 """
 
@@ -100,7 +100,7 @@ def test_notebook_runs(path, tmp_path):
     runner = _runner()
     env = {
         "CONTRASTIVE_JAX_CHECKPOINT": str(tmp_path / "quickstart"),
-        "CONTRASTIVE_JAX_QUICKSTART_FLAGS": "--config.train.total_steps=20",
+        "CONTRASTIVE_JAX_QUICKSTART_FLAGS": "--config.train.total_steps=30",
     }
     nb = runner.execute(path, timeout=900, env=env)
     assert _stale_problems(nb) == []
