@@ -88,6 +88,7 @@ def _dot(x: Array, y: Array) -> Array:
 
 def _blocked_inputs(anchors, row_data, block):
     n = anchors.shape[0]
+    block = min(block, n)
     num_blocks = -(-n // block)
     live = jnp.arange(num_blocks * block) < n
     return _to_blocks((anchors, row_data), block, num_blocks) + (
@@ -290,6 +291,7 @@ def map_row_blocks(fn: Callable[[Any, Any], Any], row_data: Any, col_data: Any,
     For label-only statistics (pair counts) that need no embeddings; memory O(block·m).
     """
     n = jax.tree.leaves(row_data)[0].shape[0]
+    block = min(block, n)
     num_blocks = -(-n // block)
     blocks = _to_blocks(row_data, block, num_blocks)
     return _unblock(jax.lax.map(lambda rows: fn(rows, col_data), blocks), n)

@@ -1,0 +1,243 @@
+"""Speed and peak memory of the NCE-family losses, dense and streamed (issue 7).
+
+    XLA_FLAGS= python experiments/bench/losses.py                 # full table (long)
+    XLA_FLAGS= python experiments/bench/losses.py --quick         # smoke test, seconds
+    XLA_FLAGS= python experiments/bench/losses.py --sizes 8192 --losses supcon,sincere
+
+For each N (D = 128) one process times, side by side and in interleaved rounds
+(median of ``--repeats``), ``jax.value_and_grad`` of every case and one
+``z @ z.T`` product, and prints each time and its ratio to the product. Cases
+``loss:variant``: ``dense`` (the [N, N] path, forced at every N), ``block``
+(streamed, ``blockwise.BLOCK_ELEMENTS // N`` anchor rows per block) or
+``block<rows>``, ``naive`` (the formula written the obvious way, jitted) and
+``optax`` (``optax.losses.ntxent``). Then each case runs once more in its own
+subprocess, which reports its peak resident memory (``ru_maxrss``, which
+includes the ~0.3 GiB of the Python/JAX runtime). A case whose compiled
+arguments and temporaries exceed half the available memory is reported as
+``does not fit`` and not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+D = 128
+TEMPERATURE = 0.1
+SIZES = (2048, 8192, 32768, 65536)
+LOSSES = ("supcon", "sincere", "nt_xent", "y_aware_infonce", "mio", "soft_target_infonce")
+#: Classes of the supervised losses' labels (CIFAR-100-like); NT-Xent uses pairs.
+NUM_CLASSES = 100
+
+
+def _available_bytes() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("MemAvailable not found in /proc/meminfo")
+
+
+def _inputs(name: str, n: int):
+    """The loss's two array arguments for N rows (deterministic)."""
+    import jax
+    import jax.numpy as jnp
+
+    key_z, key_second = jax.random.split(jax.random.PRNGKey(0))
+    if name == "soft_target_infonce":
+        logits = jax.random.normal(key_z, (n, D), jnp.float32)
+        targets = jax.nn.softmax(3.0 * jax.random.normal(key_second, (n, D), jnp.float32))
+        return logits, targets
+    z = jax.random.normal(key_z, (n, D), jnp.float32)
+    if name == "y_aware_infonce":
+        return z, jax.random.uniform(key_second, (n,), jnp.float32, 20.0, 80.0)
+    if name in ("nt_xent", "mio", "optax_ntxent"):
+        return z, jnp.arange(n) // 2
+    return z, jax.random.randint(key_second, (n,), 0, NUM_CLASSES)
+
+
+def _naive(kind: str) -> Callable:
+    """The formula written the obvious way (SupContrast style), jitted as is."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(z, labels):
+        z = z / jnp.linalg.norm(z, axis=1, keepdims=True)
+        s = z @ z.T / TEMPERATURE
+        eye = jnp.eye(z.shape[0], dtype=bool)
+        pos = (labels[:, None] == labels[None, :]) & ~eye
+        count = pos.sum(1)
+        if kind == "sincere":
+            lse_neg = jax.nn.logsumexp(jnp.where(labels[:, None] != labels[None, :], s, -jnp.inf), 1)
+            pair = jnp.logaddexp(s, lse_neg[:, None]) - s
+        else:
+            pair = jax.nn.logsumexp(jnp.where(eye, -jnp.inf, s), 1)[:, None] - s
+        per_anchor = jnp.sum(jnp.where(pos, pair, 0.0), 1) / jnp.maximum(count, 1)
+        ok = count > 0
+        return jnp.sum(jnp.where(ok, per_anchor, 0.0)) / jnp.maximum(ok.sum(), 1)
+
+    return loss
+
+
+def case_fn(case: str, n: int) -> tuple[Callable, tuple]:
+    """(jitted value_and_grad, arguments) of a case ``loss:variant``; ``matmul`` is z @ z.T."""
+    import jax
+
+    from contrastive_jax import losses
+    from contrastive_jax.losses import blockwise
+
+    if case == "matmul":
+        z, _ = _inputs("supcon", n)
+        return jax.jit(lambda x: x @ x.T), (z,)
+    name, variant = case.split(":")
+    first, second = _inputs(name, n)
+    if variant == "naive":
+        fn = _naive("sincere" if name == "sincere" else "supcon")
+    elif variant == "optax":
+        import optax
+
+        def fn(x, y):
+            return optax.losses.ntxent(x, y, temperature=TEMPERATURE)
+    else:
+        if variant == "dense":
+            block = None
+        elif variant == "block":
+            block = max(8, blockwise.BLOCK_ELEMENTS // n)
+        else:
+            block = int(variant.removeprefix("block"))
+        kwargs = {} if name == "soft_target_infonce" else {"temperature": TEMPERATURE}
+        loss = losses.get(name)
+
+        def fn(x, y):
+            return loss(x, y, block_size=block, **kwargs)
+
+        if variant == "dense":
+            # block_size=None is dense only up to the threshold: force the [N, N] path.
+            threshold = blockwise.BLOCKWISE_THRESHOLD
+            blockwise.BLOCKWISE_THRESHOLD = max(threshold, n)
+            try:
+                compiled = jax.jit(jax.value_and_grad(fn)).lower(first, second).compile()
+            finally:
+                blockwise.BLOCKWISE_THRESHOLD = threshold
+            return compiled, (first, second)
+    return jax.jit(jax.value_and_grad(fn)), (first, second)
+
+
+def fits(fn: Callable, args: tuple) -> bool:
+    """Compiled argument, output and temporary bytes below half the available memory
+    (the machine is shared)."""
+    compiled = fn.lower(*args).compile() if hasattr(fn, "lower") else fn
+    mem = compiled.memory_analysis()
+    need = mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes
+    return need < 0.5 * _available_bytes()
+
+
+def _block(x):
+    import jax
+
+    return jax.block_until_ready(x)
+
+
+def time_cases(cases: list[str], n: int, repeats: int) -> dict[str, float | str]:
+    """Median seconds per call of every case, measured in interleaved rounds."""
+    built = {}
+    for case in cases:
+        fn, args = case_fn(case, n)
+        if not fits(fn, args):
+            built[case] = None
+            continue
+        _block(fn(*args))  # compile and warm up
+        built[case] = (fn, args)
+    times: dict[str, list[float]] = {c: [] for c, b in built.items() if b is not None}
+    for _ in range(repeats):
+        for case, (fn, args) in ((c, b) for c, b in built.items() if b is not None):
+            start = time.perf_counter()
+            _block(fn(*args))
+            times[case].append(time.perf_counter() - start)
+    return {c: (float(np.median(times[c])) if c in times else "does not fit") for c in built}
+
+
+def child(case: str, n: int) -> None:
+    """Runs one (compiled) case once in this process; prints its time and peak memory as JSON."""
+    fn, args = case_fn(case, n)
+    fn = fn.lower(*args).compile() if hasattr(fn, "lower") else fn
+    if not fits(fn, args):
+        print(json.dumps({"case": case, "n": n, "status": "does not fit"}))
+        return
+    start = time.perf_counter()
+    _block(fn(*args))
+    seconds = time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"case": case, "n": n, "status": "ok", "seconds": seconds,
+                      "peak_mib": peak_kib / 1024}))
+
+
+def peak_memory(case: str, n: int) -> str:
+    env = dict(os.environ, XLA_FLAGS="", TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", case, "--sizes", str(n)],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return f"failed (exit {proc.returncode})"
+    result = json.loads(lines[-1])
+    return result["status"] if result["status"] != "ok" else f"{result['peak_mib']:.0f} MiB"
+
+
+def cases_for(losses: list[str]) -> list[str]:
+    cases = []
+    for name in losses:
+        cases += [f"{name}:dense", f"{name}:block"]
+        if name in ("supcon", "sincere", "nt_xent"):
+            cases.append(f"{name}:naive")
+        if name == "nt_xent":
+            cases.append("nt_xent:optax")
+    return cases
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--losses", default=",".join(LOSSES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-memory", action="store_true", help="skip the subprocesses")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: N=256, SupCon and NT-Xent, one repeat")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.losses, args.repeats = "256", "supcon,nt_xent", 1
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.child:
+        child(args.child, sizes[0])
+        return
+    import jax
+
+    cases = cases_for(args.losses.split(","))
+    print(f"# jax {jax.__version__}, {os.cpu_count()} CPUs, D={D}, "
+          f"median of {args.repeats} interleaved rounds; ratio = time / time(z @ z.T)")
+    print("| N | case | value_and_grad s | ratio to z@z.T | peak memory |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        times = time_cases(["matmul", *cases], n, args.repeats)
+        reference = times["matmul"]
+        for case in ["matmul", *cases]:
+            t = times[case]
+            ratio = f"{t / reference:.2f}" if isinstance(t, float) and isinstance(
+                reference, float) else "-"
+            shown = f"{t:.3f}" if isinstance(t, float) else t
+            memory = "-" if args.no_memory else peak_memory(case, n)
+            print(f"| {n} | {case} | {shown} | {ratio} | {memory} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

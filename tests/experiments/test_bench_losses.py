@@ -1,0 +1,38 @@
+"""experiments/bench/losses.py: the quick mode prints a full table; the memory
+subprocess reports a peak for a case that fits and refuses one that does not."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "bench" / "losses.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("_bench_losses", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_mode_prints_every_case_with_a_time_and_a_ratio(bench, capsys):
+    bench.main(["--quick", "--no-memory"])
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| 256 |")]
+    cases = [row.split("|")[2].strip() for row in rows]
+    assert cases == ["matmul", *bench.cases_for(["supcon", "nt_xent"])]
+    for row in rows:
+        _, _, _, seconds, ratio, memory, _ = row.split("|")
+        assert float(seconds) > 0 and float(ratio) > 0 and memory.strip() == "-"
+    assert next(r for r in rows if "| matmul |" in r).split("|")[4].strip() == "1.00"
+
+
+def test_peak_memory_subprocess(bench, monkeypatch):
+    assert re.fullmatch(r"\d+ MiB", bench.peak_memory("supcon:block", 64))
+    monkeypatch.setattr(bench, "_available_bytes", lambda: 1024)
+    fn, args = bench.case_fn("supcon:dense", 64)
+    assert not bench.fits(fn, args)
