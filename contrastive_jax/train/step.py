@@ -94,7 +94,8 @@ def make_train_step(
     batch_keys = ("views", "label", "index", "metadata")
 
     def per_device(params, batch_stats, key_data, local):
-        model = nnx.merge(graphdef, params, batch_stats, rest)
+        # copy=True: fresh variables of this trace, so the RNG streams can be reseeded.
+        model = nnx.merge(graphdef, params, batch_stats, rest, copy=True)
         device_key = jax.random.fold_in(
             jax.random.wrap_key_data(key_data), jax.lax.axis_index(DATA_AXIS)
         )

@@ -3,6 +3,7 @@ back, damaging them, and running the pretraining CLI in a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -13,8 +14,11 @@ import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
+from flax import nnx
 
 from contrastive_jax import data as data_lib
+from contrastive_jax import models
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.config import default_config
 from contrastive_jax.train.logging import METRICS_FILE
@@ -55,6 +59,33 @@ def tiny_config(total_steps: int = 6, checkpoint_every: int = 2) -> ml_collectio
     config.train.keep_checkpoints = 3
     config.train.log_every = 1
     return config
+
+
+class TinyEncoder(nnx.Module):
+    """Conv(3x3, stride 2) -> BN -> ReLU -> mean pool -> Dropout(0.2): [B, H, W, C] -> [B, 8].
+
+    A stand-in for the ResNet in the fast loop tests: seconds to compile, and
+    it has batch statistics and dropout, so exact resume covers both.
+    """
+
+    num_features = 8
+
+    def __init__(self, *, rngs: nnx.Rngs) -> None:
+        self.conv = nnx.Conv(3, 8, (3, 3), strides=(2, 2), rngs=rngs)
+        self.norm = nnx.BatchNorm(8, rngs=rngs)
+        self.dropout = nnx.Dropout(0.2, rngs=rngs)
+
+    def __call__(self, x):
+        y = nnx.relu(self.norm(self.conv(x)))
+        return self.dropout(y.mean(axis=(1, 2)))
+
+
+@contextlib.contextmanager
+def tiny_encoder():
+    """Makes ``train()`` build :class:`TinyEncoder` whatever ``config.model.encoder`` says."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(models, "create_encoder", lambda config, *, rngs: TinyEncoder(rngs=rngs))
+        yield
 
 
 def patch_batches(monkeypatch, change) -> None:

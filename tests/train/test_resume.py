@@ -23,9 +23,11 @@ TOTAL = 6
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compile_cache(tmp_path_factory):
+def fast_runs(tmp_path_factory):
+    """The tiny encoder and a compilation cache shared by the runs of this module."""
     previous = runs.enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
-    yield
+    with runs.tiny_encoder():
+        yield
     runs.restore_compilation_cache(previous)
 
 
