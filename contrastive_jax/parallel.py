@@ -32,29 +32,43 @@ def initialize_distributed(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
+    *,
+    heartbeat_timeout_seconds: int = 100,
 ) -> None:
     """Joins a multi-process job, or does nothing for a single process.
 
     With explicit arguments they are passed to ``jax.distributed.initialize``;
     without them it is called only when a cluster environment is detected
     (SLURM, Open MPI, Cloud TPU, ``JAX_COORDINATOR_ADDRESS``), letting JAX read
-    that environment.
+    that environment. On CPU, cross-process collectives use gloo.
+
+    When a process dies, the others stop (abort with "the JAX distributed
+    service detected fatal errors") once it has missed heartbeats for
+    ``heartbeat_timeout_seconds``, instead of hanging in a collective.
     """
     explicit = (coordinator_address, num_processes, process_id)
+    if heartbeat_timeout_seconds < 1:
+        raise ValueError(
+            f"heartbeat_timeout_seconds must be >= 1, got {heartbeat_timeout_seconds}"
+        )
     if any(a is not None for a in explicit):
         if any(a is None for a in explicit):
             raise ValueError(
                 "--coordinator_address, --num_processes and --process_id must be given together"
             )
-        jax.distributed.initialize(
+        if not 0 <= process_id < num_processes:
+            raise ValueError(f"process_id={process_id} not in [0, num_processes={num_processes})")
+        kwargs = dict(
             coordinator_address=coordinator_address,
             num_processes=num_processes,
             process_id=process_id,
         )
     elif any(os.environ.get(name) for name in _CLUSTER_ENV):
-        jax.distributed.initialize()
+        kwargs = {}
     else:
         return
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(**kwargs, heartbeat_timeout_seconds=heartbeat_timeout_seconds)
     logging.info(
         "process %d of %d, %d local and %d global devices",
         jax.process_index(),

@@ -9,7 +9,11 @@ to every process (or launch under SLURM / Open MPI / Cloud TPU, whose environmen
 the same --workdir resumes from its newest checkpoint.
 
 Exit codes: 0 done; 75 preempted by SIGTERM after saving a checkpoint (restart
-to continue); 65 non-finite loss or gradient; 2 bad config or environment.
+to continue); 65 non-finite loss or gradient; 74 a checkpoint could not be
+written (full disk?) or none could be read; 2 bad config, input (e.g. a corrupt
+image) or environment (unwritable --workdir, a checkpoint of another config).
+With several processes, when one dies the others abort (SIGABRT) after
+--heartbeat_timeout_seconds.
 """
 
 from __future__ import annotations
@@ -28,14 +32,28 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and l
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "HOST:PORT of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_timeout_seconds", 100,
+    "Multi-process: stop when another process has been silent this long.",
+)
 flags.mark_flags_as_required(["config", "workdir"])
+
+EXIT_USAGE = 2  # bad config, input or environment
 
 
 def main(argv: list[str]) -> int:
     del argv
     logging.getLogger("absl").setLevel(logging.WARNING)
-    initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    try:
+        initialize_distributed(
+            _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+            heartbeat_timeout_seconds=_HEARTBEAT.value,
+        )
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     from contrastive_jax.train import loop  # after distributed initialisation
+    from contrastive_jax.train.checkpoint import CheckpointError
 
     try:
         summary = loop.train(_CONFIG.value, _WORKDIR.value)
@@ -45,9 +63,12 @@ def main(argv: list[str]) -> int:
     except loop.NonFiniteLoss as err:
         print(f"error: {err}", file=sys.stderr)
         return loop.EXIT_NONFINITE
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return loop.EXIT_CHECKPOINT
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}, indent=2))
     return 0
 

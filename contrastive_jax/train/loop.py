@@ -32,7 +32,12 @@ from contrastive_jax import data as data_lib
 from contrastive_jax import models
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import objective, optim
-from contrastive_jax.train.checkpoint import Checkpointer, abstract_like, structure_signature
+from contrastive_jax.train.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    abstract_like,
+    structure_signature,
+)
 from contrastive_jax.train.logging import MetricLogger
 from contrastive_jax.train.step import PretrainModel, TrainState, make_train_step, split_model
 
@@ -43,6 +48,7 @@ BATCH_FIELDS = ("views", "label", "index", "metadata")
 #: Exit codes of ``python -m contrastive_jax.pretrain``.
 EXIT_PREEMPTED = 75  # saved on SIGTERM; restart to continue (EX_TEMPFAIL)
 EXIT_NONFINITE = 65  # loss or gradient not finite (EX_DATAERR)
+EXIT_CHECKPOINT = 74  # a checkpoint could not be written or read (EX_IOERR)
 
 
 class Preempted(Exception):
@@ -239,11 +245,18 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
     signature = structure_signature(state)
 
     checkpointer = Checkpointer(workdir, max_to_keep=config.train.keep_checkpoints)
+    present = checkpointer.steps()
     try:
         restored = checkpointer.restore_latest(
             abstract_like(state),
             check_meta=lambda meta, step: _check_compatible(config, signature, meta, step),
         )
+        if restored is None and present:
+            raise CheckpointError(
+                f"every checkpoint in {checkpointer.directory} (steps {present}) is damaged; "
+                f"they were moved to {checkpointer.damaged_directory}. Run again to start "
+                "from step 0"
+            )
     except BaseException:
         checkpointer.close()
         raise
