@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 quickstart: $(STAMP)
-	XLA_FLAGS= $(PY) -m contrastive_jax.quickstart --workdir workdirs/quickstart
+	XLA_FLAGS= $(PY) -m contrastive_jax.quickstart --workdir runs/quickstart
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow"
@@ -34,4 +34,4 @@ bench: $(STAMP)
 	XLA_FLAGS= $(PY) experiments/bench/losses.py
 
 clean:
-	rm -rf workdirs .pytest_cache .ruff_cache
+	rm -rf runs/quickstart .pytest_cache .ruff_cache

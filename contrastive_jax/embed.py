@@ -3,7 +3,7 @@
     from contrastive_jax import data, embed
     from contrastive_jax.train.pretrained import load_pretrained
 
-    run = load_pretrained("workdirs/quickstart")
+    run = load_pretrained("runs/quickstart")
     source = data.load_source(run.config.data)
     test = embed.embed_split(run.network, run.config.data, "test", source=source)
     test.features, test.labels          # [N, F] float32, [N] int32

@@ -1,7 +1,7 @@
 """Evaluate a pretraining checkpoint: embed both splits with the frozen encoder, then probe.
 
     from contrastive_jax.evaluate import evaluate_checkpoint, format_results
-    results = evaluate_checkpoint("workdirs/quickstart")
+    results = evaluate_checkpoint("runs/quickstart")
     print(format_results(results))
 
 The encoder is restored in inference mode (BatchNorm on its running
@@ -32,7 +32,7 @@ from contrastive_jax.embed import embed_split
 from contrastive_jax.train.pretrained import load_pretrained
 
 #: Where the command-line tools write the results in a work directory.
-RESULTS_FILE = "linear_eval.json"
+RESULTS_FILE = "eval.json"
 
 
 def _accuracies(scores: np.ndarray, labels: np.ndarray, resamples: int, seed: int) -> dict:
@@ -69,10 +69,11 @@ def evaluate_checkpoint(
       seed: seed of the probe's minibatch order and of the bootstrap.
 
     Returns:
-      A JSON-serialisable dict: the checkpoint, dataset sizes and, for
-      ``linear``, ``knn`` and ``ridge``, top-1/top-5 accuracy dicts with
-      ``accuracy``, ``mean``, ``low``, ``high``, ``std`` (see
-      :func:`contrastive_jax.eval.bootstrap_accuracy`).
+      A JSON-serialisable dict: the linear probe's ``top1`` and ``top5`` test
+      accuracy (fractions) and ``top1_ci``/``top5_ci`` ([low, high], 95 %),
+      the checkpoint, dataset sizes and protocol, and for ``linear``, ``knn``
+      and ``ridge`` top-1/top-5 accuracy dicts with ``accuracy``, ``mean``,
+      ``low``, ``high``, ``std`` (see :func:`contrastive_jax.eval.bootstrap_accuracy`).
     """
     run = load_pretrained(path)
     source = data_lib.load_source(run.config.data)
@@ -107,7 +108,12 @@ def evaluate_checkpoint(
         eval_lib.ridge_scores(ridge_probe, test.features), test.labels, resamples, seed
     )
     ridge["alpha"] = ridge_probe.alpha
+    top5 = f"top{min(5, num_classes)}"
     return {
+        "top1": linear["top1"]["accuracy"],
+        "top1_ci": [linear["top1"]["low"], linear["top1"]["high"]],
+        "top5": linear[top5]["accuracy"],
+        "top5_ci": [linear[top5]["low"], linear[top5]["high"]],
         "workdir": run.workdir,
         "step": run.step,
         "dataset": source.name,

@@ -1,14 +1,14 @@
 """Linear evaluation of a pretrained encoder: frozen features, a linear probe, bootstrap intervals.
 
-    python -m contrastive_jax.linear_eval --workdir workdirs/quickstart
-    python -m contrastive_jax.linear_eval --checkpoint workdirs/quickstart/checkpoints/330 \
+    python -m contrastive_jax.linear_eval --workdir runs/quickstart
+    python -m contrastive_jax.linear_eval --checkpoint runs/quickstart/checkpoints/330 \
         --epochs 100 --base_lr 5.0
 
 Restores the encoder of the newest readable checkpoint in ``--workdir`` (or of
 the given ``--checkpoint`` directory), freezes it and reports linear-probe
 (SupCon/SINCERE protocol), kNN and ridge top-1/top-5 test accuracy with 95 %
 bootstrap intervals; see :mod:`contrastive_jax.evaluate` for the protocol.
-The results are printed and written as JSON to ``<workdir>/linear_eval.json``
+The results are printed and written as JSON to ``<workdir>/eval.json``
 (or ``--output``). Exit code 2 on a missing or unreadable checkpoint.
 """
 

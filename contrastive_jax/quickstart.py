@@ -1,8 +1,8 @@
 """The quickstart: pretrain on the built-in digits, then evaluate the frozen encoder.
 
-    python -m contrastive_jax.quickstart --workdir workdirs/quickstart   # what `make quickstart` runs
+    python -m contrastive_jax.quickstart --workdir runs/quickstart   # what `make quickstart` runs
 
-Runs ``experiments/configs/quickstart_digits.py`` (SINCERE, a narrow CIFAR-stem
+Runs ``experiments/configs/quickstart.py`` (SINCERE, a narrow CIFAR-stem
 ResNet-18, scikit-learn's digits; a few minutes on a laptop CPU) through the
 same code as ``python -m contrastive_jax.pretrain``, then the linear, kNN and
 ridge probes of ``python -m contrastive_jax.linear_eval``, and prints both
@@ -23,12 +23,12 @@ from ml_collections import config_flags
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import loop
 
-QUICKSTART_CONFIG = Path(__file__).resolve().parents[1] / "experiments/configs/quickstart_digits.py"
+QUICKSTART_CONFIG = Path(__file__).resolve().parents[1] / "experiments/configs/quickstart.py"
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(QUICKSTART_CONFIG), "Pretraining config (default: the quickstart's)."
 )
-_WORKDIR = flags.DEFINE_string("workdir", "workdirs/quickstart", "Work directory.")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/quickstart", "Work directory.")
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,7 @@ def default_data_config() -> ml_collections.ConfigDict:
 
     Fields:
       dataset: ``"digits"`` (default) | ``"digits_cluttered"`` | ``"phantoms"``
-        | ``"image_folder"`` | a TFDS name (``"cifar10"``, ``"cifar100"``,
+        | ``"image_folder"`` | ``"folder:PATH"`` | a TFDS name (``"cifar10"``, ``"cifar100"``,
         ``"stl10"``, ``"imagenet2012"``, ...). See :mod:`.sources`.
       data_dir: image-folder root (``<root>/<split>/<class>/<image>``) or TFDS
         data directory; None: TFDS's default (``cifar10``: the image folder

@@ -7,7 +7,8 @@
 * ``"phantoms"``: synthetic brain phantoms with (age, sex) metadata
   (:mod:`contrastive_jax.data.synthetic`).
 * ``"image_folder"``: ``tfds.ImageFolder(config.data_dir)``, a tree
-  ``<data_dir>/<split>/<class>/<image>.{jpg,jpeg,png}``.
+  ``<data_dir>/<split>/<class>/<image>.{jpg,jpeg,png}``; ``"folder:PATH"`` is
+  the same with ``data_dir = PATH`` (e.g. ``folder:../shared/data/cifar10``).
 * any other name: a TFDS dataset (``cifar10``, ``cifar100``, ``stl10``,
   ``imagenet2012``, ...). If ``config.data_dir`` is a folder of images in the
   layout above, it is read with ``tfds.ImageFolder`` under that name;
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 DEFAULT_CIFAR10_DIR = str(
     Path(__file__).resolve().parents[2].parent / "shared" / "data" / "cifar10"
 )
+
+#: ``config.dataset = "folder:PATH"`` reads the image folder at PATH.
+FOLDER_PREFIX = "folder:"
 
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # those tfds.ImageFolder lists
 
@@ -194,6 +198,8 @@ def image_folder_source(
 
     from contrastive_jax.data._tf import tf
 
+    if not os.path.isdir(root):
+        raise ValueError(f"image folder {root!r} does not exist or is not a directory")
     builder = tfds.ImageFolder(root)
     label_feature = builder.info.features["label"]
     splits = {}
@@ -372,6 +378,14 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
             ("control", "patient"),
             synthetic.METADATA_NAMES,
             stats,
+        )
+    elif name.startswith(FOLDER_PREFIX):
+        folder = name[len(FOLDER_PREFIX):]
+        if not folder:
+            raise ValueError(f"dataset {name!r} names no folder; write {FOLDER_PREFIX}PATH")
+        known = os.path.basename(os.path.normpath(folder))  # folder:.../cifar10 -> CIFAR stats
+        source = image_folder_source(
+            folder, name=known if known in KNOWN_STATS else "image_folder", stats=stats
         )
     elif name == "image_folder":
         if data_dir is None:

@@ -4,7 +4,28 @@
     def get_config():
         config = default_config()
         config.loss.name = "sincere"
-        return config
+        config.num_steps = config.train.get_ref("total_steps")
+    config.checkpoint_every = config.train.get_ref("checkpoint_every")
+    return config
+
+Five top-level keys are the stable command-line interface of every pretraining
+config, each linked (an ``ml_collections`` field reference) to the nested field
+the code reads, so setting either sets both:
+
+==================  ============================  ==========================================
+top-level key       nested field                  meaning
+==================  ============================  ==========================================
+``seed``            (itself)                      run seed: initialisation, augmentation order
+``dataset``         ``data.dataset``              ``digits``, a TFDS name such as ``cifar10``,
+                                                  or ``folder:PATH`` for a folder of images
+``batch_size``      ``data.global_batch_size``    global batch over all devices and processes
+``num_steps``       ``train.total_steps``         total steps; > 0 overrides ``train.epochs``
+``checkpoint_every``  ``train.checkpoint_every``  steps between checkpoints
+==================  ============================  ==========================================
+
+    python -m contrastive_jax.pretrain --config experiments/configs/quickstart.py \
+        --workdir runs/q --config.batch_size=256 --config.num_steps=100 \
+        --config.dataset=folder:../shared/data/cifar10
 """
 
 from __future__ import annotations
@@ -32,6 +53,8 @@ def default_config() -> ml_collections.ConfigDict:
         }
     )
     config.optimizer = optim.default_optimizer_config()
+    config.dataset = config.data.get_ref("dataset")
+    config.batch_size = config.data.get_ref("global_batch_size")
     config.train = ml_collections.ConfigDict(
         {
             "epochs": 100,
@@ -43,4 +66,6 @@ def default_config() -> ml_collections.ConfigDict:
             "skip_nonfinite": False,  # skip NaN/inf steps instead of stopping
         }
     )
+    config.num_steps = config.train.get_ref("total_steps")
+    config.checkpoint_every = config.train.get_ref("checkpoint_every")
     return config

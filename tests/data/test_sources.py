@@ -59,6 +59,16 @@ def test_image_folder_source(image_folder):
     assert source.split("test").num_examples == 4
 
 
+def test_folder_prefix_reads_the_same_image_folder(image_folder):
+    plain = data.load_source(digits_config(dataset="image_folder", data_dir=image_folder))
+    prefixed = data.load_source(digits_config(dataset=f"folder:{image_folder}"))
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(prefixed.split(split).paths, plain.split(split).paths)
+        np.testing.assert_array_equal(prefixed.split(split).labels, plain.split(split).labels)
+    with pytest.raises(ValueError, match="names no folder"):
+        data.load_source(digits_config(dataset="folder:"))
+
+
 def test_mean_std_override(image_folder):
     config = digits_config(dataset="image_folder", data_dir=image_folder)
     config.mean, config.std = (0.1, 0.2, 0.3), (0.5, 0.5, 0.5)

@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def tiny_config(**loss):
     """Digits, a 8-channel-stem ResNet-18, global batch 64 (8 per device), 6 steps."""
     config = default_config()
-    config.data.global_batch_size = 64
+    config.batch_size = 64
     config.model.encoder.width = 0.125
     config.model.head.hidden_features = 32
     config.model.head.out_features = 16
@@ -34,9 +34,9 @@ def tiny_config(**loss):
     config.optimizer.base_learning_rate = 1e-3
     config.optimizer.lr_scaling = "none"
     config.optimizer.warmup_epochs = 0
-    config.train.total_steps = 6
+    config.num_steps = 6
     config.train.log_every = 2
-    config.train.checkpoint_every = 3
+    config.checkpoint_every = 3
     config.train.online_probe = True
     config.loss.update(loss)
     return config
@@ -44,17 +44,23 @@ def tiny_config(**loss):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """3 steps, then the same command with 6 steps: the restart continues from step 3."""
     workdir = str(tmp_path_factory.mktemp("pretrain"))
+    config = tiny_config()
+    config.num_steps = 3
+    first = loop.train(config, workdir)
+    assert first["final_step"] == 3
     summary = loop.train(tiny_config(), workdir)
     return workdir, summary
 
 
-def test_training_writes_logs_config_and_checkpoints(run):
+def test_training_restarts_from_its_checkpoint_and_writes_logs_config_checkpoints(run):
     workdir, summary = run
     assert jax.device_count() == 8
-    assert summary["start_step"] == 0 and summary["final_step"] == 6
+    assert summary["start_step"] == 3 and summary["final_step"] == 6
     records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
-    assert [r["step"] for r in records] == [2, 4, 6]
+    assert [r["step"] for r in records] == [2, 3, 4, 6]
+    assert records[-1]["loss"] < records[0]["loss"]
     for record in records:
         for key in ("loss", "loss/sincere", "learning_rate", "alignment", "uniformity",
                     "images_per_s", "probe_accuracy", "grad_norm"):
@@ -75,7 +81,7 @@ def test_rerun_of_a_finished_run_resumes_and_takes_no_step(run):
 
 def test_weighted_sum_of_losses_trains(tmp_path):
     config = tiny_config(name="nt_xent+supcon", weights=(1.0, 0.5))
-    config.train.total_steps = 2
+    config.num_steps = 2
     config.train.online_probe = False
     summary = loop.train(config, str(tmp_path))
     metrics = summary["metrics"]
@@ -119,6 +125,9 @@ def test_linear_evaluation_reports_bootstrap_intervals_and_changes_no_checkpoint
     results = evaluate_checkpoint(workdir, epochs=5, resamples=50)
     assert _checkpoint_digest(workdir) == digest
     assert results["step"] == 6 and results["num_test"] == 360
+    assert results["top1"] == results["linear"]["top1"]["accuracy"]
+    assert results["top1_ci"][0] <= results["top1"] <= results["top1_ci"][1]
+    assert results["top1"] <= results["top5"]
     for probe in ("linear", "knn", "ridge"):
         for k in ("top1", "top5"):
             acc = results[probe][k]

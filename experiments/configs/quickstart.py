@@ -2,9 +2,9 @@
 built-in digits (scikit-learn, 1,437 training images of 16x16), a few minutes
 on a laptop CPU.
 
-    python -m contrastive_jax.pretrain --config experiments/configs/quickstart_digits.py \
-        --workdir workdirs/quickstart
-    python -m contrastive_jax.linear_eval --workdir workdirs/quickstart
+    python -m contrastive_jax.pretrain --config experiments/configs/quickstart.py \
+        --workdir runs/quickstart
+    python -m contrastive_jax.linear_eval --workdir runs/quickstart
 """
 
 from contrastive_jax.train.config import default_config
