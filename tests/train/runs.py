@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import jax
 import ml_collections
@@ -155,8 +156,11 @@ def truncate_largest_file(workdir: str, step: int) -> str:
     return target
 
 
-def cli_env(num_devices: int = 8, **extra: str) -> dict[str, str]:
-    """Environment of a pretraining subprocess on ``num_devices`` simulated CPU devices."""
+def cli_env(num_devices: int = 8, cache_dir: str | None = None, **extra: str) -> dict[str, str]:
+    """Environment of a pretraining subprocess on ``num_devices`` simulated CPU devices.
+
+    ``cache_dir``: a persistent compilation cache shared by the subprocesses of a test.
+    """
     env = dict(os.environ)
     env.update(
         XLA_FLAGS=f"--xla_force_host_platform_device_count={num_devices}",
@@ -165,7 +169,36 @@ def cli_env(num_devices: int = 8, **extra: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         **extra,
     )
+    if cache_dir is not None:
+        env.update(
+            JAX_COMPILATION_CACHE_DIR=cache_dir,
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+            JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        )
     return env
+
+
+def wait_for_step(proc: subprocess.Popen, workdir: str, step: int, timeout: float = 900.0) -> int:
+    """Polls ``metrics.jsonl`` until a step >= ``step`` is logged; returns the step seen."""
+    deadline = time.monotonic() + timeout
+    path = os.path.join(workdir, METRICS_FILE)
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"run exited with {proc.returncode}:\n{log_text(workdir)}")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                steps = [json.loads(line)["step"] for line in f if line.endswith("\n")]
+            if steps and max(steps) >= step:
+                return max(steps)
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} not reached in {timeout} s:\n{log_text(workdir)}")
+
+
+def run_pretrain(workdir: str, *flags: str, env: dict[str, str] | None = None,
+                 timeout: float = 1200.0) -> int:
+    """Runs the CLI to completion; returns its exit code."""
+    proc = start_pretrain(workdir, *flags, env=env)
+    return proc.wait(timeout=timeout)
 
 
 def pretrain_command(workdir: str, *flags: str) -> list[str]:

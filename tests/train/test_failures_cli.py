@@ -1,0 +1,87 @@
+"""Failures of ``python -m contrastive_jax.pretrain`` end to end (issue 8, items 4-5):
+a NaN from a huge learning rate, a file-size limit that makes checkpoint
+writes fail, a config changed between a checkpoint and a resume, a work
+directory that cannot be created."""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import subprocess
+
+import pytest
+
+from tests.train import runs
+
+pytestmark = pytest.mark.slow
+
+TOTAL = 6
+FLAGS = (f"--config.train.total_steps={TOTAL}", "--config.train.checkpoint_every=2")
+HUGE_LR = "--config.optimizer.base_learning_rate=1e30"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    return runs.cli_env(cache_dir=str(tmp_path_factory.mktemp("jax_cache")))
+
+
+def test_huge_learning_rate_stops_with_65_naming_the_step(tmp_path, env):
+    workdir = str(tmp_path / "nan")
+    assert runs.run_pretrain(workdir, *FLAGS, HUGE_LR, env=env) == 65, runs.log_text(workdir)
+    log = runs.log_text(workdir)
+    assert "error: non-finite loss or gradient at step" in log
+    assert "loss/sincere=" in log and "grad_norm=" in log
+
+
+def test_skip_nonfinite_finishes_and_logs_the_count(tmp_path, env):
+    workdir = str(tmp_path / "skip")
+    code = runs.run_pretrain(
+        workdir, *FLAGS, HUGE_LR, "--config.train.skip_nonfinite=True", env=env
+    )
+    log = runs.log_text(workdir)
+    assert code == 0, log
+    summary = json.loads(log[log.rindex("{\n"):])
+    last = runs.metrics(workdir)[-1]
+    assert summary["skipped_steps"] >= 1
+    assert last["step"] == TOTAL and last["skipped_steps"] == summary["skipped_steps"]
+    assert "skipped non-finite step" in log
+
+
+def test_failing_checkpoint_write_exits_with_74(tmp_path):
+    # A full disk needs a small filesystem (mount needs root); a file-size limit
+    # makes the same write fail (EFBIG instead of ENOSPC). No compilation cache here:
+    # its entries would hit the limit too.
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    workdir = str(tmp_path / "full")
+    proc = runs.start_pretrain(workdir, *FLAGS, preexec_fn=limit_file_size)
+    code = proc.wait(timeout=1200)
+    log = runs.log_text(workdir)
+    assert code == 74, log
+    assert "error: writing a checkpoint" in log and "File too large" in log
+
+
+def test_changed_encoder_on_resume_exits_with_2(tmp_path, env):
+    workdir = str(tmp_path / "run")
+    assert runs.run_pretrain(workdir, "--config.train.total_steps=2",
+                             "--config.train.checkpoint_every=2", env=env) == 0
+    code = runs.run_pretrain(workdir, "--config.train.total_steps=4",
+                             "--config.model.encoder.name=resnet34", env=env)
+    log = runs.log_text(workdir)
+    assert code == 2, log
+    assert "error: the checkpoint at step 2 was written with a different model config" in log
+    assert "encoder.name: checkpoint 'resnet18' vs config 'resnet34'" in log
+    assert runs.checkpoint_steps(workdir) == [2]
+
+
+def test_uncreatable_workdir_exits_with_2(tmp_path, env):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    workdir = str(blocker / "run")
+    done = subprocess.run(runs.pretrain_command(workdir, *FLAGS), cwd=runs.ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr
+    assert f"work directory {workdir} is not writable" in done.stderr
