@@ -100,7 +100,7 @@ def test_notebook_runs(path, tmp_path):
     runner = _runner()
     env = {
         "CONTRASTIVE_JAX_CHECKPOINT": str(tmp_path / "quickstart"),
-        "CONTRASTIVE_JAX_QUICKSTART_FLAGS": "--config.train.total_steps=30",
+        "CONTRASTIVE_JAX_QUICKSTART_FLAGS": "--config.train.total_steps=30 --config.optimizer.warmup_epochs=1",
     }
     nb = runner.execute(path, timeout=900, env=env)
     assert _stale_problems(nb) == []
