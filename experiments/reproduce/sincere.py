@@ -1,6 +1,6 @@
 """Reproduce SINCERE vs SupCon (seed 000) at CPU scale: Tables 1-2, Figs. 2-3, batch contrast.
 
-    python experiments/reproduce/sincere.py                    # cluttered digits (spec §7.7 proxy)
+    python experiments/reproduce/sincere.py                    # built-in digits (spec §7.7 proxy)
     python experiments/reproduce/sincere.py --dataset cifar10  # CIFAR-10 16x16 (see RESULTS_sincere)
     python experiments/reproduce/sincere.py --quick            # plain digits, 8 steps (< 2 min idle)
 
@@ -44,7 +44,7 @@ CONFIGS = ROOT / "experiments" / "configs"
 #: dataset -> (config file, batch sizes). The first batch size is the main setting; the second
 #: has about a quarter of the same-class partners per anchor (the many-class contrast).
 SETTINGS = {
-    "digits_cluttered": (CONFIGS / "sincere_digits.py", (128, 32)),
+    "digits": (CONFIGS / "sincere_digits.py", (128, 32)),
     "cifar10": (CONFIGS / "sincere_cifar10.py", (64, 16)),
 }
 LOSSES = ("sincere", "supcon")
@@ -439,7 +439,12 @@ def plot_figures(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="digits, 8 steps, one seed")
-    parser.add_argument("--dataset", choices=sorted(SETTINGS), default="digits_cluttered")
+    parser.add_argument("--dataset", choices=sorted(SETTINGS), default="digits")
+    parser.add_argument(
+        "--aggregate_only",
+        action="store_true",
+        help="train nothing: tables and figures from the runs finished so far",
+    )
     parser.add_argument("--runs_dir", type=Path, default=None)
     parser.add_argument("--results_dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -464,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         if path.exists():
             results[run.name] = json.loads(path.read_text())
             print(f"[{i}/{len(runs)}] {run.name}: done, skipped", flush=True)
+            continue
+        if args.aggregate_only:
+            print(f"[{i}/{len(runs)}] {run.name}: not finished, left out", flush=True)
             continue
         start = time.time()
         print(f"[{i}/{len(runs)}] {run.name}: pretraining in {workdir}", flush=True)

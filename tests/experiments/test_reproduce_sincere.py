@@ -68,13 +68,13 @@ def test_read_losses_keeps_last_entry_of_a_repeated_step(sincere, tmp_path):
 
 
 def test_run_config_sets_loss_seed_and_batch_only(sincere):
-    base = sincere.base_config("digits_cluttered", quick=False)
-    run = sincere.RunSpec("digits_cluttered", "supcon", 2, 32)
+    base = sincere.base_config("digits", quick=False)
+    run = sincere.RunSpec("digits", "supcon", 2, 32)
     config = sincere.run_config(base, run)
     assert (config.loss.name, config.seed, config.data.global_batch_size) == ("supcon", 2, 32)
     assert config.loss.temperature == base.loss.temperature == 0.1
     assert config.optimizer.to_dict() == base.optimizer.to_dict()
-    assert run.name == "digits_cluttered_b32_supcon_s2"
+    assert run.name == "digits_b32_supcon_s2"
 
 
 @pytest.mark.slow
