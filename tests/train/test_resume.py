@@ -2,8 +2,10 @@
 
 One uninterrupted 6-step run is the reference; every interrupted or damaged
 run in the same configuration must end with bit-identical parameters,
-optimiser state and BN statistics. The subprocess versions with a real
-SIGKILL are in ``test_resume_cli.py`` (slow).
+optimiser state and BN statistics. The runs use a tiny conv + BN + dropout
+encoder (``runs.TinyEncoder``) so they compile in seconds; the dropout masks
+are checked to be a function of (seed, step). The subprocess versions with
+the ResNet-18 and a real SIGKILL are in ``test_resume_cli.py`` (slow).
 """
 
 from __future__ import annotations
@@ -13,10 +15,15 @@ import shutil
 import signal
 import time
 
+import jax
+import numpy as np
 import pytest
 
-from contrastive_jax.train import loop
+from contrastive_jax import data as data_lib
+from contrastive_jax.parallel import make_mesh, replicated
+from contrastive_jax.train import loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR
+from contrastive_jax.train.step import make_train_step
 from tests.train import runs
 
 TOTAL = 6
@@ -102,3 +109,33 @@ def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
     assert summary["start_step"] == 4
     assert os.path.isdir(partial)  # ignored, not deleted
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
+
+
+def test_dropout_masks_follow_seed_and_step_not_call_history():
+    mesh = make_mesh()
+    config = runs.tiny_config()
+    graphdef, rest, tx, schedule, state = loop.init_state(
+        config, 10, steps_per_epoch=1437 // 32, global_batch_size=32, total_steps=TOTAL
+    )
+    step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule, mesh)
+    rng = np.random.default_rng(0)
+    batch = data_lib.make_global_batch(
+        {
+            "views": rng.normal(size=(32, 2, 16, 16, 3)).astype(np.float32),
+            "label": rng.integers(0, 10, 32).astype(np.int32),
+            "index": np.arange(32, dtype=np.int32),
+        },
+        mesh,
+    )
+
+    state = jax.device_get(state)  # host copies: the step donates its input
+
+    def loss_at(step_number: int, seed_state=state) -> float:
+        s = jax.device_put(seed_state._replace(step=np.int32(step_number)), replicated(mesh))
+        return float(step(s, batch)[1]["loss"])
+
+    first = loss_at(5)
+    assert loss_at(5) == first  # same (seed, step): same masks, whatever ran before
+    assert loss_at(6) != first  # next step: new masks
+    other_seed = state._replace(rng=np.asarray(jax.random.key_data(jax.random.key(1))))
+    assert loss_at(5, other_seed) != first
