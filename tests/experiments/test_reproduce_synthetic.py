@@ -131,7 +131,7 @@ def _run_quick(script: str, out: Path) -> str:
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=1800,  # a few minutes of CPU; far longer on a shared, loaded machine
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
