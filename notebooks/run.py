@@ -5,20 +5,21 @@
 
 Each notebook runs in a fresh ``python3`` kernel of this interpreter (ipykernel
 of the ``notebooks`` extra), with ``notebooks/`` as the working directory, and
-is written back with its outputs so it reads well on a code host.
+is written back with its outputs so it reads well on a code host. Every code
+cell records the SHA-256 of the source it ran (``metadata.source_sha256``), so
+``tests/test_notebooks.py`` can tell when a cell was edited after its outputs
+were made.
 ``tests/test_notebooks.py`` uses :func:`execute` without writing anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
 from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent
 #: Per-cell limit in seconds; the slowest cell (05's quickstart run) takes minutes.
@@ -37,13 +38,15 @@ def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def execute(
-    path: str | Path, *, timeout: int = CELL_TIMEOUT, env: dict[str, str] | None = None
-) -> nbformat.NotebookNode:
-    """Runs the notebook at ``path`` in memory and returns it with outputs.
+def execute(path: str | Path, *, timeout: int = CELL_TIMEOUT, env: dict[str, str] | None = None):
+    """Runs the notebook at ``path`` in memory and returns it (an ``nbformat.NotebookNode``)
+    with outputs and source digests.
 
     Raises ``nbclient.exceptions.CellExecutionError`` on the first failing cell.
     """
+    import nbformat  # the `notebooks` extra; imported here so source_digest works without it
+    from nbclient import NotebookClient
+
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
@@ -52,7 +55,16 @@ def execute(
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
     )
     client.execute(env=kernel_env(env))
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.metadata["source_sha256"] = source_digest(cell.source)
     return nb
+
+
+def source_digest(source: str | list[str]) -> str:
+    """The SHA-256 (hex) of a cell's source, stored with its outputs to detect edits."""
+    text = source if isinstance(source, str) else "".join(source)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted(NOTEBOOK_DIR.glob("[0-9]*.ipynb"))
+    import nbformat
+
     for path in paths:
         start = time.perf_counter()
         nb = execute(path)

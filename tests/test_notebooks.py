@@ -1,5 +1,6 @@
-"""The notebooks in ``notebooks/``: committed outputs are complete and error-free, and
-every notebook runs top to bottom in a fresh kernel (nbclient, ``notebooks`` extra).
+"""The notebooks in ``notebooks/``: committed outputs are complete, error-free and made
+from the current sources, and every notebook runs top to bottom in a fresh kernel
+(nbclient, ``notebooks`` extra).
 
 The committed files are never rewritten here: execution happens in memory
 (``notebooks/run.py``'s ``execute``). Notebook 05 runs against a 30-step
@@ -28,6 +29,14 @@ FAST = {"04_conditional_uniformity"}
 MAX_BYTES = 1_000_000
 
 
+def _runner():
+    """``notebooks/run.py`` as a module (it imports nbformat/nbclient only when executing)."""
+    spec = importlib.util.spec_from_file_location("notebook_runner", NOTEBOOK_DIR / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _load(path: Path) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
@@ -48,6 +57,10 @@ def _stale_problems(nb: dict) -> list[str]:
     counts = [c.get("execution_count") for c in cells]
     if counts != list(range(1, len(cells) + 1)):
         problems.append(f"execution counts {counts} are not 1..{len(cells)} in order")
+    digest = _runner().source_digest
+    for cell, count in zip(cells, counts, strict=True):
+        if cell["metadata"].get("source_sha256") != digest(cell["source"]):
+            problems.append(f"cell [{count}] was edited after it ran (re-run notebooks/run.py)")
     for i, out in enumerate(_outputs(cells)):
         if out.get("output_type") == "error":
             problems.append(f"output {i} is an error: {out.get('ename')}: {out.get('evalue')}")
@@ -71,22 +84,16 @@ def test_committed_outputs_are_fresh(path):
     assert _stale_problems(nb) == []
 
 
-def test_stale_check_catches_errors_and_unexecuted_cells():
+def test_stale_check_catches_errors_unexecuted_and_edited_cells():
     nb = _load(NOTEBOOK_DIR / "04_conditional_uniformity.ipynb")
     cells = _code_cells(nb)
     cells[1]["outputs"] = [{"output_type": "error", "ename": "ValueError", "evalue": "x"}]
     cells[2]["execution_count"] = None
+    cells[3]["source"] = "".join(cells[3]["source"]) + "\nprint('edited')"
     problems = _stale_problems(nb)
     assert any("ValueError" in p for p in problems)
     assert any("execution counts" in p for p in problems)
-
-
-def _runner():
-    pytest.importorskip("nbclient", reason="the `notebooks` extra is not installed")
-    spec = importlib.util.spec_from_file_location("notebook_runner", NOTEBOOK_DIR / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    assert any("edited after it ran" in p for p in problems)
 
 
 def _params():
@@ -97,6 +104,7 @@ def _params():
 
 @pytest.mark.parametrize("path", list(_params()))
 def test_notebook_runs(path, tmp_path):
+    pytest.importorskip("nbclient", reason="the `notebooks` extra is not installed")
     runner = _runner()
     env = {
         "CONTRASTIVE_JAX_CHECKPOINT": str(tmp_path / "quickstart"),
