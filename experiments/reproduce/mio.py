@@ -1,0 +1,157 @@
+"""Reproduce seed 004 (MIO) at CPU scale: SimCLR vs MIO (A)-(D), plus lr and tau ablations.
+
+    python experiments/reproduce/mio.py             # main grid (3 seeds) + ablations (1 seed)
+    python experiments/reproduce/mio.py --quick     # tiny smoke version
+    python experiments/reproduce/mio.py --epochs 10 --seeds 0 1 2 --ablation_seeds 0
+
+Proxy for 004's CIFAR-10 Table 4 (spec/yaware-mio.md §B10; CIFAR-scale ResNet-50 runs do not fit
+a 2-core CPU): the cluttered 16x16 built-in digits with the §A12.1 encoder and augmentations
+(shared with ``conditional_uniformity.py``), batch 128 (256 views), LARS lr 1.5, momentum 0.9,
+weight decay 1e-6, BN and biases masked out of decay and trust ratio, linear warm-up over the
+first tenth of the epochs from 1e-4, then cosine towards 1e-4 over 4x the trained epochs (004's
+"slow decay": 250 of 1000 epochs). Projectors follow 004's ProjectionHead (hidden 128, output
+64, BN after the output): (A)/(C) one hidden layer, (B)/(D) two; (C)/(D) add the L2 term at the
+official_mse scale with lambda 1. SimCLR (NT-Xent, tau 0.5) uses projector (A), so only the loss
+differs. Probe: logistic regression on standardised frozen h, all labels and 5 per class, with
+95 % bootstrap intervals. Ablations (model A): lr in {0.3, 0.5, 1.0, 1.5, 2.0} at tau 0.5 and
+tau in {0.3, 0.5, 0.7} at lr 1.5 (004 §4 ran the tau sweep at lr 0.3).
+
+Resumable exactly like ``conditional_uniformity.py`` (per-run JSON + checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import optax
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _synthetic_common as common  # noqa: E402
+import conditional_uniformity as cu  # noqa: E402
+
+from contrastive_jax import losses  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "experiments" / "results" / "mio"
+LRS = (0.3, 0.5, 1.0, 1.5, 2.0)
+TAUS = (0.3, 0.5, 0.7)
+#: method -> (hidden layers, L2 weight); SimCLR uses projector (A).
+VARIANTS = {"simclr": (1, 0.0), "mio_A": (1, 0.0), "mio_B": (2, 0.0), "mio_C": (1, 1.0),
+            "mio_D": (2, 1.0)}
+
+
+def lars(lr: float):
+    """LARS factory (steps_per_epoch, epochs) -> optax transform with 004's schedule."""
+
+    def make(steps_per_epoch: int, epochs: int) -> optax.GradientTransformation:
+        warmup = max(1, epochs // 10) * steps_per_epoch
+        total = 4 * epochs * steps_per_epoch
+        schedule = optax.join_schedules(
+            [optax.linear_schedule(1e-4, lr, warmup),
+             optax.cosine_decay_schedule(lr, total - warmup, alpha=1e-4 / lr)],
+            [warmup],
+        )
+        return optax.lars(schedule, weight_decay=1e-6, weight_decay_mask=cu.weight_mask,
+                          trust_ratio_mask=cu.weight_mask, momentum=0.9)
+
+    return make
+
+
+def loss_for(method: str, tau: float) -> cu.LossFn:
+    """NT-Xent for SimCLR, else MIO with the variant's L2 weight (instance ids as labels)."""
+    if method == "simclr":
+        return lambda z, ids, labels, meta: losses.nt_xent(z, ids, temperature=tau)
+    l2 = VARIANTS[method][1]
+    return lambda z, ids, labels, meta: losses.mio(z, ids, temperature=tau, l2_weight=l2)
+
+
+def grid(main_seeds: list[int], ablation_seeds: list[int]) -> list[tuple[str, str, float, float, int]]:
+    """(setting, method, lr, tau, seed) of every run; the ablations reuse main runs' settings."""
+    runs = [("main", m, 1.5, 0.5, s) for s in main_seeds for m in VARIANTS]
+    runs += [(f"lr{lr}", "mio_A", lr, 0.5, s) for lr in LRS if lr != 1.5 for s in ablation_seeds]
+    runs += [(f"tau{t}", "mio_A", 1.5, t, s) for t in TAUS if t != 0.5 for s in ablation_seeds]
+    return runs
+
+
+def summarise(results: dict[tuple[str, str], list[dict]]) -> tuple[str, dict]:
+    """Markdown tables (main grid; ablations) and a JSON summary of final probe accuracies."""
+    summary, rows = {}, []
+    for (setting, method), runs in results.items():
+        full = [cu._acc(r, "full") for r in runs]
+        shot = [cu._acc(r, "shot5") for r in runs]
+        cis = " ".join(f"[{cu.final(r)['full']['low']:.3f}, {cu.final(r)['full']['high']:.3f}]"
+                       for r in runs if cu.final(r).get("full"))
+        summary[f"{setting}/{method}"] = {"full": common.mean_std(full),
+                                          "shot5": common.mean_std(shot),
+                                          "seeds": [r["seed"] for r in runs]}
+        rows.append([setting, method, len(runs), common.fmt_mean_std(full),
+                     common.fmt_mean_std(shot), cis])
+    header = ["setting", "method", "seeds", "full-label acc", "5-shot acc",
+              "95 % bootstrap CI (full, per seed)"]
+    return common.markdown_table(header, rows), summary
+
+
+def plot(summary: dict, path: Path) -> None:
+    """Bar chart of the main grid and line plots of the lr and tau ablations (full-label)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    main = [(k.split("/")[1], v) for k, v in summary.items() if k.startswith("main/")]
+    axes[0].bar([m for m, _ in main], [v["full"][0] for _, v in main],
+                yerr=[v["full"][1] for _, v in main], capsize=3)
+    axes[0].set(ylabel="linear probe accuracy", title="SimCLR vs MIO (lr 1.5, tau 0.5)")
+    axes[0].set_ylim(bottom=min([v["full"][0] for _, v in main], default=0.5) - 0.1)
+    for ax, key, values, label in ((axes[1], "lr", LRS, "LARS lr"), (axes[2], "tau", TAUS, "tau")):
+        pts = [(x, summary.get(f"{key}{x}/mio_A") or summary.get("main/mio_A")) for x in values]
+        pts = [(x, v) for x, v in pts if v is not None]
+        ax.errorbar([x for x, _ in pts], [v["full"][0] for _, v in pts],
+                    yerr=[v["full"][1] for _, v in pts], marker="o", capsize=3)
+        ax.set(xlabel=label, title=f"MIO (A): {key} ablation")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run (2 epochs, 1 seed)")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--ablation_seeds", type=int, nargs="*", default=[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    if args.epochs < 1:
+        raise ValueError("--epochs must be >= 1")
+    if args.quick:
+        args.epochs, args.seeds, args.ablation_seeds = 2, [0], []
+    data = cu.digits_data()
+    name = "quick_digits" if args.quick else "digits"
+    runs = grid(args.seeds, args.ablation_seeds)
+    progress = common.Progress(len(runs), name)
+    results: dict[tuple[str, str], list[dict]] = {}
+    for setting, method, lr, tau, seed in runs:
+        arch = dataclasses.replace(cu.DIGITS_ARCH, hidden_layers=VARIANTS[method][0], last_bn=True)
+        task = cu.Task(f"{name}/{setting}", arch, cu.augment_digits, args.epochs, 128,
+                       cu.probe_epochs(args.epochs, 1))
+        result = cu.run_one(task, method, loss_for(method, tau), lars(lr), data, cu.digits_probe,
+                            seed, args.out, progress)
+        results.setdefault((setting, method), []).append(result)
+    table, summary = summarise(results)
+    common.save_json(args.out / f"{name}_summary.json", summary)
+    plot(summary, args.out / f"{name}_mio.png")
+    text = f"## {name} ({args.epochs} epochs)\n\n{table}"
+    (args.out / f"{name}_table.md").write_text(text)
+    print(text)
+    print(f"finite final losses: {np.mean([np.isfinite(r['epoch_losses'][-1]) for rs in results.values() for r in rs]):.2f}")
+
+
+if __name__ == "__main__":
+    main()
