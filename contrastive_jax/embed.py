@@ -60,6 +60,47 @@ def _forward(network: nnx.Module, output: str, mesh: Mesh):
     return lambda images: forward(state, images)
 
 
+def _eval_batches(data_config, split: str, batch_size: int, source):
+    """This process's view of every batch of ``split`` (the whole split, in order)."""
+    return data_lib.make_eval_iterator(
+        data_config, split, batch_size, process_index=0, process_count=1, source=source
+    )
+
+
+def _row_info(batch: dict) -> dict:
+    """The per-row fields :func:`_stack` keeps (not the images)."""
+    return {k: batch[k] for k in ("valid", "label", "index")}
+
+
+def _stack(rows: list[np.ndarray], batches: list[dict]) -> Embedded:
+    """Concatenates per-batch outputs, dropping padded rows."""
+    keep = [b["valid"] for b in batches]
+    return Embedded(
+        np.concatenate([r[k] for r, k in zip(rows, keep, strict=True)]).astype(np.float32),
+        np.concatenate([b["label"][k] for b, k in zip(batches, keep, strict=True)]).astype(np.int32),
+        np.concatenate([b["index"][k] for b, k in zip(batches, keep, strict=True)]),
+    )
+
+
+def pixel_split(
+    data_config: ml_collections.ConfigDict,
+    split: str,
+    *,
+    batch_size: int = 256,
+    source: data_lib.Source | None = None,
+) -> Embedded:
+    """The raw evaluation images of ``split`` as features: [N, S·S·3] normalised pixels.
+
+    The baseline a learned representation must beat: the same evaluation
+    transform and normalisation the encoder sees, flattened.
+    """
+    batches, rows = [], []
+    for batch in _eval_batches(data_config, split, batch_size, source):
+        batches.append(_row_info(batch))
+        rows.append(batch["image"].reshape(batch["image"].shape[0], -1))
+    return _stack(rows, batches)
+
+
 def embed_split(
     network: nnx.Module,
     data_config: ml_collections.ConfigDict,
@@ -93,19 +134,9 @@ def embed_split(
     sharding = NamedSharding(mesh, P(DATA_AXIS))
     batch_size = -(-batch_size // mesh.size) * mesh.size
     forward = _forward(network, output, mesh)
-    batches = data_lib.make_eval_iterator(
-        data_config, split, batch_size, process_index=0, process_count=1, source=source
-    )
-    chunks, labels, index = [], [], []
-    for batch in batches:
-        out = np.asarray(forward(jax.device_put(batch["image"], sharding)), dtype=np.float32)
-        keep = batch["valid"]
-        chunks.append(out[keep])
-        labels.append(batch["label"][keep])
-        index.append(batch["index"][keep])
-    return Embedded(
-        np.concatenate(chunks).astype(np.float32),
-        np.concatenate(labels).astype(np.int32),
-        np.concatenate(index),
-    )
+    batches, rows = [], []
+    for batch in _eval_batches(data_config, split, batch_size, source):
+        batches.append(_row_info(batch))
+        rows.append(np.asarray(forward(jax.device_put(batch["image"], sharding))))
+    return _stack(rows, batches)
 

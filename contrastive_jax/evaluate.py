@@ -17,22 +17,33 @@ that works on the frozen features:
 * a weighted kNN classifier (k = 20, cosine, temperature 0.07; Wu et al. 2018);
 * a closed-form ridge probe with its penalty chosen on a held-out 10 %.
 
+With ``output_dir`` it also draws, for the test set: the linear probe's
+confusion matrix, the class-by-class mean cosine similarity of the
+projection-head outputs (the space the loss shaped; seed 000 Fig. 2) and the
+within- vs between-class cosine-similarity histograms of the last class (seed
+000 Fig. 3 shows "truck", CIFAR-10's last). With ``pixel_baseline`` the same
+probes run on the raw (normalised, flattened) test images, the reference a
+learned representation has to beat.
+
 ``python -m contrastive_jax.linear_eval`` is the command-line front end.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
 from contrastive_jax import data as data_lib
 from contrastive_jax import eval as eval_lib
-from contrastive_jax.embed import embed_split
+from contrastive_jax.embed import Embedded, embed_split, pixel_split
 from contrastive_jax.train.pretrained import load_pretrained
 
 #: Where the command-line tools write the results in a work directory.
 RESULTS_FILE = "eval.json"
+#: Plots written by :func:`evaluate_checkpoint` with ``output_dir``.
+PLOT_FILES = ("confusion_matrix.png", "class_similarity.png", "similarity_histogram.png")
 
 
 def _accuracies(scores: np.ndarray, labels: np.ndarray, resamples: int, seed: int) -> dict:
@@ -46,8 +57,10 @@ def _accuracies(scores: np.ndarray, labels: np.ndarray, resamples: int, seed: in
     }
 
 
-def evaluate_checkpoint(
-    path: str,
+def probe_features(
+    train: Embedded,
+    test: Embedded,
+    num_classes: int,
     *,
     epochs: int = 100,
     base_lr: float = 5.0,
@@ -57,30 +70,23 @@ def evaluate_checkpoint(
     feature_norm: str = "standardize",
     resamples: int = 1000,
     seed: int = 0,
-) -> dict[str, Any]:
-    """Linear, kNN and ridge evaluation of the encoder restored from ``path``.
+) -> tuple[dict[str, Any], np.ndarray]:
+    """Linear, kNN and ridge probes trained on ``train`` and scored on ``test``.
 
     Args:
-      path: a pretraining work directory (newest readable checkpoint) or a
-        checkpoint directory ``<workdir>/checkpoints/<step>``.
+      train, test: frozen features [N, F] with labels.
+      num_classes: K.
       epochs, base_lr, batch_size, warmup_epochs, weight_decay, feature_norm:
         the linear probe's protocol (:func:`contrastive_jax.eval.train_linear_classifier`).
       resamples: bootstrap resamples of the test set.
       seed: seed of the probe's minibatch order and of the bootstrap.
 
     Returns:
-      A JSON-serialisable dict: the linear probe's ``top1`` and ``top5`` test
-      accuracy (fractions) and ``top1_ci``/``top5_ci`` ([low, high], 95 %),
-      the checkpoint, dataset sizes and protocol, and for ``linear``, ``knn``
-      and ``ridge`` top-1/top-5 accuracy dicts with ``accuracy``, ``mean``,
-      ``low``, ``high``, ``std`` (see :func:`contrastive_jax.eval.bootstrap_accuracy`).
+      ``({"linear": ..., "knn": ..., "ridge": ...}, predictions)``: per probe,
+      top-1/top-5 accuracy dicts (``accuracy``, ``mean``, ``low``, ``high``,
+      ``std``; :func:`contrastive_jax.eval.bootstrap_accuracy`), and the linear
+      probe's test predictions int [N_test].
     """
-    run = load_pretrained(path)
-    source = data_lib.load_source(run.config.data)
-    train = embed_split(run.network, run.config.data, "train", source=source)
-    test = embed_split(run.network, run.config.data, "test", source=source)
-    num_classes = source.num_classes
-
     probe = eval_lib.train_linear_classifier(
         train.features,
         train.labels,
@@ -93,7 +99,8 @@ def evaluate_checkpoint(
         feature_norm=feature_norm,
         seed=seed,
     )
-    linear = _accuracies(eval_lib.predict_logits(probe, test.features), test.labels, resamples, seed)
+    logits = eval_lib.predict_logits(probe, test.features)
+    linear = _accuracies(logits, test.labels, resamples, seed)
     linear["final_train_loss"] = float(probe.train_loss[-1])
     knn = _accuracies(
         eval_lib.knn_scores(train.features, train.labels, test.features, num_classes=num_classes),
@@ -108,8 +115,70 @@ def evaluate_checkpoint(
         eval_lib.ridge_scores(ridge_probe, test.features), test.labels, resamples, seed
     )
     ridge["alpha"] = ridge_probe.alpha
-    top5 = f"top{min(5, num_classes)}"
-    return {
+    return {"linear": linear, "knn": knn, "ridge": ridge}, np.argmax(logits, axis=1)
+
+
+def _plot(output_dir: str, title: str, predictions: np.ndarray, projections: Embedded,
+          class_names: tuple[str, ...]) -> None:
+    """The three figures of the module docstring into ``output_dir``."""
+    k = len(class_names)
+    confusion, similarity, histogram = (os.path.join(output_dir, f) for f in PLOT_FILES)
+    matrix = eval_lib.confusion_matrix(predictions, projections.labels, k)
+    eval_lib.plot_confusion_matrices({title: matrix}, class_names, confusion)
+    z = {title: projections.features}
+    eval_lib.plot_class_similarity(z, projections.labels, class_names, similarity)
+    eval_lib.plot_within_between_histograms(z, projections.labels, k - 1, class_names, histogram)
+
+
+def evaluate_checkpoint(
+    path: str,
+    *,
+    epochs: int = 100,
+    base_lr: float = 5.0,
+    batch_size: int = 512,
+    warmup_epochs: int = 10,
+    weight_decay: float = 0.0,
+    feature_norm: str = "standardize",
+    resamples: int = 1000,
+    seed: int = 0,
+    output_dir: str | None = None,
+    pixel_baseline: bool = False,
+) -> dict[str, Any]:
+    """Linear, kNN and ridge evaluation of the encoder restored from ``path``.
+
+    Args:
+      path: a pretraining work directory (newest readable checkpoint) or a
+        checkpoint directory ``<workdir>/checkpoints/<step>``.
+      epochs, base_lr, batch_size, warmup_epochs, weight_decay, feature_norm,
+        resamples, seed: as for :func:`probe_features`.
+      output_dir: where to draw the figures (:data:`PLOT_FILES`); None: none.
+      pixel_baseline: also probe the raw test images (``results["pixels"]``).
+
+    Returns:
+      A JSON-serialisable dict: the linear probe's ``top1`` and ``top5`` test
+      accuracy (fractions) and ``top1_ci``/``top5_ci`` ([low, high], 95 %),
+      the checkpoint, dataset sizes and protocol, and the per-probe results of
+      :func:`probe_features` under ``linear``, ``knn`` and ``ridge`` (and
+      under ``pixels`` with ``pixel_baseline``).
+    """
+    run = load_pretrained(path)
+    source = data_lib.load_source(run.config.data)
+    train = embed_split(run.network, run.config.data, "train", source=source)
+    test = embed_split(run.network, run.config.data, "test", source=source)
+    protocol = {
+        "epochs": epochs,
+        "base_lr": base_lr,
+        "batch_size": batch_size,
+        "warmup_epochs": min(warmup_epochs, epochs - 1),
+        "weight_decay": weight_decay,
+        "feature_norm": feature_norm,
+        "resamples": resamples,
+        "seed": seed,
+    }
+    probes, predictions = probe_features(train, test, source.num_classes, **protocol)
+    linear = probes["linear"]
+    top5 = f"top{min(5, source.num_classes)}"
+    results = {
         "top1": linear["top1"]["accuracy"],
         "top1_ci": [linear["top1"]["low"], linear["top1"]["high"]],
         "top5": linear[top5]["accuracy"],
@@ -120,20 +189,23 @@ def evaluate_checkpoint(
         "num_train": int(train.features.shape[0]),
         "num_test": int(test.features.shape[0]),
         "num_features": int(train.features.shape[1]),
-        "protocol": {
-            "epochs": epochs,
-            "base_lr": base_lr,
-            "batch_size": batch_size,
-            "warmup_epochs": min(warmup_epochs, epochs - 1),
-            "weight_decay": weight_decay,
-            "feature_norm": feature_norm,
-            "resamples": resamples,
-            "seed": seed,
-        },
-        "linear": linear,
-        "knn": knn,
-        "ridge": ridge,
+        "protocol": protocol,
+        **probes,
     }
+    if pixel_baseline:
+        results["pixels"], _ = probe_features(
+            pixel_split(run.config.data, "train", source=source),
+            pixel_split(run.config.data, "test", source=source),
+            source.num_classes,
+            **protocol,
+        )
+    if output_dir is not None:
+        projections = embed_split(
+            run.network, run.config.data, "test", output="projections", source=source
+        )
+        title = f"{run.config.loss.name}, step {run.step}"
+        _plot(output_dir, title, predictions, projections, source.class_names)
+    return results
 
 
 def format_results(results: dict[str, Any]) -> str:
@@ -142,13 +214,16 @@ def format_results(results: dict[str, Any]) -> str:
         f"{results['dataset']}: {results['num_train']} train / {results['num_test']} test "
         f"examples, {results['num_features']} features, checkpoint step {results['step']}"
     ]
-    for probe in ("linear", "knn", "ridge"):
-        parts = []
-        for key, value in results[probe].items():
-            if key.startswith("top"):
-                parts.append(
-                    f"{key} {100 * value['accuracy']:.2f} % "
-                    f"[{100 * value['low']:.2f}, {100 * value['high']:.2f}]"
-                )
-        lines.append(f"  {probe:<6} " + "   ".join(parts))
+    sections = {"": results}
+    if "pixels" in results:
+        sections["pixels "] = results["pixels"]
+    for name, probes in sections.items():
+        for probe in ("linear", "knn", "ridge"):
+            parts = [
+                f"{key} {100 * value['accuracy']:.2f} % "
+                f"[{100 * value['low']:.2f}, {100 * value['high']:.2f}]"
+                for key, value in probes[probe].items()
+                if key.startswith("top")
+            ]
+            lines.append(f"  {name + probe:<13} " + "   ".join(parts))
     return "\n".join(lines)

@@ -9,7 +9,8 @@ the given ``--checkpoint`` directory), freezes it and reports linear-probe
 (SupCon/SINCERE protocol), kNN and ridge top-1/top-5 test accuracy with 95 %
 bootstrap intervals; see :mod:`contrastive_jax.evaluate` for the protocol.
 The results are printed and written as JSON to ``<workdir>/eval.json``
-(or ``--output``). Exit code 2 on a missing or unreadable checkpoint.
+(or ``--output``), the figures (confusion matrix, class-by-class cosine
+similarity, within/between-class histograms) beside it. Exit code 2 on a missing or unreadable checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from absl import app, flags, logging
 
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
+from contrastive_jax.train.pretrained import locate_checkpoint
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Pretraining work directory (newest checkpoint).")
 _CHECKPOINT = flags.DEFINE_string(
@@ -37,6 +39,9 @@ _FEATURE_NORM = flags.DEFINE_enum(
 )
 _RESAMPLES = flags.DEFINE_integer("resamples", 1000, "Bootstrap resamples of the test set.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the probe's minibatch order and the bootstrap.")
+_PIXEL_BASELINE = flags.DEFINE_bool(
+    "pixel_baseline", False, "Also probe the raw pixels, the baseline to beat."
+)
 
 
 def main(argv: list[str]) -> int:
@@ -47,6 +52,7 @@ def main(argv: list[str]) -> int:
         return 2
     path = _WORKDIR.value or _CHECKPOINT.value
     try:
+        output = _OUTPUT.value or os.path.join(locate_checkpoint(path)[0], RESULTS_FILE)
         results = evaluate_checkpoint(
             path,
             epochs=_EPOCHS.value,
@@ -57,11 +63,12 @@ def main(argv: list[str]) -> int:
             feature_norm=_FEATURE_NORM.value,
             resamples=_RESAMPLES.value,
             seed=_SEED.value,
+            output_dir=os.path.dirname(os.path.abspath(output)),
+            pixel_baseline=_PIXEL_BASELINE.value,
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    output = _OUTPUT.value or os.path.join(results["workdir"], RESULTS_FILE)
     with open(output, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     print(format_results(results))

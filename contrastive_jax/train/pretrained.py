@@ -31,7 +31,7 @@ class Pretrained(NamedTuple):
     workdir: str
 
 
-def _locate(path: str) -> tuple[str, int | None]:
+def locate_checkpoint(path: str) -> tuple[str, int | None]:
     """(workdir, step or None for the latest) of a work directory or checkpoint path."""
     path = os.path.abspath(path)
     if os.path.isfile(os.path.join(path, loop.CONFIG_FILE)):
@@ -58,7 +58,7 @@ def load_pretrained(path: str) -> Pretrained:
       path: the work directory (its newest readable checkpoint is used) or a
         checkpoint directory ``<workdir>/checkpoints/<step>``.
     """
-    workdir, step = _locate(path)
+    workdir, step = locate_checkpoint(path)
     config = load_config(workdir)
     checkpointer = Checkpointer(workdir, asynchronous=False)
     try:

@@ -1,7 +1,10 @@
 """Quickstart: SINCERE pretraining of a narrow CIFAR-stem ResNet-18 on the
-built-in digits (scikit-learn, 1,437 training images of 16x16), a few minutes
-on a laptop CPU.
+built-in cluttered digits (scikit-learn's digits at a random place of a 16x16
+canvas with a half-contrast distractor digit and noise; 1,437 training and 360
+test images), a few minutes on a laptop CPU. Plain digits would not do: a
+linear classifier on their raw pixels already reaches about 0.97.
 
+    python -m contrastive_jax.quickstart     # both steps below, and a raw-pixel baseline
     python -m contrastive_jax.pretrain --config experiments/configs/quickstart.py \
         --workdir runs/quickstart
     python -m contrastive_jax.linear_eval --workdir runs/quickstart
@@ -12,8 +15,8 @@ from contrastive_jax.train.config import default_config
 
 def get_config():
     config = default_config()
-    config.data.dataset = "digits"
-    config.data.global_batch_size = 128
+    config.dataset = "digits_cluttered"
+    config.batch_size = 128
     config.model.encoder.name = "resnet18"
     config.model.encoder.width = 0.125
     config.model.head.hidden_features = 128
@@ -27,6 +30,6 @@ def get_config():
     config.optimizer.warmup_epochs = 2
     config.train.epochs = 30
     config.train.log_every = 10
-    config.train.checkpoint_every = 100
+    config.checkpoint_every = 100
     config.train.online_probe = True
     return config

@@ -15,7 +15,7 @@ from flax import nnx
 
 from contrastive_jax import data
 from contrastive_jax.embed import embed_split
-from contrastive_jax.evaluate import evaluate_checkpoint
+from contrastive_jax.evaluate import PLOT_FILES, evaluate_checkpoint
 from contrastive_jax.train import loop
 from contrastive_jax.train.config import default_config
 from contrastive_jax.train.pretrained import load_pretrained
@@ -119,11 +119,16 @@ def test_embedding_leaves_the_encoder_bit_identical_and_uses_running_bn_stats(ru
     np.testing.assert_allclose(small.features, large.features, rtol=1e-5, atol=1e-5)
 
 
-def test_linear_evaluation_reports_bootstrap_intervals_and_changes_no_checkpoint(run):
+def test_linear_evaluation_reports_bootstrap_intervals_and_changes_no_checkpoint(run, tmp_path):
     workdir, _ = run
     digest = _checkpoint_digest(workdir)
-    results = evaluate_checkpoint(workdir, epochs=5, resamples=50)
+    results = evaluate_checkpoint(
+        workdir, epochs=5, resamples=50, output_dir=str(tmp_path), pixel_baseline=True
+    )
     assert _checkpoint_digest(workdir) == digest
+    assert sorted(os.listdir(tmp_path)) == sorted(PLOT_FILES)
+    # Plain digits: raw pixels are a strong baseline (about 0.9 after 5 probe epochs).
+    assert results["pixels"]["linear"]["top1"]["accuracy"] > 0.8
     assert results["step"] == 6 and results["num_test"] == 360
     assert results["top1"] == results["linear"]["top1"]["accuracy"]
     assert results["top1_ci"][0] <= results["top1"] <= results["top1_ci"][1]
@@ -149,6 +154,7 @@ def test_linear_eval_cli(run, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "linear" in done.stdout and json.load(open(output))["step"] == 3
+    assert set(PLOT_FILES) <= set(os.listdir(tmp_path))
     missing = subprocess.run(
         command + ["--workdir", str(tmp_path / "nothing")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
