@@ -54,7 +54,7 @@ def test_failing_checkpoint_write_exits_with_74(tmp_path):
     # its entries would hit the limit too.
     def limit_file_size():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (96 << 10, 96 << 10))  # Orbax files: ~100-250 KB
 
     workdir = str(tmp_path / "full")
     proc = runs.start_pretrain(workdir, *FLAGS, preexec_fn=limit_file_size)

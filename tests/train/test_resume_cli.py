@@ -37,6 +37,14 @@ def reference(tmp_path_factory, env) -> str:
     return workdir
 
 
+def _wait_for_checkpoint(proc, workdir: str) -> None:
+    """Until a finalised checkpoint exists (so the restart really resumes)."""
+    deadline = time.monotonic() + 600
+    while not runs.checkpoint_steps(workdir):
+        assert proc.poll() is None and time.monotonic() < deadline, runs.log_text(workdir)
+        time.sleep(0.02)
+
+
 def _finish_and_compare(workdir: str, reference: str, env) -> None:
     assert runs.run_pretrain(workdir, *FLAGS, env=env) == 0, runs.log_text(workdir)
     assert "resumed from the checkpoint at step" in runs.log_text(workdir)
@@ -49,6 +57,7 @@ def test_sigkill_at_a_random_step_then_resume_is_exact(reference, tmp_path, env)
     workdir = str(tmp_path / "killed")
     proc = runs.start_pretrain(workdir, *FLAGS, env=env)
     reached = runs.wait_for_step(proc, workdir, kill_at)
+    _wait_for_checkpoint(proc, workdir)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert reached < TOTAL, f"the run finished before the kill at step {kill_at}"
@@ -59,7 +68,8 @@ def test_sigkill_during_an_asynchronous_checkpoint_write(reference, tmp_path, en
     workdir = str(tmp_path / "killed_in_write")
     folder = os.path.join(workdir, CHECKPOINT_DIR)
     proc = runs.start_pretrain(workdir, *FLAGS, env=env)
-    runs.wait_for_step(proc, workdir, 4)  # checkpoint 3 done; the next write is at step 6
+    runs.wait_for_step(proc, workdir, 4)
+    _wait_for_checkpoint(proc, workdir)  # step 3 finalised; the next write is at step 6
     partial = []
     deadline = time.monotonic() + 600
     while not partial and time.monotonic() < deadline and proc.poll() is None:
