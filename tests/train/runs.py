@@ -12,7 +12,6 @@ import sys
 import time
 
 import jax
-import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -21,45 +20,12 @@ from flax import nnx
 from contrastive_jax import data as data_lib
 from contrastive_jax import models
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
-from contrastive_jax.train.config import default_config
 from contrastive_jax.train.logging import METRICS_FILE
+from tests.train.cli_config import tiny_config  # noqa: F401 - re-exported for the tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-#: Command-line overrides equal to :func:`tiny_config` for the CLI.
-TINY_FLAGS = (
-    "--config.data.dataset=digits",
-    "--config.data.global_batch_size=32",
-    "--config.model.encoder.width=0.125",
-    "--config.model.head.hidden_features=32",
-    "--config.model.head.out_features=16",
-    "--config.loss.name=sincere",
-    "--config.optimizer.name=adamw",
-    "--config.optimizer.base_learning_rate=0.001",
-    "--config.optimizer.lr_scaling=none",
-    "--config.optimizer.warmup_epochs=0",
-    "--config.train.log_every=1",
-)
-
-
-def tiny_config(total_steps: int = 6, checkpoint_every: int = 2) -> ml_collections.ConfigDict:
-    """Digits, a ResNet-18 of width 0.125 (8 base channels), batch 32, AdamW."""
-    config = default_config()
-    config.data.dataset = "digits"
-    config.data.global_batch_size = 32
-    config.model.encoder.width = 0.125
-    config.model.head.hidden_features = 32
-    config.model.head.out_features = 16
-    config.loss.name = "sincere"
-    config.optimizer.name = "adamw"
-    config.optimizer.base_learning_rate = 1e-3
-    config.optimizer.lr_scaling = "none"
-    config.optimizer.warmup_epochs = 0
-    config.train.total_steps = total_steps
-    config.train.checkpoint_every = checkpoint_every
-    config.train.keep_checkpoints = 3
-    config.train.log_every = 1
-    return config
+CLI_CONFIG = os.path.join(ROOT, "tests", "train", "cli_config.py")
 
 
 class TinyEncoder(nnx.Module):
@@ -202,11 +168,10 @@ def run_pretrain(workdir: str, *flags: str, env: dict[str, str] | None = None,
 
 
 def pretrain_command(workdir: str, *flags: str) -> list[str]:
-    """``python -m contrastive_jax.pretrain`` with the tiny config and ``flags``."""
+    """``python -m contrastive_jax.pretrain`` with :data:`CLI_CONFIG` and ``flags``."""
     return [
         sys.executable, "-m", "contrastive_jax.pretrain",
-        "--config", os.path.join(ROOT, "experiments", "configs", "quickstart.py"),
-        "--workdir", workdir, *TINY_FLAGS, *flags,
+        "--config", CLI_CONFIG, "--workdir", workdir, *flags,
     ]
 
 
