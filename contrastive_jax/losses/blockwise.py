@@ -22,7 +22,7 @@ for an O(n·m) memory-free backward; the undifferentiated call costs one. The
 backward rule only scales the stored [n, D] and [m, D] gradients by the
 (scalar) cotangent. A column-streamed variant with an online log-sum-exp and a
 recomputing backward (spec/sincere-supcon.md §5) needs four products for
-SupCon and five for SINCERE and was measured slower (experiments/bench/README.md).
+SupCon and five for SINCERE.
 """
 
 from __future__ import annotations

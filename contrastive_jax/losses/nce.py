@@ -48,10 +48,38 @@ def sincere_per_anchor(logits: Array, positives: Array, negatives: Array) -> Arr
     Returns:
       float32 [n]; rows without positives hold 0.
     """
-    count = jnp.sum(positives, axis=1)
-    lse_negatives = _core.masked_logsumexp(logits, negatives, axis=1)
-    pair = jax.nn.softplus(lse_negatives[:, None] - logits)
-    return jnp.sum(jnp.where(positives, pair, 0.0), axis=1) / jnp.maximum(count, 1)
+    return _sincere_rows(logits, positives, negatives)
+
+
+@jax.custom_vjp
+def _sincere_rows(logits: Array, positives: Array, negatives: Array) -> Array:
+    return _sincere_rows_fwd(logits, positives, negatives)[0]
+
+
+def _sincere_rows_fwd(logits, positives, negatives):
+    """Forward with one exp per entry, ``e = exp(-|L_t - S_tj|)``, reused by the backward:
+    ``softplus(g) = max(g, 0) + log1p(e)``, ``sigmoid(g) = [g >= 0 ? 1 : e] / (1 + e)`` and,
+    on negatives (where ``g >= 0``), ``exp(S_tj - L_t) = e``."""
+    count = jnp.maximum(jnp.sum(positives, axis=1), 1).astype(jnp.float32)
+    gap = _core.masked_logsumexp(logits, negatives, axis=1)[:, None] - logits
+    small = jnp.exp(-jnp.abs(gap))
+    pair = jnp.maximum(gap, 0.0) + jnp.log1p(small)
+    per_anchor = jnp.sum(jnp.where(positives, pair, 0.0), axis=1) / count
+    return per_anchor, (gap, small, positives, negatives, count)
+
+
+def _sincere_rows_bwd(residuals, cotangent):
+    """Eq. (13) at the logit level (spec §3.3): ``-c σ(L_t - S_tp) / |P_t|`` on positives,
+    ``c a_t e^{S_tj - L_t} / |P_t|`` on negatives, ``a_t = sum_p σ(L_t - S_tp)``."""
+    gap, small, positives, negatives, count = residuals
+    on_positives = jnp.where(positives, jnp.where(gap >= 0, 1.0, small) / (1.0 + small), 0.0)
+    weight = (cotangent / count)[:, None]
+    total = jnp.sum(on_positives, axis=1, keepdims=True)
+    grad = weight * (jnp.where(negatives, total * small, 0.0) - on_positives)
+    return grad, None, None
+
+
+_sincere_rows.defvjp(_sincere_rows_fwd, _sincere_rows_bwd)
 
 
 def _label_masks(

@@ -193,10 +193,10 @@ def peak_memory(case: str, n: int) -> str:
     return result["status"] if result["status"] != "ok" else f"{result['peak_mib']:.0f} MiB"
 
 
-def cases_for(losses: list[str]) -> list[str]:
+def cases_for(losses: list[str], blocks: list[int] = ()) -> list[str]:
     cases = []
     for name in losses:
-        cases += [f"{name}:dense", f"{name}:block"]
+        cases += [f"{name}:dense", f"{name}:block", *(f"{name}:block{b}" for b in blocks)]
         if name in ("supcon", "sincere", "nt_xent"):
             cases.append(f"{name}:naive")
         if name == "nt_xent":
@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--losses", default=",".join(LOSSES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--blocks", default="",
+                        help="extra streamed cases with these block heights, e.g. 128,512")
     parser.add_argument("--no-memory", action="store_true", help="skip the subprocesses")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: N=256, SupCon and NT-Xent, one repeat")
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     import jax
 
-    cases = cases_for(args.losses.split(","))
+    cases = cases_for(args.losses.split(","), [int(b) for b in args.blocks.split(",") if b])
     print(f"# jax {jax.__version__}, {os.cpu_count()} CPUs, D={D}, "
           f"median of {args.repeats} interleaved rounds; ratio = time / time(z @ z.T)")
     print("| N | case | value_and_grad s | ratio to z@z.T | peak memory |")
