@@ -589,6 +589,8 @@ def main(argv: list[str] | None = None) -> None:
                         choices=["digits", "phantoms"])
     parser.add_argument("--methods", nargs="+", default=None, help="subset of the methods")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs of the grid")
     args = parser.parse_args(argv)
     for name in ("epochs", "phantom_epochs", "phantom_train"):
         if getattr(args, name) < 1:
@@ -610,7 +612,12 @@ def main(argv: list[str] | None = None) -> None:
         results: dict[str, list[dict]] = {m: [] for m in chosen}
         for seed in args.seeds:  # seed-major: a first seed of every method before more seeds
             for m, f in chosen.items():
-                results[m].append(run_one(task, m, f, adamw, data, probe, seed, out, progress))
+                if args.aggregate_only:
+                    done = common.load_json(common.run_path(out, task.name, m, seed))
+                    results[m] += [done] if done is not None else []
+                else:
+                    results[m].append(run_one(task, m, f, adamw, data, probe, seed, out, progress))
+        results = {m: r for m, r in results.items() if r}
         if task_name == "digits":
             table, summary = summarise_digits(results)
             plot_digits(summary, out / f"{task.name}_accuracy_vs_epoch.png")

@@ -26,7 +26,6 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import numpy as np
 import optax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -127,6 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--ablation_seeds", type=int, nargs="*", default=[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs of the grid")
     args = parser.parse_args(argv)
     if args.epochs < 1:
         raise ValueError("--epochs must be >= 1")
@@ -141,8 +142,13 @@ def main(argv: list[str] | None = None) -> None:
         arch = dataclasses.replace(cu.DIGITS_ARCH, hidden_layers=VARIANTS[method][0], last_bn=True)
         task = cu.Task(f"{name}/{setting}", arch, cu.augment_digits, args.epochs, 128,
                        cu.probe_epochs(args.epochs, 1))
-        result = cu.run_one(task, method, loss_for(method, tau), lars(lr), data, cu.digits_probe,
-                            seed, args.out, progress)
+        if args.aggregate_only:
+            result = common.load_json(common.run_path(args.out, task.name, method, seed))
+            if result is None:
+                continue
+        else:
+            result = cu.run_one(task, method, loss_for(method, tau), lars(lr), data,
+                                cu.digits_probe, seed, args.out, progress)
         results.setdefault((setting, method), []).append(result)
     table, summary = summarise(results)
     common.save_json(args.out / f"{name}_summary.json", summary)
@@ -150,7 +156,6 @@ def main(argv: list[str] | None = None) -> None:
     text = f"## {name} ({args.epochs} epochs)\n\n{table}"
     (args.out / f"{name}_table.md").write_text(text)
     print(text)
-    print(f"finite final losses: {np.mean([np.isfinite(r['epoch_losses'][-1]) for rs in results.values() for r in rs]):.2f}")
 
 
 if __name__ == "__main__":
