@@ -22,7 +22,7 @@ import pytest
 from contrastive_jax import data as data_lib
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
-from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR
+from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR, CheckpointError
 from contrastive_jax.train.step import make_train_step
 from tests.train import runs
 
@@ -95,6 +95,16 @@ def test_truncated_latest_checkpoint_is_skipped(reference, tmp_path, caplog):
     # Moved aside, never deleted; the re-run wrote a good step 6 identical to the reference.
     assert len(os.listdir(os.path.join(workdir, DAMAGED_DIR))) == 1
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
+
+
+def test_every_checkpoint_damaged_is_an_error(reference, tmp_path):
+    workdir = str(tmp_path / "run")
+    shutil.copytree(reference, workdir)
+    for step in (2, 4, TOTAL):
+        runs.truncate_largest_file(workdir, step)
+    with pytest.raises(CheckpointError, match=r"every checkpoint .*\(steps \[2, 4, 6\]\) is damaged"):
+        loop.train(runs.tiny_config(TOTAL), workdir)
+    assert len(os.listdir(os.path.join(workdir, DAMAGED_DIR))) == 3
 
 
 def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
