@@ -28,7 +28,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check contrastive_jax tests experiments
+	$(VENV)/bin/ruff check contrastive_jax tests experiments notebooks
 
 bench: $(STAMP)
 	XLA_FLAGS= $(PY) experiments/bench/losses.py

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+from ml_collections import config_dict
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
 LR_SCALINGS = ("linear", "sqrt", "none")
@@ -59,17 +60,17 @@ def default_optimizer_config() -> ml_collections.ConfigDict:
             # Linear warm-up length in epochs (may be fractional); see warmup_steps.
             "warmup_epochs": 10.0,
             # Warm-up length in optimiser steps; when not None it replaces warmup_epochs.
-            "warmup_steps": None,
+            "warmup_steps": config_dict.placeholder(int),
             # Learning rate at step 0, the start of the warm-up (absolute, not scaled).
             "warmup_init": 0.0,
             # Learning rate at the last step as a fraction of the peak learning rate.
             "final_lr_factor": 0.0,
             # Schedule length in epochs; None: the trainer's run length (or total_steps).
-            "epochs": None,
+            "epochs": config_dict.placeholder(float),
             # Schedule length in steps; when not None it replaces epochs and the trainer's length.
-            "total_steps": None,
+            "total_steps": config_dict.placeholder(int),
             # Clip gradients to this global L2 norm before the optimiser; None: no clipping.
-            "grad_clip_norm": None,
+            "grad_clip_norm": config_dict.placeholder(float),
             # Also decay biases and normalisation parameters (and, for lars, adapt their rate with
             # the trust ratio); the SINCERE reference (SGD) decays every parameter.
             "decay_norm_and_bias": False,
