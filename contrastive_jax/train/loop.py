@@ -26,7 +26,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
-from jax.experimental import multihost_utils
 
 from contrastive_jax import data as data_lib
 from contrastive_jax import models
@@ -163,12 +162,13 @@ def _prepare_workdir(workdir: str) -> str:
 class _SigtermFlag:
     """Turns SIGTERM into a flag the loop polls (main thread only).
 
-    With several processes the flag is agreed on after every step (any
-    process's SIGTERM stops all), so all of them save the same step together.
+    The loop feeds the flag into each step (the ``stop`` batch field), whose
+    collectives tell every process if any process was signalled, so all of
+    them save the same step together.
     """
 
     def __init__(self) -> None:
-        self._raised = False
+        self.raised = False
         self._previous = None
 
     def __enter__(self):
@@ -179,13 +179,7 @@ class _SigtermFlag:
         return self
 
     def _handle(self, signum, frame) -> None:
-        self._raised = True
-
-    def raised(self) -> bool:
-        if jax.process_count() == 1:
-            return self._raised
-        flags = multihost_utils.process_allgather(np.asarray(self._raised, np.int32))
-        return bool(np.any(flags))
+        self.raised = True
 
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
@@ -292,10 +286,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
     started = time.perf_counter()
     try:
         for step in range(start_step, total_steps):
-            local = next(batches)
-            batch = data_lib.make_global_batch(
-                {k: v for k, v in local.items() if k in BATCH_FIELDS}, mesh
-            )
+            local = {k: v for k, v in next(batches).items() if k in BATCH_FIELDS}
+            local["stop"] = np.full(len(local["label"]), sigterm.raised, np.int32)
+            batch = data_lib.make_global_batch(local, mesh)
             state, logged = step_fn(state, batch)
             done = step + 1
             if not bool(logged["finite"]):
@@ -315,7 +308,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
                 last["images_per_s"] = logger.throughput(done)
                 last["skipped_steps"] = float(skipped)
                 logger.write(done, last)
-            preempted = sigterm.raised()
+            preempted = bool(logged["stop"])
             if done % config.train.checkpoint_every == 0 or done == total_steps or preempted:
                 checkpointer.save(done, state, meta(done))
             if preempted:

@@ -81,6 +81,10 @@ def make_train_step(
     Returned metrics are replicated scalars: ``loss``, ``loss/<term>``,
     ``alignment``, ``uniformity``, ``learning_rate``, ``grad_norm``, ``finite``
     (1.0 when loss and gradients are finite), ``probe_accuracy`` with a probe.
+    An optional ``stop`` int [B] field (each process's SIGTERM flag on its
+    rows) comes back as ``stop``, its maximum over the global batch: every
+    process learns that one of them was told to stop through the step's own
+    collectives, with no extra cross-process call.
     A non-finite step returns the input's parameters, batch statistics and
     optimiser state unchanged (only ``step`` advances), so the caller can skip
     it (``config.train.skip_nonfinite``) or stop with the last good state; both
@@ -146,6 +150,7 @@ def make_train_step(
         return sharded(params, batch_stats, key_data, batch)
 
     def step(state: TrainState, batch: dict[str, Array]):
+        stop = batch.get("stop")
         batch = {k: batch[k] for k in batch_keys if batch.get(k) is not None}
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         (loss, (logged, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -167,6 +172,8 @@ def make_train_step(
             grad_norm=grad_norm,
             finite=finite.astype(jnp.float32),
         )
+        if stop is not None:
+            logged["stop"] = jnp.max(stop).astype(jnp.float32)
         return new, logged
 
     return jax.jit(step, donate_argnums=(0,))

@@ -78,7 +78,10 @@ def test_killing_one_process_stops_the_other(tmp_path, cache_dir):
     workdir = str(tmp_path / "pair")
     procs = _start_pair(workdir, cache_dir)
     try:
-        runs.wait_for_step(procs[0], workdir, 1, timeout=1500)
+        try:
+            runs.wait_for_step(procs[0], workdir, 1, timeout=1500)
+        except (AssertionError, FileNotFoundError) as err:
+            raise AssertionError(_log(workdir, 0) + _log(workdir, 1)) from err
         procs[1].send_signal(signal.SIGKILL)
         killed = time.monotonic()
         code = procs[0].wait(timeout=300)

@@ -134,6 +134,7 @@ def test_dropout_masks_follow_seed_and_step_not_call_history():
             "views": rng.normal(size=(32, 2, 16, 16, 3)).astype(np.float32),
             "label": rng.integers(0, 10, 32).astype(np.int32),
             "index": np.arange(32, dtype=np.int32),
+            "stop": np.zeros(32, np.int32),  # as train() sends it: the same compiled step
         },
         mesh,
     )
