@@ -24,11 +24,13 @@ def get_config():
     config.loss.name = "sincere"
     config.loss.temperature = 0.1
     config.optimizer.name = "adamw"
-    config.optimizer.base_learning_rate = 1e-3
+    config.optimizer.base_learning_rate = 1e-2
     config.optimizer.lr_scaling = "none"
     config.optimizer.weight_decay = 1e-4
-    config.optimizer.warmup_epochs = 2
-    config.train.epochs = 30
+    config.optimizer.warmup_init = 1e-4
+    config.optimizer.warmup_steps = 10
+    config.optimizer.final_lr_factor = 1e-3
+    config.train.epochs = 60
     config.train.log_every = 10
     config.checkpoint_every = 100
     config.train.online_probe = True
