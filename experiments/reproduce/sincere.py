@@ -1,7 +1,7 @@
 """Reproduce SINCERE vs SupCon (seed 000) at CPU scale: Tables 1-2, Figs. 2-3, batch contrast.
 
     python experiments/reproduce/sincere.py                    # built-in digits (spec §7.7 proxy)
-    python experiments/reproduce/sincere.py --dataset cifar10  # CIFAR-10 16x16 (see RESULTS_sincere)
+    python experiments/reproduce/sincere.py --dataset cifar10  # CIFAR-10 16x16 (see experiments/RESULTS.md)
     python experiments/reproduce/sincere.py --quick            # plain digits, 8 steps (< 2 min idle)
 
 For each of two batch sizes (the second has about a quarter of the same-class partners per
