@@ -4,8 +4,8 @@ ResNet-18 at width 0.25 (16-channel stem, 128-d features) with a 128-d projectio
 resized to 16x16 (SimCLR CIFAR augmentation), a class-balanced 10,000-image training subset,
 tau = 0.1, two views, batch 64 (about 13 same-class partners per anchor), 150 steps of AdamW at
 1e-3 (15 warm-up steps, cosine to 1e-6). On the shared 2-core machine this is 1.4-2.8 s per step,
-and 150 steps leave both losses near their constant-embedding values (experiments/
-experiments/RESULTS.md, "Why not CIFAR-10"); it is the starting point for a longer run elsewhere.
+and 150 steps leave both losses near their constant-embedding values
+(experiments/RESULTS.md, "Why not CIFAR-10"); it is the starting point for a longer run elsewhere.
 
     python -m contrastive_jax.pretrain --config experiments/configs/sincere_cifar10.py \
         --workdir runs/sincere/cifar10_b64_supcon_s1 --config.loss.name=supcon --config.seed=1
