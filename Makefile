@@ -31,7 +31,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check contrastive_jax tests experiments notebooks
 
 bench: $(STAMP)
-	XLA_FLAGS= $(PY) experiments/bench/losses.py
+	XLA_FLAGS= $(PY) experiments/bench/losses.py --sizes 2048,8192 --losses supcon,sincere,nt_xent --no-memory
 
 clean:
 	rm -rf runs/quickstart .pytest_cache .ruff_cache
