@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# The reproduction scripts' own checks run with their --quick modes in `make test-all`.
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "reproduce" / "sincere.py"
 
 

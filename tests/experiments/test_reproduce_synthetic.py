@@ -22,6 +22,9 @@ import numpy as np
 import optax
 import pytest
 
+# The reproduction scripts' own checks run with their --quick modes in `make test-all`.
+pytestmark = pytest.mark.slow
+
 REPRODUCE = Path(__file__).resolve().parents[2] / "experiments" / "reproduce"
 
 

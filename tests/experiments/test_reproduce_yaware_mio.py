@@ -21,6 +21,9 @@ import pytest
 
 from contrastive_jax import losses
 
+# The reproduction scripts' own checks run with their --quick modes in `make test-all`.
+pytestmark = pytest.mark.slow
+
 REPRODUCE = Path(__file__).resolve().parents[2] / "experiments" / "reproduce"
 
 

@@ -110,16 +110,21 @@ def losses_by_step(workdir: str) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in metrics(workdir)}
 
 
-def truncate_largest_file(workdir: str, step: int) -> str:
-    """Cuts the largest file of the checkpoint at ``step`` to half its size; returns its path."""
+def truncate_checkpoint(workdir: str, step: int) -> list[str]:
+    """Cuts every file of the checkpoint at ``step`` to half its size (a write cut short).
+
+    Every file, not one: which single file a restore reads in full depends on
+    Orbax's layout (an OCDBT data file can hold bytes a restore never reads),
+    and a test must not depend on which file happens to be largest.
+    """
     files = [
         p for p in glob.glob(os.path.join(workdir, CHECKPOINT_DIR, str(step), "**"), recursive=True)
         if os.path.isfile(p)
     ]
-    target = max(files, key=os.path.getsize)
-    with open(target, "r+b") as f:
-        f.truncate(os.path.getsize(target) // 2)
-    return target
+    for target in files:
+        with open(target, "r+b") as f:
+            f.truncate(os.path.getsize(target) // 2)
+    return files
 
 
 def cli_env(num_devices: int = 8, cache_dir: str | None = None, **extra: str) -> dict[str, str]:

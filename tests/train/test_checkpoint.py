@@ -41,7 +41,7 @@ def test_deletes_old_checkpoints_only_after_newer_ones_verified(tmp_path):
     _save(checkpointer, 2)  # 1 verified, 2 being written: nothing may go
     checkpointer.wait()
     assert checkpointer.steps() == [1, 2]
-    runs.truncate_largest_file(workdir, 2)
+    runs.truncate_checkpoint(workdir, 2)
     _save(checkpointer, 3)  # 2 fails verification: moved aside, 1 is still the only good one
     checkpointer.wait()
     assert checkpointer.steps() == [1, 3]
@@ -57,7 +57,7 @@ def test_restore_latest_skips_truncated_checkpoint(tmp_path, caplog):
     for step in (1, 2):
         _save(checkpointer, step)
     checkpointer.close()
-    runs.truncate_largest_file(workdir, 2)
+    runs.truncate_checkpoint(workdir, 2)
 
     checkpointer = Checkpointer(workdir)
     with caplog.at_level(logging.WARNING):

@@ -142,6 +142,7 @@ def test_linear_evaluation_reports_bootstrap_intervals_and_changes_no_checkpoint
     assert results["linear"]["top1"]["accuracy"] > 0.3
 
 
+@pytest.mark.slow
 def test_linear_eval_cli(run, tmp_path):
     workdir, _ = run
     output = str(tmp_path / "results.json")

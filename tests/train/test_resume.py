@@ -87,7 +87,7 @@ def test_sigterm_saves_current_step_and_resume_is_exact(reference, tmp_path, mon
 def test_truncated_latest_checkpoint_is_skipped(reference, tmp_path, caplog):
     workdir = str(tmp_path / "run")
     shutil.copytree(reference, workdir)
-    runs.truncate_largest_file(workdir, TOTAL)
+    runs.truncate_checkpoint(workdir, TOTAL)
 
     summary = loop.train(runs.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 4
@@ -101,7 +101,7 @@ def test_every_checkpoint_damaged_is_an_error(reference, tmp_path):
     workdir = str(tmp_path / "run")
     shutil.copytree(reference, workdir)
     for step in (2, 4, TOTAL):
-        runs.truncate_largest_file(workdir, step)
+        runs.truncate_checkpoint(workdir, step)
     with pytest.raises(CheckpointError, match=r"every checkpoint .*\(steps \[2, 4, 6\]\) is damaged"):
         loop.train(runs.tiny_config(TOTAL), workdir)
     assert len(os.listdir(os.path.join(workdir, DAMAGED_DIR))) == 3
