@@ -30,6 +30,7 @@ learned representation has to beat.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -57,29 +58,43 @@ def _accuracies(scores: np.ndarray, labels: np.ndarray, resamples: int, seed: in
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class ProbeProtocol:
+    """How the probes are trained and scored (defaults: the SupCon/SINCERE protocol).
+
+    Attributes:
+      epochs, base_lr, batch_size, warmup_epochs, weight_decay, feature_norm:
+        the linear probe's (:func:`contrastive_jax.eval.train_linear_classifier`);
+        ``warmup_epochs`` is capped at ``epochs - 1``.
+      resamples: bootstrap resamples of the test set.
+      seed: seed of the probe's minibatch order and of the bootstrap.
+    """
+
+    epochs: int = 100
+    base_lr: float = 5.0
+    batch_size: int = 512
+    warmup_epochs: int = 10
+    weight_decay: float = 0.0
+    feature_norm: str = "standardize"
+    resamples: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warmup_epochs", min(self.warmup_epochs, self.epochs - 1))
+
+
 def probe_features(
     train: Embedded,
     test: Embedded,
     num_classes: int,
-    *,
-    epochs: int = 100,
-    base_lr: float = 5.0,
-    batch_size: int = 512,
-    warmup_epochs: int = 10,
-    weight_decay: float = 0.0,
-    feature_norm: str = "standardize",
-    resamples: int = 1000,
-    seed: int = 0,
+    protocol: ProbeProtocol = ProbeProtocol(),
 ) -> tuple[dict[str, Any], np.ndarray]:
     """Linear, kNN and ridge probes trained on ``train`` and scored on ``test``.
 
     Args:
       train, test: frozen features [N, F] with labels.
       num_classes: K.
-      epochs, base_lr, batch_size, warmup_epochs, weight_decay, feature_norm:
-        the linear probe's protocol (:func:`contrastive_jax.eval.train_linear_classifier`).
-      resamples: bootstrap resamples of the test set.
-      seed: seed of the probe's minibatch order and of the bootstrap.
+      protocol: see :class:`ProbeProtocol`.
 
     Returns:
       ``({"linear": ..., "knn": ..., "ridge": ...}, predictions)``: per probe,
@@ -87,16 +102,17 @@ def probe_features(
       ``std``; :func:`contrastive_jax.eval.bootstrap_accuracy`), and the linear
       probe's test predictions int [N_test].
     """
+    resamples, seed = protocol.resamples, protocol.seed
     probe = eval_lib.train_linear_classifier(
         train.features,
         train.labels,
         num_classes=num_classes,
-        epochs=epochs,
-        batch_size=batch_size,
-        base_lr=base_lr,
-        warmup_epochs=min(warmup_epochs, epochs - 1),
-        weight_decay=weight_decay,
-        feature_norm=feature_norm,
+        epochs=protocol.epochs,
+        batch_size=protocol.batch_size,
+        base_lr=protocol.base_lr,
+        warmup_epochs=protocol.warmup_epochs,
+        weight_decay=protocol.weight_decay,
+        feature_norm=protocol.feature_norm,
         seed=seed,
     )
     logits = eval_lib.predict_logits(probe, test.features)
@@ -133,26 +149,18 @@ def _plot(output_dir: str, title: str, predictions: np.ndarray, projections: Emb
 def evaluate_checkpoint(
     path: str,
     *,
-    epochs: int = 100,
-    base_lr: float = 5.0,
-    batch_size: int = 512,
-    warmup_epochs: int = 10,
-    weight_decay: float = 0.0,
-    feature_norm: str = "standardize",
-    resamples: int = 1000,
-    seed: int = 0,
     output_dir: str | None = None,
     pixel_baseline: bool = False,
+    **protocol: Any,
 ) -> dict[str, Any]:
     """Linear, kNN and ridge evaluation of the encoder restored from ``path``.
 
     Args:
       path: a pretraining work directory (newest readable checkpoint) or a
         checkpoint directory ``<workdir>/checkpoints/<step>``.
-      epochs, base_lr, batch_size, warmup_epochs, weight_decay, feature_norm,
-        resamples, seed: as for :func:`probe_features`.
       output_dir: where to draw the figures (:data:`PLOT_FILES`); None: none.
       pixel_baseline: also probe the raw test images (``results["pixels"]``).
+      **protocol: fields of :class:`ProbeProtocol` (e.g. ``epochs=5``).
 
     Returns:
       A JSON-serialisable dict: the linear probe's ``top1`` and ``top5`` test
@@ -165,17 +173,8 @@ def evaluate_checkpoint(
     source = data_lib.load_source(run.config.data)
     train = embed_split(run.network, run.config.data, "train", source=source)
     test = embed_split(run.network, run.config.data, "test", source=source)
-    protocol = {
-        "epochs": epochs,
-        "base_lr": base_lr,
-        "batch_size": batch_size,
-        "warmup_epochs": min(warmup_epochs, epochs - 1),
-        "weight_decay": weight_decay,
-        "feature_norm": feature_norm,
-        "resamples": resamples,
-        "seed": seed,
-    }
-    probes, predictions = probe_features(train, test, source.num_classes, **protocol)
+    protocol = ProbeProtocol(**protocol)
+    probes, predictions = probe_features(train, test, source.num_classes, protocol)
     linear = probes["linear"]
     top5 = f"top{min(5, source.num_classes)}"
     results = {
@@ -189,7 +188,7 @@ def evaluate_checkpoint(
         "num_train": int(train.features.shape[0]),
         "num_test": int(test.features.shape[0]),
         "num_features": int(train.features.shape[1]),
-        "protocol": protocol,
+        "protocol": dataclasses.asdict(protocol),
         **probes,
     }
     if pixel_baseline:
@@ -197,7 +196,7 @@ def evaluate_checkpoint(
             pixel_split(run.config.data, "train", source=source),
             pixel_split(run.config.data, "test", source=source),
             source.num_classes,
-            **protocol,
+            protocol,
         )
     if output_dir is not None:
         projections = embed_split(
