@@ -87,23 +87,17 @@ def _bn(
 
 
 class _Shortcut(nnx.Module):
-    """Projection shortcut: 1×1 conv (with stride) + BN. [B, H, W, C] -> [B, H/s, W/s, C']."""
+    """Projection shortcut: 1×1 conv (with stride) + BN. [B, H, W, C] -> [B, H/s, W/s, C'].
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        strides: int,
-        *,
-        bn_axis_name: str | None,
-        bn_momentum: float,
-        dtype: jnp.dtype,
-        rngs: nnx.Rngs,
-    ):
-        self.conv = _conv(in_features, out_features, 1, strides, dtype=dtype, rngs=rngs)
-        self.bn = _bn(
-            out_features, axis_name=bn_axis_name, momentum=bn_momentum, dtype=dtype, rngs=rngs
+    ``bn``: the keyword arguments of :func:`_bn` (``axis_name``, ``momentum``,
+    ``dtype``, ``rngs``), shared with the block's own BatchNorms.
+    """
+
+    def __init__(self, in_features: int, out_features: int, strides: int, **bn):
+        self.conv = _conv(
+            in_features, out_features, 1, strides, dtype=bn["dtype"], rngs=bn["rngs"]
         )
+        self.bn = _bn(out_features, **bn)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.bn(self.conv(x))
@@ -135,25 +129,20 @@ class BasicBlock(nnx.Module):
         self.bn1 = _bn(features, **bn)
         self.conv2 = _conv(features, features, 3, 1, dtype=dtype, rngs=rngs)
         self.bn2 = _bn(features, zero_scale=zero_init_residual, **bn)
-        self.shortcut = (
-            _Shortcut(
-                in_features,
-                features,
-                strides,
-                bn_axis_name=bn_axis_name,
-                bn_momentum=bn_momentum,
-                dtype=dtype,
-                rngs=rngs,
-            )
-            if strides != 1 or in_features != features
-            else None
-        )
+        self.shortcut = _shortcut(in_features, features, strides, **bn)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         residual = x if self.shortcut is None else self.shortcut(x)
         y = nnx.relu(self.bn1(self.conv1(x)))
         y = self.bn2(self.conv2(y))
         return nnx.relu(y + residual)
+
+
+def _shortcut(in_features: int, out_features: int, strides: int, **bn) -> _Shortcut | None:
+    """The projection shortcut a block needs when its shape changes, else None (identity)."""
+    if strides == 1 and in_features == out_features:
+        return None
+    return _Shortcut(in_features, out_features, strides, **bn)
 
 
 class Bottleneck(nnx.Module):
@@ -184,19 +173,7 @@ class Bottleneck(nnx.Module):
         self.bn2 = _bn(features, **bn)
         self.conv3 = _conv(features, out_features, 1, 1, dtype=dtype, rngs=rngs)
         self.bn3 = _bn(out_features, zero_scale=zero_init_residual, **bn)
-        self.shortcut = (
-            _Shortcut(
-                in_features,
-                out_features,
-                strides,
-                bn_axis_name=bn_axis_name,
-                bn_momentum=bn_momentum,
-                dtype=dtype,
-                rngs=rngs,
-            )
-            if strides != 1 or in_features != out_features
-            else None
-        )
+        self.shortcut = _shortcut(in_features, out_features, strides, **bn)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         residual = x if self.shortcut is None else self.shortcut(x)
