@@ -461,6 +461,9 @@ def run_one(task, method, loss_fn, opt_factory, data, probe_factory, seed, out, 
     path = common.run_path(out, task.name, method, seed)
     done = common.load_json(path)
     if done is not None:
+        if done["epochs"] != task.epochs:
+            raise ValueError(f"{path} holds a {done['epochs']}-epoch run, not {task.epochs}: "
+                             "runs of different budgets must not be mixed")
         progress.log(f"{task.name}/{method}/seed{seed}: done, skipped")
         return done
     ckpt = path.with_name(f"seed{seed}.ckpt.npz")
@@ -581,7 +584,7 @@ def plot_phantoms(summary: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (2 epochs, 1 seed)")
-    parser.add_argument("--epochs", type=int, default=30, help="digits pretraining epochs")
+    parser.add_argument("--epochs", type=int, default=100, help="digits pretraining epochs")
     parser.add_argument("--phantom_epochs", type=int, default=10)
     parser.add_argument("--phantom_train", type=int, default=5000, help="pretraining subjects")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -600,11 +603,14 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out
     for task_name in args.tasks:
         if task_name == "digits":
-            task = Task("digits" if not args.quick else "quick_digits", DIGITS_ARCH,
+            name = f"{'quick_' if args.quick else ''}digits_{args.epochs}ep"
+            task = Task(name, DIGITS_ARCH,
                         augment_digits, args.epochs, 128, probe_epochs(args.epochs))
             data, methods, probe = digits_data(), DIGITS_METHODS, digits_probe
         else:
-            task = Task("phantoms" if not args.quick else "quick_phantoms", PHANTOM_ARCH,
+            name = (f"{'quick_' if args.quick else ''}phantoms_{args.phantom_epochs}ep"
+                    f"_n{args.phantom_train}")
+            task = Task(name, PHANTOM_ARCH,
                         augment_phantoms, args.phantom_epochs, 128, (args.phantom_epochs,))
             data, methods, probe = phantom_data(args.phantom_train), PHANTOM_METHODS, phantom_probe
         chosen = {m: f for m, f in methods.items() if args.methods is None or m in args.methods}

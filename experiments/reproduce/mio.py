@@ -122,7 +122,7 @@ def plot(summary: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (2 epochs, 1 seed)")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--ablation_seeds", type=int, nargs="*", default=[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.epochs, args.seeds, args.ablation_seeds = 2, [0], []
     data = cu.digits_data()
-    name = "quick_digits" if args.quick else "digits"
+    name = f"{'quick_' if args.quick else ''}digits_{args.epochs}ep"
     runs = grid(args.seeds, args.ablation_seeds)
     progress = common.Progress(len(runs), name)
     results: dict[tuple[str, str], list[dict]] = {}

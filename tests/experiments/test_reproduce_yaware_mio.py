@@ -95,11 +95,11 @@ def test_conditional_uniformity_quick_end_to_end_and_resume(tmp_path):
     assert "quick_digits" in first and "quick_phantoms" in first
     runs = sorted((tmp_path / "runs").rglob("seed0.json"))
     assert len(runs) == 4 + 3  # digits methods + phantom methods
-    record = json.loads((tmp_path / "runs/quick_digits/conditional/seed0.json").read_text())
+    record = json.loads((tmp_path / "runs/quick_digits_2ep/conditional/seed0.json").read_text())
     assert [p["epoch"] for p in record["probes"]] == [1, 2]
     assert 0.0 <= record["probes"][-1]["full"]["low"] <= record["probes"][-1]["full"]["high"] <= 1
-    assert (tmp_path / "quick_digits_accuracy_vs_epoch.png").stat().st_size > 0
-    assert (tmp_path / "quick_phantoms_auc_vs_ntrain.png").stat().st_size > 0
+    assert (tmp_path / "quick_digits_2ep_accuracy_vs_epoch.png").stat().st_size > 0
+    assert (tmp_path / "quick_phantoms_1ep_n300_auc_vs_ntrain.png").stat().st_size > 0
     second = _run("conditional_uniformity.py", tmp_path)
     assert second.count("done, skipped") == 7
 
@@ -109,7 +109,16 @@ def test_mio_quick_end_to_end_and_resume(tmp_path):
     first = _run("mio.py", tmp_path)
     runs = sorted((tmp_path / "runs").rglob("seed0.json"))
     assert len(runs) == 5  # SimCLR and MIO (A)-(D)
-    assert (tmp_path / "quick_digits_mio.png").stat().st_size > 0
+    assert (tmp_path / "quick_digits_2ep_mio.png").stat().st_size > 0
     assert "main | mio_D" in first
     second = _run("mio.py", tmp_path)
     assert second.count("done, skipped") == 5
+
+
+def test_a_stored_run_of_another_epoch_budget_is_refused(cu, tmp_path):
+    common = sys.modules["_synthetic_common"]
+    task = cu.Task("digits_5ep", cu.DIGITS_ARCH, cu.augment_digits, 5, 128, (5,))
+    common.save_json(common.run_path(tmp_path, task.name, "simclr", 0),
+                     {"epochs": 3, "probes": []})
+    with pytest.raises(ValueError, match="3-epoch run, not 5"):
+        cu.run_one(task, "simclr", None, None, None, None, 0, tmp_path, None)
