@@ -127,6 +127,34 @@ def truncate_checkpoint(workdir: str, step: int) -> list[str]:
     return files
 
 
+def flip_checkpoint_bytes(workdir: str, step: int, *, value_files_only: bool = False) -> list[str]:
+    """Inverts one byte in every 4 KiB of the array data files of the checkpoint at ``step``.
+
+    Bit rot or a bad copy: every file keeps its size. An OCDBT checkpoint keeps
+    its data in b-tree nodes (``state/d/*``, CRC-checked by TensorStore, small
+    arrays inlined) and value files (``state/ocdbt.process_*/d/*``, no CRC: a
+    changed byte restores without error into a wrong array, which only the
+    content checksum notices). Which arrays go where depends on their sizes and
+    the write timing, so by default both kinds are damaged; ``value_files_only``
+    leaves the CRC-checked nodes intact.
+    """
+    state = os.path.join(workdir, CHECKPOINT_DIR, str(step), "state")
+    patterns = [os.path.join(state, "ocdbt.process_*", "d", "*")]
+    if not value_files_only:
+        patterns.append(os.path.join(state, "d", "*"))
+    files = [p for pattern in patterns for p in glob.glob(pattern) if os.path.isfile(p)]
+    assert files, f"no OCDBT data files in the checkpoint at step {step} (layout changed?)"
+    for target in files:
+        size = os.path.getsize(target)
+        with open(target, "r+b") as f:
+            for offset in (*range(size // 2, size, 4096), *range(size // 2 - 4096, 0, -4096)):
+                f.seek(offset)
+                byte = f.read(1)
+                f.seek(offset)
+                f.write(bytes([byte[0] ^ 0xFF]))
+    return files
+
+
 def cli_env(num_devices: int = 8, cache_dir: str | None = None, **extra: str) -> dict[str, str]:
     """Environment of a pretraining subprocess on ``num_devices`` simulated CPU devices.
 

@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
@@ -16,7 +17,9 @@ from contrastive_jax.train.checkpoint import (
     DAMAGED_DIR,
     Checkpointer,
     CheckpointError,
+    ChecksumMismatch,
     abstract_like,
+    state_checksum,
 )
 from tests.train import runs
 
@@ -120,3 +123,69 @@ def test_full_disk_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.undo()
     checkpointer.close()
     assert runs.checkpoint_steps(workdir) == [1]
+
+
+def test_flipped_bytes_in_array_data_are_detected_and_skipped(tmp_path, caplog):
+    """Orbax restores a file with changed bytes without error; the content checksum catches it."""
+    workdir = str(tmp_path)
+    checkpointer = Checkpointer(workdir)
+    for step in (1, 2):
+        checkpointer.save(step, _random_state(step), {"step": step})
+    checkpointer.close()
+    runs.flip_checkpoint_bytes(workdir, 2, value_files_only=True)
+
+    checkpointer = Checkpointer(workdir)
+    with pytest.raises(ChecksumMismatch, match=r"step 2 differ from the ones saved.*\['w'\]"):
+        checkpointer.restore(2, abstract_like(_random_state(0)))
+    with caplog.at_level(logging.WARNING):
+        state, meta = checkpointer.restore_latest(abstract_like(_random_state(0)))
+    checkpointer.close()
+    assert meta == {"step": 1}
+    np.testing.assert_array_equal(state["w"], _random_state(1)["w"])
+    assert "checkpoint at step 2" in caplog.text and "checksum mismatch" in caplog.text
+    assert runs.checkpoint_steps(workdir) == [1]
+
+
+def _random_state(seed: int) -> dict:
+    # Random bits: a flipped byte anywhere in the data changes an array.
+    w = np.random.default_rng(seed).normal(size=(256, 128)).astype(np.float32)
+    return {"w": jnp.asarray(w), "step": jnp.asarray(seed, jnp.int32)}
+
+
+def test_state_checksum_sees_any_single_change_and_not_layout():
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(64, 48)), jnp.float32)
+    base = state_checksum({"x": x})
+    assert state_checksum({"x": x + 0.0}) == base
+    for index in [(0, 0), (63, 47), (17, 5)]:
+        assert state_checksum({"x": x.at[index].set(jnp.nextafter(x[index], 1e9))}) != base
+    # Two swapped elements and a transposed layout of the same values are changes too.
+    swapped = x.at[0, 0].set(x[0, 1]).at[0, 1].set(x[0, 0])
+    assert state_checksum({"x": swapped}) != base
+    # The same values sharded over 8 devices give the same checksum.
+    mesh = jax.make_mesh((8,), ("d",))
+    sharded = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
+    assert state_checksum({"x": sharded}) == base
+
+
+@pytest.mark.parametrize(
+    "leaf",
+    [
+        jnp.arange(5, dtype=jnp.bfloat16),
+        jnp.arange(5, dtype=jnp.int32),
+        jnp.asarray([True, False, True]),
+        jnp.arange(5, dtype=jnp.uint8),
+        jax.random.key(3),
+        jax.random.PRNGKey(3),
+        jnp.asarray(2.5, jnp.float32),
+    ],
+    ids=["bfloat16", "int32", "bool", "uint8", "typed-key", "raw-key", "scalar"],
+)
+def test_state_checksum_covers_every_leaf_dtype(leaf):
+    (value,) = state_checksum([leaf])
+    assert 0 <= value < 2**32
+    data = jax.random.key_data(leaf) if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf
+    changed = data.at[0].set(data[0] + 1 if data.dtype != jnp.bool_ else ~data[0]) if data.ndim \
+        else data + 1
+    if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        changed = jax.random.wrap_key_data(changed)
+    assert state_checksum([changed]) != [value]

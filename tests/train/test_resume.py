@@ -84,10 +84,12 @@ def test_sigterm_saves_current_step_and_resume_is_exact(reference, tmp_path, mon
     assert runs.losses_by_step(workdir) == runs.losses_by_step(reference)
 
 
-def test_truncated_latest_checkpoint_is_skipped(reference, tmp_path, caplog):
+@pytest.mark.parametrize("damage", [runs.truncate_checkpoint, runs.flip_checkpoint_bytes],
+                         ids=["truncated", "flipped-bytes"])
+def test_damaged_latest_checkpoint_is_skipped(reference, tmp_path, caplog, damage):
     workdir = str(tmp_path / "run")
     shutil.copytree(reference, workdir)
-    runs.truncate_checkpoint(workdir, TOTAL)
+    damage(workdir, TOTAL)
 
     summary = loop.train(runs.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 4
