@@ -294,9 +294,11 @@ _EPOCH_CACHE: dict = {}
 
 
 def make_epoch(task: Task, loss_fn: LossFn, opt: optax.GradientTransformation, key: tuple):
-    """A jitted ``epoch(params, opt_state, rng, x, labels, meta)``: lax.scan over the steps of one
-    epoch (last partial batch dropped). Compiled once per ``key`` (the run's identity minus its
-    seed), so the seeds of one method share the compilation."""
+    """``epoch(params, opt_state, rng, x, labels, meta)``: one pass over the shuffled training set
+    (last partial batch dropped), a Python loop over a jitted step. Not ``lax.scan``: XLA:CPU runs
+    the convolutions of a loop body about 25x slower than the same step dispatched on its own
+    (measured on this encoder, 0.25 s against 6 s per step). Compiled once per ``key`` (the run's
+    identity minus its seed), so the seeds of one method share the compilation."""
     if key in _EPOCH_CACHE:
         return _EPOCH_CACHE[key]
     b = task.batch
@@ -309,23 +311,24 @@ def make_epoch(task: Task, loss_fn: LossFn, opt: optax.GradientTransformation, k
         return loss_fn(z, ids, jnp.tile(lb, 2), jnp.tile(mb, (2, 1)))
 
     @jax.jit
-    def epoch(params, opt_state, rng, x, labels, meta):
-        n = x.shape[0]
-        steps = n // b
+    def step(params, opt_state, rng, x, labels, meta, rows):
+        loss, grads = jax.value_and_grad(objective)(params, rng, x[rows], labels[rows], meta[rows])
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def schedule(rng, n):
         k_perm, k_steps = jax.random.split(rng)
-        order = jax.random.permutation(k_perm, n)[: steps * b].reshape(steps, b)
+        order = jax.random.permutation(k_perm, n)[: (n // b) * b].reshape(n // b, b)
+        return jax.random.split(k_steps, n // b), order
 
-        def step(carry, inputs):
-            params, opt_state = carry
-            k, rows = inputs
-            loss, grads = jax.value_and_grad(objective)(params, k, x[rows], labels[rows], meta[rows])
-            updates, opt_state = opt.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), loss
-
-        (params, opt_state), step_losses = jax.lax.scan(
-            step, (params, opt_state), (jax.random.split(k_steps, steps), order)
-        )
-        return params, opt_state, step_losses.mean()
+    def epoch(params, opt_state, rng, x, labels, meta):
+        keys, order = schedule(rng, x.shape[0])
+        step_losses = []
+        for k, rows in zip(keys, order):
+            params, opt_state, loss = step(params, opt_state, k, x, labels, meta, rows)
+            step_losses.append(loss)
+        return params, opt_state, jnp.stack(step_losses).mean()
 
     _EPOCH_CACHE[key] = epoch
     return epoch
