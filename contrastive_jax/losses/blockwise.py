@@ -41,11 +41,15 @@ Array = jax.Array
 RowBlockFn = Callable[[Array, Any, Any, Any], tuple[Array, Any]]
 
 #: Above this many candidate rows (the global batch) the NCE-family losses
-#: stream over row blocks instead of materialising the [n, m] logits.
-BLOCKWISE_THRESHOLD = 8192
+#: stream over row blocks instead of materialising the [n, m] logits. Measured
+#: in ``experiments/bench/losses.py`` (one run, ratios to ``z @ z.T``): streaming
+#: is faster than the dense form from N = 2048 on and level with it at 1024.
+BLOCKWISE_THRESHOLD = 1024
 #: Automatic block height: rows such that a [block, m] slab has about this many
-#: entries (16 MiB in float32).
-BLOCK_ELEMENTS = 1 << 22
+#: entries (8 MiB in float32; 256 rows at m = 8192). Smaller slabs stay in cache
+#: across the several passes of the row function: 256 rows beat 512 by 10-15 %
+#: at N = 2048-8192 in the same benchmark.
+BLOCK_ELEMENTS = 1 << 21
 
 
 def choose_block(block_size: int | None, num_candidates: int) -> int | None:
