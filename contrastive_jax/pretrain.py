@@ -18,6 +18,7 @@ With several processes, when one dies the others abort (SIGABRT) after
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -39,6 +40,8 @@ _HEARTBEAT = flags.DEFINE_integer(
 flags.mark_flags_as_required(["config", "workdir"])
 
 EXIT_USAGE = 2  # bad config, input or environment
+#: Write errors of a full disk, a quota or a file-size limit: exit like a failed checkpoint.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def main(argv: list[str]) -> int:
@@ -66,7 +69,15 @@ def main(argv: list[str]) -> int:
     except CheckpointError as err:
         print(f"error: {err}", file=sys.stderr)
         return loop.EXIT_CHECKPOINT
-    except (ValueError, OSError) as err:
+    except OSError as err:
+        if err.errno not in _DISK_FULL:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"error: writing to the work directory {_WORKDIR.value} failed ({err}); is the "
+              "disk full? Checkpoints already written are kept; free space and run again to "
+              "resume", file=sys.stderr)
+        return loop.EXIT_CHECKPOINT
+    except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}, indent=2))

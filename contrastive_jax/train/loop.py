@@ -16,6 +16,7 @@ config (:class:`ConfigMismatch`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -315,9 +316,17 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
                 checkpointer.flush()
                 raise Preempted(done)
         checkpointer.flush()
-    finally:
-        logger.close()
-        checkpointer.close()
+    except BaseException:
+        # Stopping on an error: a failing close (e.g. the metric files on the same
+        # full disk) must not replace the error that says what went wrong.
+        for name, close in (("metric logger", logger.close), ("checkpointer", checkpointer.close)):
+            try:
+                close()
+            except Exception as err:  # noqa: BLE001 - reported, the original error propagates
+                logging.warning("while stopping, closing the %s failed too: %s", name, err)
+        raise
+    logger.close()
+    checkpointer.close()
     elapsed = time.perf_counter() - started
     return {
         "workdir": workdir,

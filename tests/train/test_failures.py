@@ -122,3 +122,23 @@ def test_corrupt_image_in_image_folder_is_named(tmp_path):
     config.data.std = (0.25, 0.25, 0.25)
     with pytest.raises(data_lib.CorruptImageError, match=r"train/dog/0\d\.png"):
         loop.train(config, str(tmp_path / "run"))
+
+
+def test_a_failing_close_does_not_hide_the_checkpoint_error(tmp_path, monkeypatch, caplog):
+    """On a full disk the metric files fail too; the error raised must still be the checkpoint's."""
+    import errno
+
+    from contrastive_jax.train.checkpoint import Checkpointer, CheckpointError
+    from contrastive_jax.train.logging import MetricLogger
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def failed_save(self, step, state, meta):
+        raise CheckpointError(f"writing a checkpoint at step {step} failed (No space left)")
+
+    monkeypatch.setattr(Checkpointer, "save", failed_save)
+    monkeypatch.setattr(MetricLogger, "close", no_space)
+    with pytest.raises(CheckpointError, match="at step 2 failed"):
+        loop.train(runs.tiny_config(2), str(tmp_path / "run"))
+    assert "closing the metric logger failed too" in caplog.text

@@ -85,3 +85,29 @@ def test_uncreatable_workdir_exits_with_2(tmp_path, env):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stderr
     assert f"work directory {workdir} is not writable" in done.stderr
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 6 MiB tmpfs (room for one checkpoint of the tiny run, about 4 MiB, not two)."""
+    mountpoint = tmp_path / "small"
+    mountpoint.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mountpoint)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+    yield mountpoint
+    subprocess.run(["umount", str(mountpoint)], check=False)
+
+
+def test_full_filesystem_exits_with_74_keeping_the_good_checkpoint(small_filesystem):
+    workdir = str(small_filesystem)  # the log goes beside it, to <workdir>.log, off the tmpfs
+    proc = runs.start_pretrain(workdir, *FLAGS)
+    code = proc.wait(timeout=1200)
+    log = runs.log_text(workdir)
+    assert code == 74, log
+    errors = [line for line in log.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], log
+    good = runs.checkpoint_steps(workdir)
+    assert good and good[0] == 2, log
+    assert runs.read_state(workdir, good[0])  # the checkpoint written before the disk filled reads back
