@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from typing import NamedTuple
@@ -74,6 +75,9 @@ def load_pretrained(path: str) -> Pretrained:
                 break
             except Exception as err:  # noqa: BLE001 - a damaged checkpoint: try an older one
                 failures.append(f"step {candidate}: {type(err).__name__}: {err}")
+                logging.warning("the checkpoint at step %d in %s does not restore (%s: %s); "
+                                "trying an older one", candidate, checkpointer.directory,
+                                type(err).__name__, str(err).splitlines()[0] if str(err) else "")
         else:
             raise FileNotFoundError(
                 f"no readable checkpoint in {checkpointer.directory}: " + "; ".join(failures)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,6 +21,7 @@ from contrastive_jax.evaluate import PLOT_FILES, evaluate_checkpoint
 from contrastive_jax.train import loop
 from contrastive_jax.train.config import default_config
 from contrastive_jax.train.pretrained import load_pretrained
+from tests.train import runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -162,3 +165,14 @@ def test_linear_eval_cli(run, tmp_path):
     )
     assert missing.returncode == 2
     assert "nothing" in missing.stderr
+
+
+def test_load_pretrained_falls_back_past_a_damaged_checkpoint_and_says_so(run, tmp_path, caplog):
+    workdir, _ = run
+    copy = str(tmp_path / "copy")
+    shutil.copytree(workdir, copy)
+    runs.flip_checkpoint_bytes(copy, 6)
+    with caplog.at_level(logging.WARNING):
+        pretrained = load_pretrained(copy)
+    assert pretrained.step == 3
+    assert "checkpoint at step 6" in caplog.text and "does not restore" in caplog.text
