@@ -180,7 +180,9 @@ class Checkpointer:
             if found != expected:
                 paths = [jax.tree_util.keystr(path) for path, _ in
                          jax.tree_util.tree_flatten_with_path(restored.state)[0]]
-                bad = [path for path, a, b in zip(paths, found, expected) if a != b]
+                bad = paths if len(expected) != len(found) else [
+                    path for path, a, b in zip(paths, found, expected, strict=True) if a != b
+                ]
                 raise ChecksumMismatch(
                     f"the arrays read from the checkpoint at step {step} differ from the ones "
                     f"saved: content checksum mismatch in {len(bad)} of {len(found)} arrays "

@@ -325,7 +325,7 @@ def make_epoch(task: Task, loss_fn: LossFn, opt: optax.GradientTransformation, k
     def epoch(params, opt_state, rng, x, labels, meta):
         keys, order = schedule(rng, x.shape[0])
         step_losses = []
-        for k, rows in zip(keys, order):
+        for k, rows in zip(keys, order, strict=True):
             params, opt_state, loss = step(params, opt_state, k, x, labels, meta, rows)
             step_losses.append(loss)
         return params, opt_state, jnp.stack(step_losses).mean()
