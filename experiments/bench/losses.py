@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
             t = times[case]
             ratio = f"{t / reference:.2f}" if isinstance(t, float) and isinstance(
                 reference, float) else "-"
-            shown = f"{t:.3f}" if isinstance(t, float) else t
+            shown = f"{t:.3g}" if isinstance(t, float) else t
             memory = "-" if args.no_memory else peak_memory(case, n)
             print(f"| {n} | {case} | {shown} | {ratio} | {memory} |", flush=True)
 
