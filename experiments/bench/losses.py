@@ -9,8 +9,12 @@ For each N (D = 128) one process times, side by side and in interleaved rounds
 ``z @ z.T`` product, and prints each time and its ratio to the product. Cases
 ``loss:variant``: ``dense`` (the [N, N] path, forced at every N), ``block``
 (streamed, ``blockwise.BLOCK_ELEMENTS // N`` anchor rows per block) or
-``block<rows>``, ``naive`` (the formula written the obvious way, jitted) and
-``optax`` (``optax.losses.ntxent``). Then each case runs once more in its own
+``block<rows>``, ``auto`` (``block_size=None``: what a caller gets, dense up to
+``blockwise.BLOCKWISE_THRESHOLD`` rows), ``naive`` (the formula written the
+obvious way, jitted) and ``optax`` (``optax.losses.ntxent``). A second table
+gives, for the dense, streamed and automatic paths, the per-round ratio of
+their time to the naive one's (median and interquartile range over rounds: a
+ratio of the times of the same round, so load that hits both cancels). Then each case runs once more in its own
 subprocess, which reports its peak resident memory (``VmHWM``, which
 includes the ~0.3 GiB of the Python/JAX runtime). A case whose compiled
 arguments and temporaries exceed half the available memory is reported as
@@ -106,7 +110,7 @@ def case_fn(case: str, n: int) -> tuple[Callable, tuple]:
         def fn(x, y):
             return optax.losses.ntxent(x, y, temperature=TEMPERATURE)
     else:
-        if variant == "dense":
+        if variant in ("dense", "auto"):
             block = None
         elif variant == "block":
             block = max(8, blockwise.BLOCK_ELEMENTS // n)
@@ -145,8 +149,9 @@ def _block(x):
     return jax.block_until_ready(x)
 
 
-def time_cases(cases: list[str], n: int, repeats: int) -> dict[str, float | str]:
-    """Median seconds per call of every case, measured in interleaved rounds."""
+def time_cases(cases: list[str], n: int, repeats: int) -> dict[str, list[float] | str]:
+    """Seconds per call of every case in each of ``repeats`` interleaved rounds
+    (or ``"does not fit"``); round r of every case ran back to back."""
     built = {}
     for case in cases:
         fn, args = case_fn(case, n)
@@ -166,7 +171,14 @@ def time_cases(cases: list[str], n: int, repeats: int) -> dict[str, float | str]
                 start = time.perf_counter()
                 _block(fn(*args))
                 times[case].append(time.perf_counter() - start)
-    return {c: (float(np.median(times[c][1:])) if c in times else "does not fit") for c in built}
+    return {c: (times[c][1:] if c in times else "does not fit") for c in built}
+
+
+def paired_ratio(times: list[float], reference: list[float]) -> str:
+    """Median and interquartile range of the per-round ratios ``times / reference``."""
+    ratios = np.asarray(times) / np.asarray(reference)
+    low, mid, high = np.percentile(ratios, [25, 50, 75])
+    return f"{mid:.2f} [{low:.2f}-{high:.2f}]"
 
 
 def child(case: str, n: int) -> None:
@@ -210,7 +222,8 @@ def peak_memory(case: str, n: int) -> str:
 def cases_for(losses: list[str], blocks: list[int] = ()) -> list[str]:
     cases = []
     for name in losses:
-        cases += [f"{name}:dense", f"{name}:block", *(f"{name}:block{b}" for b in blocks)]
+        cases += [f"{name}:dense", f"{name}:block", f"{name}:auto",
+                  *(f"{name}:block{b}" for b in blocks)]
         if name in ("supcon", "sincere", "nt_xent"):
             cases.append(f"{name}:naive")
         if name == "nt_xent":
@@ -243,17 +256,35 @@ def main(argv: list[str] | None = None) -> None:
           f"median of {args.repeats} interleaved rounds; ratio = time / time(z @ z.T)")
     print("| N | case | value_and_grad s | ratio to z@z.T | peak memory |")
     print("|---|---|---|---|---|")
+    all_times = {}
     for n in sizes:
         times = time_cases(["matmul", *cases], n, args.repeats)
-        reference = times["matmul"]
+        medians = {c: float(np.median(t)) if isinstance(t, list) else t for c, t in times.items()}
+        reference = medians["matmul"]
         for case in ["matmul", *cases]:
-            t = times[case]
+            t = medians[case]
             ratio = f"{t / reference:.2f}" if isinstance(t, float) and isinstance(
                 reference, float) else "-"
             shown = f"{t:.3g}" if isinstance(t, float) else t
             memory = "-" if args.no_memory else peak_memory(case, n)
             print(f"| {n} | {case} | {shown} | {ratio} | {memory} |", flush=True)
+        all_times[n] = times
+    print_against_naive(all_times)
 
+
+def print_against_naive(all_times: dict[int, dict[str, list[float] | str]]) -> None:
+    """Per-round time ratios of the dense, streamed and automatic paths to the naive one."""
+    rows = []
+    for n, times in all_times.items():
+        for case, t in times.items():
+            name, _, variant = case.partition(":")
+            naive = times.get(f"{name}:naive")
+            if variant in ("dense", "block", "auto") and isinstance(t, list) and isinstance(
+                    naive, list):
+                rows.append(f"| {n} | {case} | {paired_ratio(t, naive)} |")
+    if rows:
+        print("\n| N | case | time / naive, per round: median [IQR] |\n|---|---|---|")
+        print("\n".join(rows))
 
 if __name__ == "__main__":
     main()

@@ -22,13 +22,25 @@ def bench():
 
 def test_quick_mode_prints_every_case_with_a_time_and_a_ratio(bench, capsys):
     bench.main(["--quick", "--no-memory"])
-    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| 256 |")]
+    out = capsys.readouterr().out
+    times_table, _, naive_table = out.partition("time / naive")
+    rows = [ln for ln in times_table.splitlines() if ln.startswith("| 256 |")]
     cases = [row.split("|")[2].strip() for row in rows]
     assert cases == ["matmul", *bench.cases_for(["supcon", "nt_xent"])]
     for row in rows:
         _, _, _, seconds, ratio, memory, _ = row.split("|")
         assert float(seconds) > 0 and float(ratio) > 0 and memory.strip() == "-"
     assert next(r for r in rows if "| matmul |" in r).split("|")[4].strip() == "1.00"
+    paired = [ln for ln in naive_table.splitlines() if ln.startswith("| 256 |")]
+    assert [row.split("|")[2].strip() for row in paired] == [
+        f"{name}:{variant}" for name in ("supcon", "nt_xent") for variant in ("dense", "block", "auto")
+    ]
+    for row in paired:
+        assert re.fullmatch(r"\d+\.\d\d \[\d+\.\d\d-\d+\.\d\d\]", row.split("|")[3].strip())
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios(bench):
+    assert bench.paired_ratio([2.0, 3.0, 8.0], [1.0, 3.0, 2.0]) == "2.00 [1.50-3.00]"
 
 
 def test_peak_memory_subprocess(bench, monkeypatch):

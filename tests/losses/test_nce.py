@@ -208,6 +208,18 @@ def test_gradient_wrt_anchor_matches_eq13_and_eq14():
     np.testing.assert_allclose(jax.grad(per_anchor)(zt, "supcon"), eq14, rtol=1e-4, atol=1e-6)
 
 
+def test_supcon_row_without_candidates_has_zero_gradient():
+    """A row whose candidate mask is empty gets finite values and exactly zero gradient."""
+    logits = jnp.asarray(np.random.default_rng(5).normal(size=(3, 4)), jnp.float32)
+    candidates = jnp.array([[0, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 1]], bool)
+    positives = candidates & jnp.array([[0, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]], bool)
+    value, vjp = jax.vjp(lambda s: supcon_per_anchor(s, positives, candidates), logits)
+    grad = np.asarray(vjp(jnp.ones(3))[0])
+    assert np.all(np.isfinite(value)) and np.all(np.isfinite(grad))
+    np.testing.assert_array_equal(grad[1], 0.0)
+    np.testing.assert_allclose(grad[[0, 2]].sum(axis=1), 0.0, atol=1e-6)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_coefficient_signs_on_positives_and_negatives(seed):
     """SINCERE: ∂ℓ_t/∂S_tp ∈ [−1/|P_t|, 0]; both losses: ∂ℓ_t/∂S_tn ≥ 0; rows sum to 0."""
