@@ -70,9 +70,13 @@ def loss_for(method: str, tau: float) -> cu.LossFn:
 
 
 def grid(main_seeds: list[int], ablation_seeds: list[int]) -> list[tuple[str, str, float, float, int]]:
-    """(setting, method, lr, tau, seed) of every run; the ablations reuse main runs' settings."""
+    """(setting, method, lr, tau, seed) of every run; the ablations reuse main runs' settings.
+
+    The lr ablation runs SimCLR beside MIO (A): 004 sweeps lr for MIO only, but on this proxy
+    SimCLR is unstable at lr 1.5, so the main-grid comparison needs the matched-lr control."""
     runs = [("main", m, 1.5, 0.5, s) for s in main_seeds for m in VARIANTS]
-    runs += [(f"lr{lr}", "mio_A", lr, 0.5, s) for lr in LRS if lr != 1.5 for s in ablation_seeds]
+    runs += [(f"lr{lr}", m, lr, 0.5, s) for lr in LRS if lr != 1.5 for s in ablation_seeds
+             for m in ("mio_A", "simclr")]
     runs += [(f"tau{t}", "mio_A", 1.5, t, s) for t in TAUS if t != 0.5 for s in ablation_seeds]
     return runs
 
@@ -108,12 +112,17 @@ def plot(summary: dict, path: Path) -> None:
                 yerr=[v["full"][1] for _, v in main], capsize=3)
     axes[0].set(ylabel="linear probe accuracy", title="SimCLR vs MIO (lr 1.5, tau 0.5)")
     axes[0].set_ylim(bottom=min([v["full"][0] for _, v in main], default=0.5) - 0.1)
-    for ax, key, values, label in ((axes[1], "lr", LRS, "LARS lr"), (axes[2], "tau", TAUS, "tau")):
-        pts = [(x, summary.get(f"{key}{x}/mio_A") or summary.get("main/mio_A")) for x in values]
-        pts = [(x, v) for x, v in pts if v is not None]
-        ax.errorbar([x for x, _ in pts], [v["full"][0] for _, v in pts],
-                    yerr=[v["full"][1] for _, v in pts], marker="o", capsize=3)
-        ax.set(xlabel=label, title=f"MIO (A): {key} ablation")
+    axes_specs = ((axes[1], "lr", LRS, 1.5, "LARS lr", ("mio_A", "simclr")),
+                  (axes[2], "tau", TAUS, 0.5, "tau", ("mio_A",)))
+    for ax, key, values, main_value, label, methods in axes_specs:
+        for method in methods:
+            pts = [(x, summary.get(f"main/{method}") if x == main_value
+                    else summary.get(f"{key}{x}/{method}")) for x in values]
+            pts = [(x, v) for x, v in pts if v is not None]
+            ax.errorbar([x for x, _ in pts], [v["full"][0] for _, v in pts],
+                        yerr=[v["full"][1] for _, v in pts], marker="o", capsize=3, label=method)
+        ax.set(xlabel=label, title=f"{key} ablation")
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
