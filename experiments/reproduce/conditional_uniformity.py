@@ -76,7 +76,7 @@ RESAMPLES = 1000
 
 @dataclasses.dataclass(frozen=True)
 class Data:
-    """Training and test arrays of one task (images float32 [N, H, W, 1] in [0, 1])."""
+    """Training and test arrays of one task (images float32 [N, H, W, C] in [0, 1])."""
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -108,6 +108,7 @@ def phantom_data(num_train: int) -> Data:
 class Arch:
     """Conv encoder (channels, stride) per 3x3 layer, then an MLP projector.
 
+    ``in_channels`` is the input's channel count (1 for the digits and phantoms, 3 for RGB).
     The projector is ``hidden_layers`` x [Linear(hidden, no bias) -> BN -> ReLU] -> Linear(out),
     followed by BN when ``last_bn`` (seed 004's ProjectionHead); BN uses batch statistics only
     (the projector is dropped after pretraining, so no running averages are needed).
@@ -118,6 +119,7 @@ class Arch:
     out: int = 64
     hidden_layers: int = 1
     last_bn: bool = False
+    in_channels: int = 1
 
 
 DIGITS_ARCH = Arch(convs=((32, 1), (64, 2)))
@@ -127,7 +129,7 @@ PHANTOM_ARCH = Arch(convs=((16, 2), (32, 2), (64, 2), (128, 2)))
 def init_params(arch: Arch, key: jax.Array) -> dict:
     """He-initialised parameters; weights are named ``w`` (the only leaves with weight decay)."""
     params: dict = {}
-    c_in = 1
+    c_in = arch.in_channels
     keys = iter(jax.random.split(key, len(arch.convs) + arch.hidden_layers + 1))
     for i, (c_out, _) in enumerate(arch.convs):
         w = jax.random.normal(next(keys), (3, 3, c_in, c_out)) * np.sqrt(2.0 / (9 * c_in))
@@ -146,7 +148,10 @@ def init_params(arch: Arch, key: jax.Array) -> dict:
 
 
 def encode(arch: Arch, params: dict, x: jax.Array) -> jax.Array:
-    """Encoder features h: float [N, H, W, 1] -> [N, C_last] (ReLU convs, global average pool)."""
+    """Encoder features h: float [N, H, W, in_channels] -> [N, C_last].
+
+    ReLU convolutions, then a global average pool.
+    """
     for i, (_, stride) in enumerate(arch.convs):
         p = params[f"conv{i}"]
         x = jax.lax.conv_general_dilated(
@@ -397,11 +402,20 @@ def pretrain(
 # ----------------------------------------------------------------------------- probes
 
 
-def logistic_probe(h_train, y_train, h_test) -> np.ndarray:
-    """Predicted labels of a logistic regression on standardised frozen features."""
+def logistic_scores(h_train, y_train, h_test) -> np.ndarray:
+    """Class scores of a logistic regression on standardised frozen features.
+
+    h_train float [N, C], y_train int [N] with K >= 3 classes, h_test float [M, C] -> float [M, K]
+    (columns in sorted label order).
+    """
     scaler = StandardScaler().fit(h_train)
     clf = LogisticRegression(max_iter=2000).fit(scaler.transform(h_train), y_train)
-    return clf.predict(scaler.transform(h_test))
+    return clf.decision_function(scaler.transform(h_test))
+
+
+def logistic_probe(h_train, y_train, h_test) -> np.ndarray:
+    """Predicted labels [M] (the arg max of :func:`logistic_scores`, as ``predict`` does)."""
+    return np.unique(y_train)[logistic_scores(h_train, y_train, h_test).argmax(1)]
 
 
 def digits_probe(task: Task, data: Data, seed: int) -> Callable[[int, dict | None], dict]:
