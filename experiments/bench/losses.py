@@ -14,9 +14,10 @@ For each N (D = 128) one process times, side by side and in interleaved rounds
 obvious way, jitted) and ``optax`` (``optax.losses.ntxent``). A second table
 gives, for the dense, streamed and automatic paths, the per-round ratio of
 their time to the naive one's (median and interquartile range over rounds: a
-ratio of the times of the same round, so load that hits both cancels). Then each case runs once more in its own
-subprocess, which reports its peak resident memory (``VmHWM``, which
-includes the ~0.3 GiB of the Python/JAX runtime). A case whose compiled
+ratio of the times of the same round, so load that hits both cancels). Then
+each case runs once more in its own subprocess, which reports its peak
+resident memory (``VmHWM``, which includes the ~0.3 GiB of the Python/JAX
+runtime). A case whose compiled
 arguments and temporaries exceed half the available memory is reported as
 ``does not fit`` and not run.
 """
@@ -285,6 +286,7 @@ def print_against_naive(all_times: dict[int, dict[str, list[float] | str]]) -> N
     if rows:
         print("\n| N | case | time / naive, per round: median [IQR] |\n|---|---|---|")
         print("\n".join(rows))
+
 
 if __name__ == "__main__":
     main()
