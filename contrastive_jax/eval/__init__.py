@@ -16,6 +16,12 @@ from contrastive_jax.eval.bootstrap import (
     topk_accuracy,
     topk_correct,
 )
+from contrastive_jax.eval.calibration import (
+    calibration_error_from_confidence,
+    expected_calibration_error,
+    reliability_bins,
+    reliability_from_confidence,
+)
 from contrastive_jax.eval.knn import knn_scores
 from contrastive_jax.eval.linear import (
     LinearClassifier,
@@ -37,7 +43,9 @@ __all__ = [
     "LinearClassifier",
     "RidgeProbe",
     "bootstrap_accuracy",
+    "calibration_error_from_confidence",
     "confusion_matrix",
+    "expected_calibration_error",
     "fit_ridge_probe",
     "knn_scores",
     "normalize_features",
@@ -46,6 +54,8 @@ __all__ = [
     "plot_confusion_matrices",
     "plot_within_between_histograms",
     "predict_logits",
+    "reliability_bins",
+    "reliability_from_confidence",
     "ridge_scores",
     "topk_accuracy",
     "topk_correct",
