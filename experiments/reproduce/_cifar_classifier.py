@@ -364,13 +364,8 @@ def run_classifier(config: Config, method: str, loss_fn: LossFn, mix: bool | Bat
     path = common.run_path(out, config.task, method, seed)
     budget = {"epochs": config.epochs, "batch": config.batch, "num_train": len(y_train),
               "num_test": len(y_test)}
-    done = common.load_json(path)
+    done = common.load_finished(path, budget, progress, f"{config.task}/{method}/seed{seed}")
     if done is not None:
-        stored = {k: done.get(k) for k in budget}
-        if stored != budget:
-            raise ValueError(f"{path} holds a run with {stored}, not {budget}: runs of "
-                             "different budgets must not be mixed")
-        progress.log(f"{config.task}/{method}/seed{seed}: done, skipped")
         return done
     ckpt = path.with_name(f"seed{seed}.ckpt.npz")
     start = time.time()

@@ -24,6 +24,8 @@ brightness and a per-channel gain that shifts the hue and saturation; there is n
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -114,3 +116,48 @@ def augment_cifar(key: jax.Array, x: jax.Array) -> jax.Array:
     x = x * jax.random.uniform(k_bri, (n, 1, 1, 1), minval=0.6, maxval=1.4)
     x = x * jax.random.uniform(k_col, (n, 1, 1, x.shape[-1]), minval=0.8, maxval=1.2)
     return jnp.clip(x, 0.0, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """A CIFAR proxy script's budget and output directories, full and ``--quick``."""
+
+    epochs: int
+    default_out: Path
+    quick_out: Path
+    quick_epochs: int = 2
+    num_train: int = 5000
+    num_test: int = 2000
+    quick_train: int = 256
+    quick_test: int = 200
+
+
+def add_run_options(parser: argparse.ArgumentParser, options: RunOptions,
+                    quick_note: str = "") -> None:
+    """The options every CIFAR proxy script shares: ``--seeds``, ``--epochs``, ``--quick``,
+    ``--aggregate_only`` and ``--out`` (``quick_note`` extends ``--quick``'s help)."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=options.epochs)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {options.quick_epochs} epochs, seed 0, "
+                             f"{options.quick_train}/{options.quick_test} images{quick_note}")
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results directory (default {options.default_out}; --quick: "
+                             f"{options.quick_out})")
+
+
+def resolve_run_options(args: argparse.Namespace, options: RunOptions) -> tuple[int, int]:
+    """Check ``--epochs``, apply ``--quick`` (its epochs, seed 0) and the default ``--out``
+    (created); returns the (training, test) subset sizes."""
+    if args.epochs < 1:
+        raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
+    sizes = options.num_train, options.num_test
+    if args.quick:
+        args.epochs, args.seeds = options.quick_epochs, [0]
+        sizes = options.quick_train, options.quick_test
+    if args.out is None:
+        args.out = options.quick_out if args.quick else options.default_out
+    args.out.mkdir(parents=True, exist_ok=True)
+    return sizes

@@ -105,3 +105,22 @@ class Progress:
             f"[{self.name} {self.done}/{self.total} {elapsed:6.0f}s eta {eta:5.0f}s] {message}",
             flush=True,
         )
+
+
+def load_finished(path: Path, budget: dict[str, Any], progress: Progress,
+                  label: str) -> dict | None:
+    """The stored record of a finished run at ``path`` (logged as skipped), or None.
+
+    Raises:
+      ValueError: the stored run's ``budget`` fields (epochs, batch, ...) differ from
+        ``budget``; runs of different budgets must not be mixed in one table.
+    """
+    done = load_json(path)
+    if done is None:
+        return None
+    stored = {k: done.get(k) for k in budget}
+    if stored != budget:
+        raise ValueError(f"{path} holds a run with {stored}, not {budget}: runs of different "
+                         "budgets must not be mixed")
+    progress.log(f"{label}: done, skipped")
+    return done

@@ -79,6 +79,8 @@ NOISE = (0.0, 0.2, 0.4)
 EPOCHS = 24
 QUICK_EPOCHS, QUICK_NOISE = 2, (0.0, 0.4)
 TAU = 0.07
+RUN_OPTIONS = cifar.RunOptions(EPOCHS, DEFAULT_OUT, QUICK_OUT, QUICK_EPOCHS, cifar_proxy.NUM_TRAIN,
+                               cifar_proxy.NUM_TEST, cifar_proxy.QUICK_TRAIN, cifar_proxy.QUICK_TEST)
 SUPERVISED: dict[str, cu.LossFn] = {
     "supcon": lambda z, ids, labels, meta: losses.supcon(z, labels, temperature=TAU),
     "projnce": lambda z, ids, labels, meta: losses.projnce(z, labels, temperature=TAU),
@@ -326,29 +328,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--noise", type=float, nargs="+", default=list(NOISE))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=EPOCHS)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, p {QUICK_NOISE}, "
-                             f"{cifar_proxy.QUICK_TRAIN}/{cifar_proxy.QUICK_TEST} images")
-    parser.add_argument("--aggregate_only", action="store_true",
-                        help="train nothing; summarise the finished runs")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
+    cifar.add_run_options(parser, RUN_OPTIONS, quick_note=f", p {QUICK_NOISE}")
     args = parser.parse_args(argv)
-    if args.epochs < 1:
-        raise ValueError("--epochs must be >= 1")
     if any(not 0.0 <= p <= 1.0 for p in args.noise):
         raise ValueError(f"--noise levels must be in [0, 1], got {args.noise}")
-    num_train, num_test = cifar_proxy.NUM_TRAIN, cifar_proxy.NUM_TEST
+    num_train, num_test = cifar.resolve_run_options(args, RUN_OPTIONS)
     if args.quick:
-        args.epochs, args.seeds, args.noise = QUICK_EPOCHS, [0], list(QUICK_NOISE)
-        num_train, num_test = cifar_proxy.QUICK_TRAIN, cifar_proxy.QUICK_TEST
+        args.noise = list(QUICK_NOISE)
     args.noise = tuple(sorted(set(args.noise)))
     methods = tuple(m for m in METHODS if m in args.methods)
-    if args.out is None:
-        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
-    args.out.mkdir(parents=True, exist_ok=True)
     clean = cifar.cifar_data(num_train, num_test, cifar_proxy.DOWNSAMPLE)
     grid = [(m, p) for p in args.noise for m in methods
             if not (m in LABEL_FREE and p != args.noise[0])]

@@ -81,6 +81,8 @@ QUICK_OUT = ROOT / "runs" / "cifar_proxy_quick"
 NUM_TRAIN, NUM_TEST, EPOCHS = 5000, 2000, 36
 QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS = 256, 200, 2
 DOWNSAMPLE = False
+RUN_OPTIONS = cifar.RunOptions(EPOCHS, DEFAULT_OUT, QUICK_OUT, QUICK_EPOCHS, NUM_TRAIN, NUM_TEST,
+                               QUICK_TRAIN, QUICK_TEST)
 BATCH = 128
 ARCH = cu.Arch(convs=((32, 2), (64, 2), (128, 2)), in_channels=3)
 SINCERE_METHODS: dict[str, cu.LossFn] = {
@@ -323,27 +325,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", nargs="+", default=["sincere", "mio"],
                         choices=["sincere", "mio"])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--mio_optimizer", choices=["adamw", "lars"], default="adamw",
                         help=f"MIO claim: AdamW lr 1e-3 or mio.py's LARS lr {MIO_LR}")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
-                             f"{QUICK_TRAIN}/{QUICK_TEST} images")
-    parser.add_argument("--aggregate_only", action="store_true",
-                        help="train nothing; summarise the finished runs")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
+    cifar.add_run_options(parser, RUN_OPTIONS)
     args = parser.parse_args(argv)
-    if args.epochs < 1:
-        raise ValueError("--epochs must be >= 1")
-    num_train, num_test = NUM_TRAIN, NUM_TEST
-    if args.quick:
-        args.epochs, args.seeds = QUICK_EPOCHS, [0]
-        num_train, num_test = QUICK_TRAIN, QUICK_TEST
-    if args.out is None:
-        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
-    args.out.mkdir(parents=True, exist_ok=True)
+    num_train, num_test = cifar.resolve_run_options(args, RUN_OPTIONS)
     data = cifar.cifar_data(num_train, num_test, DOWNSAMPLE)
     for claim in args.claims:
         print(run_claim(claim, args, data), flush=True)

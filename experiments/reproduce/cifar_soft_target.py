@@ -95,6 +95,8 @@ QUICK_OUT = ROOT / "runs" / "cifar_soft_target_quick"
 NUM_TRAIN, NUM_TEST, EPOCHS = 5000, 2000, 36
 QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS = 256, 200, 2
 DOWNSAMPLE = False
+RUN_OPTIONS = cifar.RunOptions(EPOCHS, DEFAULT_OUT, QUICK_OUT, QUICK_EPOCHS, NUM_TRAIN, NUM_TEST,
+                               QUICK_TRAIN, QUICK_TEST)
 TAU = 1.0
 #: (a, b): report a - b.
 COMPARISONS = (("sti", "stce"), ("sti", "nll"), ("infonce", "nll"))
@@ -383,25 +385,9 @@ def run_all(args: argparse.Namespace, num_train: int, num_test: int) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=EPOCHS)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
-                             f"{QUICK_TRAIN}/{QUICK_TEST} images")
-    parser.add_argument("--aggregate_only", action="store_true",
-                        help="train nothing; summarise the finished runs")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
+    cifar.add_run_options(parser, RUN_OPTIONS)
     args = parser.parse_args(argv)
-    if args.epochs < 1:
-        raise ValueError("--epochs must be >= 1")
-    num_train, num_test = NUM_TRAIN, NUM_TEST
-    if args.quick:
-        args.epochs, args.seeds = QUICK_EPOCHS, [0]
-        num_train, num_test = QUICK_TRAIN, QUICK_TEST
-    if args.out is None:
-        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
-    args.out.mkdir(parents=True, exist_ok=True)
+    num_train, num_test = cifar.resolve_run_options(args, RUN_OPTIONS)
     print(run_all(args, num_train, num_test), flush=True)
 
 

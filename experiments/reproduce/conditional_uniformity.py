@@ -476,12 +476,9 @@ def phantom_probe(task: Task, data: Data, seed: int) -> Callable[[int, dict | No
 def run_one(task, method, loss_fn, opt_factory, data, probe_factory, seed, out, progress) -> dict:
     """One (task, method, seed) run: skipped if its JSON exists, else trained (resumably)."""
     path = common.run_path(out, task.name, method, seed)
-    done = common.load_json(path)
+    done = common.load_finished(path, {"epochs": task.epochs}, progress,
+                                f"{task.name}/{method}/seed{seed}")
     if done is not None:
-        if done["epochs"] != task.epochs:
-            raise ValueError(f"{path} holds a {done['epochs']}-epoch run, not {task.epochs}: "
-                             "runs of different budgets must not be mixed")
-        progress.log(f"{task.name}/{method}/seed{seed}: done, skipped")
         return done
     ckpt = path.with_name(f"seed{seed}.ckpt.npz")
     start = time.time()

@@ -3,21 +3,16 @@ subprocess reports a peak for a case that fits and refuses one that does not."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "bench" / "losses.py"
+from tests.experiments.scripts import EXPERIMENTS, load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("_bench_losses", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("losses", EXPERIMENTS / "bench")
 
 
 def test_quick_mode_prints_every_case_with_a_time_and_a_ratio(bench, capsys):

@@ -7,28 +7,21 @@ one runs ``--quick`` end to end, twice, to check the outputs and that finished r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
-REPRODUCE = Path(__file__).resolve().parents[2] / "experiments" / "reproduce"
+from tests.experiments.scripts import REPRODUCE, load_script
 
 
 @pytest.fixture(scope="module")
 def cifar():
-    sys.path.insert(0, str(REPRODUCE))
-    spec = importlib.util.spec_from_file_location("_reproduce_cifar_common",
-                                                  REPRODUCE / "_cifar_common.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_script("_cifar_common")
     if not module.CIFAR_DIR.is_dir():
         pytest.skip(f"shared CIFAR-10 folder {module.CIFAR_DIR} not present")
     return module

@@ -7,28 +7,20 @@ finished runs are skipped (skipped when the shared CIFAR-10 folder is absent).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPRODUCE = Path(__file__).resolve().parents[2] / "experiments" / "reproduce"
+from tests.experiments.scripts import REPRODUCE, load_script
 
 
 @pytest.fixture(scope="module")
 def ln():
-    sys.path.insert(0, str(REPRODUCE))
-    spec = importlib.util.spec_from_file_location("_reproduce_cifar_label_noise",
-                                                  REPRODUCE / "cifar_label_noise.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("cifar_label_noise")
 
 
 def test_noisy_labels_are_per_seed_deterministic_and_at_the_requested_rate(ln):

@@ -10,10 +10,7 @@ shared CIFAR-10 folder is absent).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,23 +18,12 @@ import numpy as np
 import pytest
 
 from contrastive_jax import eval as eval_lib
-
-REPRODUCE = Path(__file__).resolve().parents[2] / "experiments" / "reproduce"
-
-
-def _load(name: str):
-    """Import ``experiments/reproduce/<name>.py`` (not a package) as a module."""
-    sys.path.insert(0, str(REPRODUCE))
-    spec = importlib.util.spec_from_file_location(f"_reproduce_{name}", REPRODUCE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.experiments.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def st():
-    return _load("cifar_soft_target")
+    return load_script("cifar_soft_target")
 
 
 @pytest.fixture(scope="module")

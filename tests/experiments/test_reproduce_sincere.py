@@ -6,30 +6,26 @@ The unmarked tests check the script's building blocks in a second; the ``slow`` 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.experiments.scripts import REPRODUCE, load_script
+
 # The reproduction scripts' own checks run with their --quick modes in `make test-all`.
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "reproduce" / "sincere.py"
+SCRIPT = REPRODUCE / "sincere.py"
 
 
 @pytest.fixture(scope="module")
 def sincere():
-    spec = importlib.util.spec_from_file_location("_reproduce_sincere", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("sincere")
 
 
 def test_loss_references_closed_form(sincere):

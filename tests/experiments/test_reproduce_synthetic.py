@@ -8,7 +8,6 @@ finished runs are skipped).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -22,34 +21,25 @@ import numpy as np
 import optax
 import pytest
 
+from tests.experiments.scripts import REPRODUCE, load_script
+
 # The reproduction scripts' own checks run with their --quick modes in `make test-all`.
 pytestmark = pytest.mark.slow
-
-REPRODUCE = Path(__file__).resolve().parents[2] / "experiments" / "reproduce"
-
-
-def _load(name: str):
-    """Import ``experiments/reproduce/<name>.py`` (not a package) as a module."""
-    spec = importlib.util.spec_from_file_location(f"_reproduce_{name}", REPRODUCE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def projnce_synthetic():
-    return _load("projnce_synthetic")
+    return load_script("projnce_synthetic")
 
 
 @pytest.fixture(scope="module")
 def toy():
-    return _load("soft_target_toy")
+    return load_script("soft_target_toy")
 
 
 @pytest.fixture(scope="module")
 def common():
-    return _load("_synthetic_common")
+    return load_script("_synthetic_common")
 
 
 def test_binary_true_mi_matches_spec(projnce_synthetic):

@@ -6,10 +6,10 @@ script's ``--quick`` mode end to end, twice, to check that finished runs are ski
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,26 +20,15 @@ import numpy as np
 import pytest
 
 from contrastive_jax import losses
+from tests.experiments.scripts import REPRODUCE, load_script
 
 # The reproduction scripts' own checks run with their --quick modes in `make test-all`.
 pytestmark = pytest.mark.slow
 
-REPRODUCE = Path(__file__).resolve().parents[2] / "experiments" / "reproduce"
-
-
-def _load(name: str):
-    """Import ``experiments/reproduce/<name>.py`` (not a package) as a module."""
-    sys.path.insert(0, str(REPRODUCE))
-    spec = importlib.util.spec_from_file_location(f"_reproduce_{name}", REPRODUCE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
 def cu():
-    return _load("conditional_uniformity")
+    return load_script("conditional_uniformity")
 
 
 def test_delta_sigma_makes_y_aware_equal_supcon_minus_log_n(cu):
@@ -120,5 +109,5 @@ def test_a_stored_run_of_another_epoch_budget_is_refused(cu, tmp_path):
     task = cu.Task("digits_5ep", cu.DIGITS_ARCH, cu.augment_digits, 5, 128, (5,))
     common.save_json(common.run_path(tmp_path, task.name, "simclr", 0),
                      {"epochs": 3, "probes": []})
-    with pytest.raises(ValueError, match="3-epoch run, not 5"):
+    with pytest.raises(ValueError, match=re.escape("with {'epochs': 3}, not {'epochs': 5}")):
         cu.run_one(task, "simclr", None, None, None, None, 0, tmp_path, None)
