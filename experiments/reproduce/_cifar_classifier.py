@@ -1,9 +1,10 @@
 """A supervised classifier trained from scratch on the CIFAR-10 proxy data (seeds 001 and 002).
 
-Used by ``cifar_soft_target.py`` (seed 002, Table 1: NLL / STCE / InfoNCE / STI) and meant for
-the label-noise proxy of seed 001: the training labels are an explicit argument (they may be
-noisy) and the test labels a separate one; a run is a ``method`` name, a ``loss_fn`` and a
-``mix`` flag (or batch transform).
+Used by ``cifar_soft_target.py`` (seed 002, Table 1: NLL / STCE / InfoNCE / STI) and by
+``cifar_label_noise.py`` (seed 001, the cross-entropy baseline on noisy labels): the training
+labels are an explicit argument (they may be noisy) and the test labels a separate one; a run is
+a ``method`` name, a ``loss_fn`` and a ``mix`` flag (or batch transform), with an optional
+``probe`` of the trained parameters.
 
 Model (``init_classifier`` / ``classifier_logits``):
 
