@@ -301,7 +301,7 @@ def plot(summary: dict, noise: tuple[float, ...], methods: tuple[str, ...], path
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, probe in zip(axes, ("clean", "noisy"), strict=True):
-        for m in methods:
+        for i, m in enumerate(methods):  # one colour per method in both panels
             for key, style in ((probe, "-o"), ("head", "--s")):
                 if key == "head" and (m != "ce" or probe != "noisy"):
                     continue
@@ -311,7 +311,7 @@ def plot(summary: dict, noise: tuple[float, ...], methods: tuple[str, ...], path
                     label = "ce (own head)" if key == "head" else m
                     ax.errorbar([p for p, _ in pts], [v["top1"][0] for _, v in pts],
                                 yerr=[v["top1"][1] for _, v in pts], fmt=style, capsize=3,
-                                label=label)
+                                color=f"C{i}", label=label)
         ax.set(xlabel="label noise p", title=f"{probe}-label linear probe")
         ax.set_xticks(noise)
     axes[0].set_ylabel("test top-1 (%)")
