@@ -211,19 +211,8 @@ def make_epoch(config: Config, loss_fn: LossFn, transform: BatchTransform | None
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    @functools.partial(jax.jit, static_argnums=1)
-    def schedule(rng, n):
-        k_perm, k_steps = jax.random.split(rng)
-        order = jax.random.permutation(k_perm, n)[: (n // b) * b].reshape(n // b, b)
-        return jax.random.split(k_steps, n // b), order
-
     def epoch(params, opt_state, rng, x, labels):
-        keys, order = schedule(rng, x.shape[0])
-        step_losses = []
-        for k, rows in zip(keys, order, strict=True):
-            params, opt_state, loss = step(params, opt_state, k, x, labels, rows)
-            step_losses.append(loss)
-        return params, opt_state, jnp.stack(step_losses).mean()
+        return cu.epoch_loop(step, params, opt_state, rng, (x, labels), b)
 
     _EPOCH_CACHE[cache_key] = epoch
     return epoch

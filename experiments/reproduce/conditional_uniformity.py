@@ -321,22 +321,31 @@ def make_epoch(task: Task, loss_fn: LossFn, opt: optax.GradientTransformation, k
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    @functools.partial(jax.jit, static_argnums=1)
-    def schedule(rng, n):
-        k_perm, k_steps = jax.random.split(rng)
-        order = jax.random.permutation(k_perm, n)[: (n // b) * b].reshape(n // b, b)
-        return jax.random.split(k_steps, n // b), order
-
     def epoch(params, opt_state, rng, x, labels, meta):
-        keys, order = schedule(rng, x.shape[0])
-        step_losses = []
-        for k, rows in zip(keys, order, strict=True):
-            params, opt_state, loss = step(params, opt_state, k, x, labels, meta, rows)
-            step_losses.append(loss)
-        return params, opt_state, jnp.stack(step_losses).mean()
+        return epoch_loop(step, params, opt_state, rng, (x, labels, meta), b)
 
     _EPOCH_CACHE[key] = epoch
     return epoch
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def batch_schedule(rng: jax.Array, n: int, batch: int) -> tuple[jax.Array, jax.Array]:
+    """One epoch's step keys [n // batch, 2] and shuffled rows int [n // batch, batch] (the last
+    partial batch dropped)."""
+    k_perm, k_steps = jax.random.split(rng)
+    order = jax.random.permutation(k_perm, n)[: (n // batch) * batch].reshape(n // batch, batch)
+    return jax.random.split(k_steps, n // batch), order
+
+
+def epoch_loop(step: Callable, params, opt_state, rng: jax.Array, arrays: tuple, batch: int):
+    """One shuffled pass: ``step(params, opt_state, key, *arrays, rows) -> (params, opt_state,
+    loss)`` for every batch of :func:`batch_schedule`; returns (params, opt_state, mean loss)."""
+    keys, order = batch_schedule(rng, arrays[0].shape[0], batch)
+    step_losses = []
+    for k, rows in zip(keys, order, strict=True):
+        params, opt_state, loss = step(params, opt_state, k, *arrays, rows)
+        step_losses.append(loss)
+    return params, opt_state, jnp.stack(step_losses).mean()
 
 
 @functools.cache
