@@ -1,6 +1,6 @@
 """Reproduce seed 004 (MIO) at CPU scale: SimCLR vs MIO (A)-(D), plus lr and tau ablations.
 
-    python experiments/reproduce/mio.py             # main grid (3 seeds) + ablations (1 seed)
+    python experiments/reproduce/mio.py             # main grid + lr/tau ablations, 3 seeds each
     python experiments/reproduce/mio.py --quick     # tiny smoke version
     python experiments/reproduce/mio.py --epochs 10 --seeds 0 1 2 --ablation_seeds 0
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (2 epochs, 1 seed)")
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--ablation_seeds", type=int, nargs="*", default=[0])
+    parser.add_argument("--ablation_seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--aggregate_only", action="store_true",
                         help="train nothing; summarise the finished runs of the grid")
