@@ -175,8 +175,8 @@ def contrastive_run(method: str, p: float, clean: cu.Data, args: argparse.Namesp
     task = cu.Task(name, cifar_proxy.ARCH, cifar.augment_cifar, args.epochs, cifar_proxy.BATCH,
                    (args.epochs,))
     if method == "random_init":
-        return cifar_proxy.random_init_run(task, clean, contrastive_probe(clean, levels), seed,
-                                           args.out, progress)
+        return cu.random_init_run(task, clean, contrastive_probe(clean, levels), seed,
+                                  args.out, progress)
     if method == "simclr":
         loss_fn, data = simclr_loss, clean
     else:

@@ -57,10 +57,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -126,26 +124,6 @@ def sincere_probe(task: cu.Task, data: cu.Data, seed: int):
         return {"epoch": epoch, "linear": linear, "similarity": similarity, "summary": summary}
 
     return probe
-
-
-def random_init_run(task: cu.Task, data: cu.Data, probe_factory, seed: int, out: Path,
-                    progress: common.Progress) -> dict:
-    """The probe of the seed's random-init encoder (the key ``cu.pretrain`` initialises with),
-    stored as the ``random_init`` method with ``epochs`` 0; skipped when stored."""
-    path = common.run_path(out, task.name, "random_init", seed)
-    done = common.load_json(path)
-    if done is not None:
-        progress.log(f"{task.name}/random_init/seed{seed}: done, skipped")
-        return done
-    start = time.time()
-    k_init, _ = jax.random.split(jax.random.PRNGKey(seed))
-    record = probe_factory(task, data, seed)(0, cu.init_params(task.arch, k_init))
-    result = {"task": task.name, "method": "random_init", "seed": seed, "epochs": 0,
-              "probes": [record], "seconds": time.time() - start}
-    common.save_json(path, result)
-    progress.log(f"{task.name}/random_init/seed{seed}: {record['summary']} "
-                 f"({result['seconds']:.0f}s)")
-    return result
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -293,7 +271,7 @@ def run_claim(claim: str, args: argparse.Namespace, data: cu.Data) -> str:
                 if done is not None:
                     (init if m == "random_init" else results[m]).append(done)
             continue
-        init.append(random_init_run(task_for(first), data, probe_factory, seed, args.out, progress))
+        init.append(cu.random_init_run(task_for(first), data, probe_factory, seed, args.out, progress))
         for m in methods:
             if claim == "sincere":
                 loss_fn, opt = SINCERE_METHODS[m], cu.adamw

@@ -508,6 +508,26 @@ def run_one(task, method, loss_fn, opt_factory, data, probe_factory, seed, out, 
     return result
 
 
+def random_init_run(task: Task, data: Data, probe_factory, seed: int, out: Path,
+                    progress: common.Progress) -> dict:
+    """The probe of the seed's random-init encoder (the key ``pretrain`` initialises with),
+    stored as the ``random_init`` method with ``epochs`` 0; skipped when stored."""
+    path = common.run_path(out, task.name, "random_init", seed)
+    done = common.load_json(path)
+    if done is not None:
+        progress.log(f"{task.name}/random_init/seed{seed}: done, skipped")
+        return done
+    start = time.time()
+    k_init, _ = jax.random.split(jax.random.PRNGKey(seed))
+    record = probe_factory(task, data, seed)(0, init_params(task.arch, k_init))
+    result = {"task": task.name, "method": "random_init", "seed": seed, "epochs": 0,
+              "probes": [record], "seconds": time.time() - start}
+    common.save_json(path, result)
+    progress.log(f"{task.name}/random_init/seed{seed}: {record['summary']} "
+                 f"({result['seconds']:.0f}s)")
+    return result
+
+
 def probe_epochs(epochs: int, count: int = 4) -> tuple[int, ...]:
     """``count`` evenly spaced probe epochs ending at ``epochs``."""
     return tuple(sorted({max(1, round(epochs * (i + 1) / count)) for i in range(count)}))

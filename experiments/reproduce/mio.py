@@ -72,9 +72,11 @@ def loss_for(method: str, tau: float) -> cu.LossFn:
 def grid(main_seeds: list[int], ablation_seeds: list[int]) -> list[tuple[str, str, float, float, int]]:
     """(setting, method, lr, tau, seed) of every run; the ablations reuse main runs' settings.
 
-    The lr ablation runs SimCLR beside MIO (A): 004 sweeps lr for MIO only, but on this proxy
-    SimCLR is unstable at lr 1.5, so the main-grid comparison needs the matched-lr control."""
-    runs = [("main", m, 1.5, 0.5, s) for s in main_seeds for m in VARIANTS]
+    Each main seed starts with ``random_init``, the probe of the encoder every run of that seed
+    starts from (the floor a pretrained encoder has to beat). The lr ablation runs SimCLR beside
+    MIO (A): 004 sweeps lr for MIO only, but on this proxy SimCLR is unstable at lr 1.5, so the
+    main-grid comparison needs the matched-lr control."""
+    runs = [("main", m, 1.5, 0.5, s) for s in main_seeds for m in ("random_init", *VARIANTS)]
     runs += [(f"lr{lr}", m, lr, 0.5, s) for lr in LRS if lr != 1.5 for s in ablation_seeds
              for m in ("mio_A", "simclr")]
     runs += [(f"tau{t}", "mio_A", 1.5, t, s) for t in TAUS if t != 0.5 for s in ablation_seeds]
@@ -107,11 +109,13 @@ def plot(summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
-    main = [(k.split("/")[1], v) for k, v in summary.items() if k.startswith("main/")]
+    main = [(k.split("/")[1], v) for k, v in summary.items()
+            if k.startswith("main/") and k != "main/random_init"]
     axes[0].bar([m for m, _ in main], [v["full"][0] for _, v in main],
                 yerr=[v["full"][1] for _, v in main], capsize=3)
     axes[0].set(ylabel="linear probe accuracy", title="SimCLR vs MIO (lr 1.5, tau 0.5)")
-    axes[0].set_ylim(bottom=min([v["full"][0] for _, v in main], default=0.5) - 0.1)
+    lowest = [v["full"][0] for k, v in summary.items() if k.startswith("main/")]
+    axes[0].set_ylim(bottom=min(lowest, default=0.5) - 0.1)
     axes_specs = ((axes[1], "lr", LRS, 1.5, "LARS lr", ("mio_A", "simclr")),
                   (axes[2], "tau", TAUS, 0.5, "tau", ("mio_A",)))
     for ax, key, values, main_value, label, methods in axes_specs:
@@ -122,7 +126,12 @@ def plot(summary: dict, path: Path) -> None:
             ax.errorbar([x for x, _ in pts], [v["full"][0] for _, v in pts],
                         yerr=[v["full"][1] for _, v in pts], marker="o", capsize=3, label=method)
         ax.set(xlabel=label, title=f"{key} ablation")
-        ax.legend()
+    if "main/random_init" in summary:
+        for ax in axes:
+            ax.axhline(summary["main/random_init"]["full"][0], color="grey", ls="--",
+                       label="random-init encoder")
+    for ax in axes:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -148,13 +157,16 @@ def main(argv: list[str] | None = None) -> None:
     progress = common.Progress(len(runs), name)
     results: dict[tuple[str, str], list[dict]] = {}
     for setting, method, lr, tau, seed in runs:
-        arch = dataclasses.replace(cu.DIGITS_ARCH, hidden_layers=VARIANTS[method][0], last_bn=True)
+        hidden_layers = VARIANTS["simclr" if method == "random_init" else method][0]
+        arch = dataclasses.replace(cu.DIGITS_ARCH, hidden_layers=hidden_layers, last_bn=True)
         task = cu.Task(f"{name}/{setting}", arch, cu.augment_digits, args.epochs, 128,
                        cu.probe_epochs(args.epochs, 1))
         if args.aggregate_only:
             result = common.load_json(common.run_path(args.out, task.name, method, seed))
             if result is None:
                 continue
+        elif method == "random_init":
+            result = cu.random_init_run(task, data, cu.digits_probe, seed, args.out, progress)
         else:
             result = cu.run_one(task, method, loss_for(method, tau), lars(lr), data,
                                 cu.digits_probe, seed, args.out, progress)

@@ -97,11 +97,21 @@ def test_conditional_uniformity_quick_end_to_end_and_resume(tmp_path):
 def test_mio_quick_end_to_end_and_resume(tmp_path):
     first = _run("mio.py", tmp_path)
     runs = sorted((tmp_path / "runs").rglob("seed0.json"))
-    assert len(runs) == 5  # SimCLR and MIO (A)-(D)
+    assert len(runs) == 6  # the random-init encoder, SimCLR and MIO (A)-(D)
+    init = json.loads((tmp_path / "runs/quick_digits_2ep/main/random_init/seed0.json").read_text())
+    assert init["epochs"] == 0 and 0.0 < init["probes"][0]["full"]["accuracy"] <= 1.0
     assert (tmp_path / "quick_digits_2ep_mio.png").stat().st_size > 0
-    assert "main | mio_D" in first
+    assert "main | mio_D" in first and "main | random_init" in first
     second = _run("mio.py", tmp_path)
-    assert second.count("done, skipped") == 5
+    assert second.count("done, skipped") == 6
+
+
+def test_mio_grid_probes_the_random_init_encoder_once_per_main_seed():
+    mio = load_script("mio")
+    runs = mio.grid([0, 1], [0])
+    assert [r for r in runs if r[1] == "random_init"] == [
+        ("main", "random_init", 1.5, 0.5, 0), ("main", "random_init", 1.5, 0.5, 1)]
+    assert not any(r[1] == "random_init" for r in runs if r[0] != "main")
 
 
 def test_a_stored_run_of_another_epoch_budget_is_refused(cu, tmp_path):
