@@ -3,6 +3,7 @@
     python experiments/reproduce/sincere.py                    # built-in digits (spec §7.7 proxy)
     python experiments/reproduce/sincere.py --dataset cifar10  # CIFAR-10 16x16 (see experiments/RESULTS.md)
     python experiments/reproduce/sincere.py --quick            # plain digits, 8 steps (< 2 min idle)
+    python experiments/reproduce/sincere.py --steps 600 --batches 128  # longer runs, own directories
 
 For each of two batch sizes (the second has about a quarter of the same-class partners per
 anchor: the paper's CIFAR-10 vs CIFAR-100 contrast, with the data held fixed) and each of three
@@ -445,22 +446,45 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="train nothing: tables and figures from the runs finished so far",
     )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="pretraining steps (default: the config's); another count than the config's gets "
+        "its own runs and results directories (suffix _<steps>steps)",
+    )
+    parser.add_argument(
+        "--batches", type=int, nargs="+", default=None, help="a subset of the dataset's batch sizes"
+    )
     parser.add_argument("--runs_dir", type=Path, default=None)
     parser.add_argument("--results_dir", type=Path, default=None)
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
-    runs_dir = args.runs_dir or ROOT / "runs" / ("sincere_quick" if args.quick else "sincere")
+    base = base_config(args.dataset, args.quick)
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps must be >= 1, got {args.steps}")
+    suffix = ""
+    if args.steps is not None and args.steps != base.train.total_steps:
+        base.train.total_steps = args.steps
+        suffix = f"_{args.steps}steps"
+    all_batches = (64, 16) if args.quick else SETTINGS[args.dataset][1]
+    batches = tuple(args.batches or all_batches)
+    if not set(batches) <= set(all_batches):
+        parser.error(
+            f"--batches {list(batches)}: this setting runs batch sizes {list(all_batches)}"
+        )
+    runs_dir = args.runs_dir or ROOT / "runs" / (
+        ("sincere_quick" if args.quick else "sincere") + suffix
+    )
     out = args.results_dir or (
         runs_dir / "results"
         if args.quick
-        else ROOT / "experiments" / "results" / "sincere" / args.dataset
+        else ROOT / "experiments" / "results" / "sincere" / (args.dataset + suffix)
     )
     (out / "runs").mkdir(parents=True, exist_ok=True)
     seeds = (0,) if args.quick else FULL_SEEDS
-    batches = (64, 16) if args.quick else SETTINGS[args.dataset][1]
     dataset = "digits" if args.quick else args.dataset
     runs = [RunSpec(dataset, loss, s, b) for b in batches for s in seeds for loss in LOSSES]
-    base = base_config(args.dataset, args.quick)
 
     results: dict[str, dict] = {}
     for i, run in enumerate(runs, 1):
@@ -468,6 +492,12 @@ def main(argv: list[str] | None = None) -> int:
         workdir = runs_dir / run.name
         if path.exists():
             results[run.name] = json.loads(path.read_text())
+            if results[run.name]["step"] != base.train.total_steps:
+                raise ValueError(
+                    f"{path} holds a run of {results[run.name]['step']} steps, not the "
+                    f"{base.train.total_steps} asked for; pass --steps "
+                    f"{results[run.name]['step']} or another --results_dir"
+                )
             print(f"[{i}/{len(runs)}] {run.name}: done, skipped", flush=True)
             continue
         if args.aggregate_only:

@@ -104,3 +104,19 @@ def test_quick_runs_end_to_end_and_resumes(tmp_path):
     second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.count("done, skipped") == 4
+
+
+def test_a_stored_run_of_another_step_count_is_refused(sincere, tmp_path):
+    results = tmp_path / "results"
+    (results / "runs").mkdir(parents=True)
+    (results / "runs" / "digits_b128_sincere_s0.json").write_text(json.dumps({"step": 150}))
+    argv = ["--steps", "600", "--batches", "128", "--results_dir", str(results),
+            "--runs_dir", str(tmp_path / "runs")]
+    with pytest.raises(ValueError, match="holds a run of 150 steps, not the 600 asked for"):
+        sincere.main(argv)
+
+
+def test_batches_outside_the_setting_are_refused(sincere, capsys):
+    with pytest.raises(SystemExit):
+        sincere.main(["--batches", "64"])
+    assert "--batches [64]: this setting runs batch sizes [128, 32]" in capsys.readouterr().err
