@@ -69,6 +69,8 @@ AGE_SIGMA = 5.0
 N_TRAIN_SIZES = (100, 200, 400, 530)
 SHOTS = 5
 RESAMPLES = 1000
+#: Evenly spaced probe epochs of a digits run (accuracy against epoch, Fig. 2).
+DIGITS_PROBES = 4
 
 
 # ----------------------------------------------------------------------------- data
@@ -628,6 +630,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (2 epochs, 1 seed)")
     parser.add_argument("--epochs", type=int, default=100, help="digits pretraining epochs")
+    parser.add_argument("--digits_probes", type=int, default=DIGITS_PROBES,
+                        help="evenly spaced digits probe epochs; another count than "
+                             f"{DIGITS_PROBES} gets its own run names (suffix _<count>probes)")
     parser.add_argument("--phantom_epochs", type=int, default=10)
     parser.add_argument("--phantom_train", type=int, default=5000, help="pretraining subjects")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -638,7 +643,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--aggregate_only", action="store_true",
                         help="train nothing; summarise the finished runs of the grid")
     args = parser.parse_args(argv)
-    for name in ("epochs", "phantom_epochs", "phantom_train"):
+    for name in ("epochs", "digits_probes", "phantom_epochs", "phantom_train"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1")
     if args.quick:
@@ -647,8 +652,10 @@ def main(argv: list[str] | None = None) -> None:
     for task_name in args.tasks:
         if task_name == "digits":
             name = f"{'quick_' if args.quick else ''}digits_{args.epochs}ep"
-            task = Task(name, DIGITS_ARCH,
-                        augment_digits, args.epochs, 128, probe_epochs(args.epochs))
+            if args.digits_probes != DIGITS_PROBES:
+                name += f"_{args.digits_probes}probes"
+            task = Task(name, DIGITS_ARCH, augment_digits, args.epochs, 128,
+                        probe_epochs(args.epochs, args.digits_probes))
             data, methods, probe = digits_data(), DIGITS_METHODS, digits_probe
         else:
             name = (f"{'quick_' if args.quick else ''}phantoms_{args.phantom_epochs}ep"

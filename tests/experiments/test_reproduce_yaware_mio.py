@@ -121,3 +121,11 @@ def test_a_stored_run_of_another_epoch_budget_is_refused(cu, tmp_path):
                      {"epochs": 3, "probes": []})
     with pytest.raises(ValueError, match=re.escape("with {'epochs': 3}, not {'epochs': 5}")):
         cu.run_one(task, "simclr", None, None, None, None, 0, tmp_path, None)
+
+
+def test_another_digits_probe_count_gets_its_own_run_names(cu, tmp_path, capsys):
+    cu.main(["--tasks", "digits", "--digits_probes", "20", "--aggregate_only",
+             "--out", str(tmp_path)])
+    assert "## digits_100ep_20probes (100 epochs" in capsys.readouterr().out
+    assert (tmp_path / "digits_100ep_20probes_table.md").exists()
+    assert cu.probe_epochs(100, 20)[:3] == (5, 10, 15)
