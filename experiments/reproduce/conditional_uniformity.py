@@ -600,7 +600,8 @@ def plot_digits(summary: dict, path: Path) -> None:
         ax.fill_between(x, m - sd, m + sd, alpha=0.2)
     ax.set(xlabel="pretraining epoch", ylabel="linear probe accuracy (test)",
            title="Cluttered digits: accuracy vs epoch")
-    ax.legend(fontsize=8)
+    if summary:  # no legend for a grid with no finished run
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -620,7 +621,8 @@ def plot_phantoms(summary: dict, path: Path) -> None:
         ax.errorbar(N_TRAIN_SIZES, m, yerr=sd, marker="o", capsize=3, label=method)
     ax.set(xlabel="N_train (downstream)", ylabel="diagnosis AUC (5-fold CV)",
            title="Phantoms: AUC vs training-set size")
-    ax.legend(fontsize=8)
+    if summary:  # no legend for a grid with no finished run
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
