@@ -87,7 +87,9 @@ def read_state(workdir: str, step: int) -> list[np.ndarray]:
     """Every array of the checkpointed training state at ``step``, as host numpy arrays."""
     path = os.path.join(workdir, CHECKPOINT_DIR, str(step), "state")
     with ocp.PyTreeCheckpointer() as checkpointer:
-        tree = checkpointer.restore(path)
+        stored = checkpointer.metadata(path).item_metadata.tree
+        as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), stored)
+        tree = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=as_numpy))
     return [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
 
 
