@@ -2,7 +2,7 @@
 
     python -m contrastive_jax.quickstart --workdir runs/quickstart   # what `make quickstart` runs
 
-Runs ``experiments/configs/quickstart.py`` (SINCERE, a narrow CIFAR-stem
+Runs the packaged config :mod:`contrastive_jax.configs.quickstart` (SINCERE, a narrow CIFAR-stem
 ResNet-18, scikit-learn's digits on a cluttered 16×16 canvas; a few minutes on
 a laptop CPU) through the same code as ``python -m contrastive_jax.pretrain``,
 then the linear, kNN and ridge probes of ``python -m contrastive_jax.linear_eval``
@@ -23,7 +23,7 @@ from ml_collections import config_flags
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import loop
 
-QUICKSTART_CONFIG = Path(__file__).resolve().parents[1] / "experiments/configs/quickstart.py"
+QUICKSTART_CONFIG = Path(__file__).resolve().parent / "configs" / "quickstart.py"
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(QUICKSTART_CONFIG), "Pretraining config (default: the quickstart's)."
