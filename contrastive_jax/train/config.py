@@ -1,12 +1,16 @@
 """The default pretraining config; experiment configs start from it.
 
+An experiment config is a Python file with ``get_config()`` (the packaged ones are in
+:mod:`contrastive_jax.configs`)::
+
     from contrastive_jax.train.config import default_config
+
     def get_config():
         config = default_config()
-        config.loss.name = "sincere"
-        config.num_steps = config.train.get_ref("total_steps")
-    config.checkpoint_every = config.train.get_ref("checkpoint_every")
-    return config
+        config.loss.name = "supcon"
+        config.batch_size = 256          # sets config.data.global_batch_size too
+        config.num_steps = 1_000         # sets config.train.total_steps too
+        return config
 
 Five top-level keys are the stable command-line interface of every pretraining
 config, each linked (an ``ml_collections`` field reference) to the nested field
@@ -23,14 +27,19 @@ top-level key       nested field                  meaning
 ``checkpoint_every``  ``train.checkpoint_every``  steps between checkpoints
 ==================  ============================  ==========================================
 
-    python -m contrastive_jax.pretrain --config experiments/configs/quickstart.py \
-        --workdir runs/q --config.batch_size=256 --config.num_steps=100 \
-        --config.dataset=folder:../shared/data/cifar10
+    python -m contrastive_jax.pretrain --workdir runs/q \
+        --config "$(python -m contrastive_jax.configs quickstart)" \
+        --config.batch_size=256 --config.num_steps=100 --config.dataset=folder:PATH
+
+``config.loss.temperature`` is None by default: each loss then trains at its own default
+temperature (MIO 0.5, the ProjNCE family 0.07, SINCERE, SupCon and NT-Xent 0.1); a number
+sets every term's (see :mod:`contrastive_jax.train.objective`).
 """
 
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
 
 from contrastive_jax import data, models
 from contrastive_jax.train import optim
@@ -48,7 +57,8 @@ def default_config() -> ml_collections.ConfigDict:
         {
             "name": "sincere",  # a loss of contrastive_jax.losses, or "a+b" for a weighted sum
             "weights": (),  # one weight per term; empty means 1.0 each
-            "temperature": 0.1,
+            # None: each loss's own default; a number: every term's temperature.
+            "temperature": config_dict.placeholder(float),
             "kwargs": ml_collections.ConfigDict(),  # per-term hyperparameters by loss name
         }
     )

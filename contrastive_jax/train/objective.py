@@ -5,12 +5,16 @@ Config (``config.loss``)::
 
     name = "sincere"              # or "nt_xent+supcon" for a sum
     weights = ()                  # one weight per term; empty = all 1.0
-    temperature = 0.1             # passed to every term
+    temperature = None            # None: each loss's own default; a number: every term's
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
 
-Each loss is fed the second argument it is defined on: instance ids for
-``nt_xent``, class labels for the supervised losses, metadata for the y-Aware
-family, nothing for ``global_uniformity``.
+A temperature in a term's ``kwargs`` wins over ``temperature``; with neither, the loss's
+own default applies (MIO 0.5, the ProjNCE family 0.07, SINCERE/SupCon/NT-Xent 0.1).
+
+Each loss is fed the second argument it is defined on, as the registry records it
+(:func:`contrastive_jax.losses.second_argument`): instance ids for ``nt_xent``, class
+labels for the supervised losses, metadata for the y-Aware family, nothing for
+``global_uniformity``.
 """
 
 from __future__ import annotations
@@ -24,24 +28,6 @@ import jax.numpy as jnp
 from contrastive_jax import losses
 
 Array = jax.Array
-
-#: Which batch field each embedding loss takes as its second argument.
-LOSS_TARGET = {
-    "nt_xent": "instance",
-    "supcon": "label",
-    "sincere": "label",
-    "projnce": "label",
-    "soft_supcon": "label",
-    "soft_nce": "label",
-    "med_supcon": "label",
-    "med_nce": "label",
-    "mio": "label",
-    "y_aware_infonce": "metadata",
-    "conditional_alignment": "metadata",
-    "conditional_uniformity": "metadata",
-    "global_uniformity": None,
-}
-
 
 class Term(NamedTuple):
     name: str
@@ -60,7 +46,11 @@ class Targets(NamedTuple):
 
 
 def parse_terms(loss_config) -> list[Term]:
-    """Reads ``config.loss`` into a list of weighted terms; raises ValueError on bad names."""
+    """Reads ``config.loss`` into a list of weighted terms; raises ValueError on bad names.
+
+    ``config.loss.temperature`` (when not None) is passed to every term, unless the term's
+    ``kwargs`` sets its own; when neither sets one the loss's own default applies.
+    """
     names = [n.strip() for n in str(loss_config.name).split("+") if n.strip()]
     if not names:
         raise ValueError("config.loss.name is empty; give a loss name such as 'sincere'")
@@ -74,21 +64,21 @@ def parse_terms(loss_config) -> list[Term]:
     unknown = set(all_kwargs) - set(names)
     if unknown:
         raise ValueError(f"config.loss.kwargs names losses that are not terms: {sorted(unknown)}")
+    temperature = loss_config.get("temperature", None)
+    embedding_losses = losses.embedding_losses()
     terms = []
     for name, weight in zip(names, weights, strict=True):
-        if name not in LOSS_TARGET:
+        if name not in embedding_losses:
             raise ValueError(
                 f"config.loss.name: {name!r} is not an embedding loss for pretraining; "
-                f"choose from {sorted(LOSS_TARGET)}"
+                f"choose from {embedding_losses}"
             )
-        kwargs = {"temperature": float(loss_config.temperature)}
+        kwargs = {} if temperature is None else {"temperature": float(temperature)}
         kwargs.update(dict(all_kwargs.get(name, {})))
-        terms.append(Term(name, float(weight), LOSS_TARGET[name], losses.get(name), kwargs))
+        terms.append(
+            Term(name, float(weight), losses.second_argument(name), losses.get(name), kwargs)
+        )
     return terms
-
-
-def needs_metadata(terms: list[Term]) -> bool:
-    return any(t.target == "metadata" for t in terms)
 
 
 def evaluate(

@@ -1,0 +1,81 @@
+"""The pretraining objective: terms, their second arguments and their temperatures."""
+
+from __future__ import annotations
+
+import inspect
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from contrastive_jax import losses
+from contrastive_jax.train import objective
+from contrastive_jax.train.config import default_config
+
+
+def _loss_config(**fields) -> ml_collections.ConfigDict:
+    config = default_config().loss
+    config.update(fields)
+    return config
+
+
+def _default_temperature(name: str) -> float:
+    return inspect.signature(losses.get(name)).parameters["temperature"].default
+
+
+@pytest.mark.parametrize("name", ["mio", "projnce", "sincere", "nt_xent"])
+def test_a_loss_trains_at_its_own_default_temperature_unless_the_config_sets_one(name):
+    (term,) = objective.parse_terms(_loss_config(name=name))
+    assert "temperature" not in term.kwargs
+    projections = jnp.asarray(np.random.default_rng(0).normal(size=(8, 4)), jnp.float32)
+    labels = jnp.array([0, 0, 1, 1, 2, 2, 3, 3])
+    targets = objective.Targets(instance=labels, label=labels, metadata=None)
+    total, _ = objective.evaluate([term], projections, targets, axis_name=None)
+    own = losses.get(name)(projections, labels, temperature=_default_temperature(name))
+    np.testing.assert_allclose(total, own, rtol=1e-6)
+
+
+def test_mio_default_temperature_is_the_papers():
+    assert _default_temperature("mio") == 0.5
+    assert objective.parse_terms(_loss_config(name="mio"))[0].kwargs == {}
+
+
+def test_config_temperature_applies_to_every_term_and_term_kwargs_win():
+    kwargs = ml_collections.ConfigDict({"mio": {"temperature": 0.3}})
+    terms = objective.parse_terms(
+        _loss_config(name="sincere+mio", temperature=0.2, kwargs=kwargs)
+    )
+    assert [t.kwargs["temperature"] for t in terms] == [0.2, 0.3]
+
+
+def test_second_argument_comes_from_the_registry():
+    terms = objective.parse_terms(
+        _loss_config(name="nt_xent+supcon+y_aware_infonce+global_uniformity")
+    )
+    assert [t.target for t in terms] == ["instance", "label", "metadata", None]
+    for term in terms:
+        assert term.target == losses.second_argument(term.name)
+        assert term.target is None or term.target in objective.Targets._fields
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"name": ""}, "empty"),
+        ({"name": "soft_target_infonce"}, "not an embedding loss"),
+        ({"name": "simclr"}, "not an embedding loss"),
+        ({"name": "sincere+supcon", "weights": (1.0,)}, "1 entries for 2 terms"),
+    ],
+)
+def test_bad_loss_configs_are_refused(fields, match):
+    with pytest.raises(ValueError, match=match):
+        objective.parse_terms(_loss_config(**fields))
+
+
+def test_metadata_loss_without_metadata_is_refused():
+    (term,) = objective.parse_terms(_loss_config(name="y_aware_infonce"))
+    z = jnp.ones((4, 3))
+    targets = objective.Targets(instance=jnp.arange(4), label=jnp.arange(4), metadata=None)
+    with pytest.raises(ValueError, match="metadata"):
+        objective.evaluate([term], z, targets, axis_name=None)
