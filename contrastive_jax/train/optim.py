@@ -20,6 +20,7 @@ for LARS, from trust-ratio adaptation, as in SimCLR's LARS (``optax.lars`` with 
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -32,12 +33,16 @@ from ml_collections import config_dict
 OPTIMIZERS = ("lars", "sgd", "adamw")
 LR_SCALINGS = ("linear", "sqrt", "none")
 
+logger = logging.getLogger(__name__)
+
 
 def default_optimizer_config() -> ml_collections.ConfigDict:
     """Optimiser and schedule defaults: SimCLR's LARS recipe (0.3 x B/256, 10 warm-up epochs).
 
-    Seed 000 (SINCERE; SGD, 10 epochs warming up from 0.0005 to 0.5, cosine back to 0.0005 over
-    1,000 epochs at B = 512, wd 1e-4 on all parameters) is ``name="sgd"``,
+    The SINCERE pretraining recipe (Feeney & Hughes 2023, "SINCERE: Supervised Information
+    Noise-Contrastive Estimation REvisited", arXiv:2309.14277, Sec. 4.3: SGD with momentum 0.9,
+    10 epochs warming up from 0.0005 to 0.5, cosine back to 0.0005 over 1,000 epochs at
+    B = 512, weight decay 1e-4 on all parameters) is ``name="sgd"``,
     ``base_learning_rate=0.5``, ``lr_scaling="none"``, ``weight_decay=1e-4``,
     ``warmup_init=0.0005``, ``final_lr_factor=0.001``, ``decay_norm_and_bias=True``.
     """
@@ -120,7 +125,8 @@ def make_schedule(
 
     The decay reaches ``final_lr_factor * peak`` at the last step and stays there. The schedule
     length is ``config.total_steps``, else ``config.epochs * steps_per_epoch``, else the
-    ``total_steps`` argument (the trainer's run length).
+    ``total_steps`` argument (the trainer's run length). A warm-up that does not fit (a run of a
+    few steps with a recipe's warm-up) is clamped to ``length - 1`` steps with a warning.
 
     Args:
       config: an optimiser config, see :func:`default_optimizer_config`.
@@ -146,11 +152,17 @@ def make_schedule(
         warmup = int(config.warmup_steps)
     else:
         warmup = round(config.warmup_epochs * steps_per_epoch)
-    if not 0 <= warmup < length:
-        raise ValueError(
-            f"the warm-up ({warmup} steps) must be non-negative and shorter than the schedule "
-            f"({length} steps)"
+    if length <= 0:
+        raise ValueError(f"the schedule must have at least one step, got {length}")
+    if warmup < 0:
+        raise ValueError(f"the warm-up must be non-negative, got {warmup} steps")
+    if warmup >= length:
+        # A smoke test of a few steps with a recipe's warm-up: warm up over all but the last step.
+        logger.warning(
+            "the warm-up (%d steps) is not shorter than the schedule (%d steps); "
+            "clamped to %d steps", warmup, length, length - 1,
         )
+        warmup = length - 1
     return optax.warmup_cosine_decay_schedule(
         init_value=float(config.warmup_init),
         peak_value=peak,

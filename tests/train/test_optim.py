@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 
 import jax
@@ -316,7 +317,8 @@ def test_unknown_lr_scaling():
         ({}, {"global_batch_size": 0}, "global_batch_size must be positive"),
         ({}, {"steps_per_epoch": 0}, "steps_per_epoch must be positive"),
         ({"epochs": None}, {}, "set optimizer.total_steps, optimizer.epochs"),
-        ({"warmup_epochs": 10}, {}, "warm-up"),
+        ({"warmup_steps": -1}, {}, "warm-up must be non-negative"),
+        ({"total_steps": 0}, {}, "at least one step"),
         ({"grad_clip_norm": 0.0}, {}, "grad_clip_norm must be positive"),
     ],
 )
@@ -331,3 +333,16 @@ def test_invalid_values(overrides, kwargs, match):
 def test_empty_params():
     with pytest.raises(ValueError, match="no leaves"):
         optim.make_optimizer(_config(epochs=10), {}, steps_per_epoch=10, global_batch_size=256)
+
+
+def test_warmup_longer_than_a_short_run_is_clamped_with_a_warning(caplog):
+    # 10 warm-up steps in a 6-step run: warm up over 5 steps, then one cosine step.
+    config = _config(
+        warmup_steps=10, total_steps=6, warmup_init=0.0, lr_scaling="none", base_learning_rate=1.0
+    )
+    with caplog.at_level(logging.WARNING, logger="contrastive_jax.train.optim"):
+        schedule = optim.make_schedule(config, steps_per_epoch=10, global_batch_size=256)
+    assert "clamped to 5 steps" in caplog.text
+    np.testing.assert_allclose([schedule(i) for i in range(6)], [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(schedule(6), 0.0, atol=1e-7)  # cosine end (final_lr_factor 0)
