@@ -109,11 +109,22 @@ def _unblock(tree: Any, n: int) -> Any:
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:n], tree)
 
 
+def _as_tuple(candidates: Any) -> tuple[Array, ...]:
+    return tuple(candidates) if isinstance(candidates, (tuple, list)) else (candidates,)
+
+
+def _block_dots(a: Array, candidates: Any) -> Any:
+    """``a @ c.T`` for the candidate matrix, or a tuple of them for a tuple of matrices."""
+    if isinstance(candidates, (tuple, list)):
+        return tuple(_dot(a, c) for c in candidates)
+    return _dot(a, candidates)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 6))
 def stream_rows(
     block_fn: RowBlockFn,
     anchors: Array,
-    candidates: Array,
+    candidates: Array | tuple[Array, ...],
     params: Any,
     row_data: Any,
     col_data: Any,
@@ -129,13 +140,15 @@ def stream_rows(
         depend only on row i of ``dots`` and ``rows``. ``aux`` is a pytree of
         [b, ...] per-row statistics (not differentiated).
       anchors: float32 [n, D].
-      candidates: float32 [m, D].
+      candidates: float32 [m, D], or a tuple of matrices [m_k, D] (e.g. the rows
+        and the class prototypes); then ``dots`` is the tuple of the
+        [b, m_k] products, and each costs its own three products.
       params: pytree of float32 arrays (e.g. the temperature), differentiated.
         Inside ``shard_map`` give them the anchors' varying-axis type
         (``x + jnp.zeros_like(anchors[0, 0])``).
       row_data: pytree of [n, ...] per-anchor arrays (labels, indices, masks,
         squared norms); floating-point leaves are differentiated, others constant.
-      col_data: pytree of [m, ...] per-candidate arrays, likewise.
+      col_data: pytree of per-candidate (or any whole-batch) arrays, likewise.
       block: anchor rows per block (static); n need not be a multiple.
 
     Returns:
@@ -145,7 +158,9 @@ def stream_rows(
 
     def body(total, x):
         a, rows, row_live = x
-        value, aux = _block_total(block_fn, _dot(a, candidates), params, rows, col_data, row_live)
+        value, aux = _block_total(
+            block_fn, _block_dots(a, candidates), params, rows, col_data, row_live
+        )
         return total + value, aux
 
     total, aux = jax.lax.scan(body, jnp.zeros_like(anchors[0, 0]), (a_blocks, r_blocks, live))
@@ -166,29 +181,49 @@ def _split_floats(tree: Any) -> tuple[list[Array], Callable[[list[Array]], Any]]
     return [x for x, f in zip(leaves, is_float, strict=True) if f], merge
 
 
+def _fused_block(block_fn, a, candidates, params, rows, col_floats, merge_cols, row_live,
+                 cotangent_of, reduce=_block_total):
+    """Value, aux and gradients of one block: ``(value, aux, d_a, d_cands, d_params,
+    d_rows, d_cols)``. ``reduce(block_fn, dots, params, rows, cols, live)`` gives the
+    block's value (its total, or its masked per-row values) and aux;
+    ``cotangent_of(value)`` is the value's cotangent (1 for a plain sum)."""
+    row_floats, merge_rows = _split_floats(rows)
+    cands = _as_tuple(candidates)
+    is_tuple = isinstance(candidates, (tuple, list))
+
+    def block_total(dots, p, rf, cf):
+        return reduce(
+            block_fn, dots if is_tuple else dots[0], p, merge_rows(rf), merge_cols(cf), row_live
+        )
+
+    dots = tuple(_dot(a, c) for c in cands)
+    value, vjp, aux = jax.vjp(block_total, dots, params, row_floats, col_floats, has_aux=True)
+    g_dots, g_params, g_rows, g_cols = vjp(cotangent_of(value))
+    d_a = sum(
+        jnp.matmul(g, c, precision=jax.lax.Precision.HIGHEST)
+        for g, c in zip(g_dots, cands, strict=True)
+    )
+    d_cands = tuple(
+        jnp.matmul(g.T, a, precision=jax.lax.Precision.HIGHEST) for g in g_dots
+    )
+    return value, aux, d_a, d_cands, g_params, g_rows, g_cols
+
+
 def _stream_rows_fwd(block_fn, anchors, candidates, params, row_data, col_data, block):
     a_blocks, r_blocks, live = _blocked_inputs(anchors, row_data, block)
     col_floats, merge_cols = _split_floats(col_data)
+    cands = _as_tuple(candidates)
 
     def body(carry, x):
-        total, d_candidates, d_params, d_cols = carry
+        total, d_cands, d_params, d_cols = carry
         a, rows, row_live = x
-        row_floats, merge_rows = _split_floats(rows)
-
-        def block_total(dots, p, rf, cf):
-            return _block_total(block_fn, dots, p, merge_rows(rf), merge_cols(cf), row_live)
-
-        value, vjp, aux = jax.vjp(
-            block_total, _dot(a, candidates), params, row_floats, col_floats, has_aux=True
-        )
-        g_dots, g_params, g_rows, g_cols = vjp(jnp.ones_like(value))
-        d_a = jnp.matmul(g_dots, candidates, precision=jax.lax.Precision.HIGHEST)
-        d_candidates = d_candidates + jnp.matmul(
-            g_dots.T, a, precision=jax.lax.Precision.HIGHEST
+        value, aux, d_a, g_cands, g_params, g_rows, g_cols = _fused_block(
+            block_fn, a, candidates, params, rows, col_floats, merge_cols, row_live,
+            jnp.ones_like,
         )
         carry = (
             total + value,
-            d_candidates,
+            tuple(d + g for d, g in zip(d_cands, g_cands, strict=True)),
             jax.tree.map(jnp.add, d_params, g_params),
             jax.tree.map(jnp.add, d_cols, g_cols),
         )
@@ -196,15 +231,17 @@ def _stream_rows_fwd(block_fn, anchors, candidates, params, row_data, col_data, 
 
     init = (
         jnp.zeros_like(anchors[0, 0]),
-        jnp.zeros_like(candidates),
+        tuple(jnp.zeros_like(c) for c in cands),
         jax.tree.map(jnp.zeros_like, params),
         jax.tree.map(jnp.zeros_like, col_floats),
     )
-    (total, d_candidates, d_params, d_cols), (aux, d_a, d_rows) = jax.lax.scan(
+    (total, d_cands, d_params, d_cols), (aux, d_a, d_rows) = jax.lax.scan(
         body, init, (a_blocks, r_blocks, live)
     )
     n = anchors.shape[0]
-    grads = (_unblock(d_a, n), d_candidates, d_params, _unblock(d_rows, n), d_cols)
+    if not isinstance(candidates, (tuple, list)):
+        d_cands = d_cands[0]
+    grads = (_unblock(d_a, n), d_cands, d_params, _unblock(d_rows, n), d_cols)
     return (total, _unblock(aux, n)), (grads, row_data, col_data)
 
 
@@ -221,7 +258,7 @@ def _stream_rows_bwd(block_fn, block, residuals, cotangents):
 
     return (
         ct * d_anchors,
-        ct * d_candidates,
+        scale(d_candidates),
         scale(d_params),
         _split_floats(row_data)[1](scale(d_rows), _float0_like),
         _split_floats(col_data)[1](scale(d_cols), _float0_like),
@@ -229,6 +266,116 @@ def _stream_rows_bwd(block_fn, block, residuals, cotangents):
 
 
 stream_rows.defvjp(_stream_rows_fwd, _stream_rows_bwd)
+
+
+def _block_rows(block_fn, dots, params, rows, cols, live):
+    """The block's per-row values, ``-BIG`` on padding rows of the last block."""
+    values, aux = block_fn(dots, params, rows, cols)
+    return jnp.where(live, values, -_core.BIG), aux
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 6))
+def stream_rows_logsumexp(
+    block_fn: RowBlockFn,
+    anchors: Array,
+    candidates: Array | tuple[Array, ...],
+    params: Any,
+    row_data: Any,
+    col_data: Any,
+    block: int,
+) -> tuple[Array, Any]:
+    """``log sum_i exp(r_i)`` over the rows of a row-wise function, streamed over row blocks.
+
+    Same arguments as :func:`stream_rows`; ``block_fn`` returns the per-row values
+    ``r`` [b] (``-BIG`` for a row that must not count) instead of contributions to a
+    sum. The log-sum-exp runs online over the blocks (a running maximum rescales
+    the running sum), so memory is O(block·m) and the value is exact. The gradient
+    is fused into the forward as in :func:`stream_rows`: block i's gradients are
+    those of ``sum_b e^{r_b - s_i}`` with ``s_i`` the running maximum, and every
+    accumulated gradient is rescaled when the maximum grows and divided by the
+    final sum at the end: one pass, three products per candidate matrix.
+
+    Returns:
+      ``(lse, aux)``: float32 scalar (about ``-BIG`` when every row is ``-BIG``)
+      and ``aux`` with leading dimension n.
+    """
+    a_blocks, r_blocks, live = _blocked_inputs(anchors, row_data, block)
+
+    def body(carry, x):
+        shift, total = carry
+        a, rows, row_live = x
+        r, aux = _block_rows(
+            block_fn, _block_dots(a, candidates), params, rows, col_data, row_live
+        )
+        new = jnp.maximum(shift, jnp.max(r))
+        return (new, total * jnp.exp(shift - new) + jnp.sum(jnp.exp(r - new))), aux
+
+    init = (jnp.full_like(anchors[0, 0], -2 * _core.BIG), jnp.zeros_like(anchors[0, 0]))
+    (shift, total), aux = jax.lax.scan(body, init, (a_blocks, r_blocks, live))
+    return shift + jnp.log(total), _unblock(aux, anchors.shape[0])
+
+
+def _stream_lse_fwd(block_fn, anchors, candidates, params, row_data, col_data, block):
+    a_blocks, r_blocks, live = _blocked_inputs(anchors, row_data, block)
+    col_floats, merge_cols = _split_floats(col_data)
+    cands = _as_tuple(candidates)
+
+    def body(carry, x):
+        shift, total, d_cands, d_params, d_cols = carry
+        a, rows, row_live = x
+        r, aux, d_a, g_cands, g_params, g_rows, g_cols = _fused_block(
+            block_fn, a, candidates, params, rows, col_floats, merge_cols, row_live,
+            lambda rv: jnp.exp(rv - jnp.maximum(shift, jnp.max(rv))), _block_rows,
+        )
+        new = jnp.maximum(shift, jnp.max(r))
+        decay = jnp.exp(shift - new)
+
+        def rescaled(acc, g):
+            return jax.tree.map(lambda u, v: decay * u + v, acc, g)
+
+        carry = (
+            new,
+            total * decay + jnp.sum(jnp.exp(r - new)),
+            rescaled(d_cands, g_cands),
+            rescaled(d_params, g_params),
+            rescaled(d_cols, g_cols),
+        )
+        return carry, (aux, d_a, g_rows, new)
+
+    zero = jnp.zeros_like(anchors[0, 0])
+    init = (
+        zero - 2 * _core.BIG,
+        zero,
+        tuple(jnp.zeros_like(c) for c in cands),
+        jax.tree.map(jnp.zeros_like, params),
+        jax.tree.map(jnp.zeros_like, col_floats),
+    )
+    (shift, total, d_cands, d_params, d_cols), (aux, d_a, d_rows, shifts) = jax.lax.scan(
+        body, init, (a_blocks, r_blocks, live)
+    )
+    n = anchors.shape[0]
+    # Block i's row gradients were taken at its own running maximum s_i.
+    per_block = jnp.exp(shifts - shift) / total
+
+    def finish_rows(g):
+        return _unblock(g * per_block.reshape((-1,) + (1,) * (g.ndim - 1)), n)
+
+    def finish(tree):
+        return jax.tree.map(lambda g: g / total, tree)
+
+    if not isinstance(candidates, (tuple, list)):
+        d_cands = d_cands[0]
+    grads = (
+        finish_rows(d_a),
+        finish(d_cands),
+        finish(d_params),
+        jax.tree.map(finish_rows, d_rows),
+        finish(d_cols),
+    )
+    return (shift + jnp.log(total), _unblock(aux, n)), (grads, row_data, col_data)
+
+
+stream_rows_logsumexp.defvjp(_stream_lse_fwd, _stream_rows_bwd)
 
 
 def like_anchors(value: float | Array, anchors: Array) -> Array:

@@ -244,61 +244,95 @@ def y_aware_infonce(
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
     """
-    embeddings = _core.check_embeddings(embeddings)
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
-    block = blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
+    block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
-        return _y_aware_streamed(
-            embeddings, metadata, temperature, sigma, valid, axis_name, block
+        return _kernel_streamed(
+            "y_aware", embeddings, metadata, temperature, sigma, valid, axis_name, block
         )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
     per_anchor = _alignment_per_anchor(kb, sigma) + _uniformity_per_anchor(kb)
     return _core.valid_anchor_mean(per_anchor, kb.anchor_ok, axis_name)
 
 
-def _y_aware_block(dots, params, rows, cols):
-    """Row-block function of y-Aware InfoNCE for :func:`blockwise.stream_rows`.
+def _kernel_block(kind: str):
+    """Row-block function of y-Aware InfoNCE (``kind="y_aware"``), conditional
+    alignment (``"alignment"``) or global uniformity (``"uniformity"``) for
+    :func:`blockwise.stream_rows`.
 
     ``(dots [b, m], (tau, sigma), (metadata [b, p], global index, valid) [b],
-    (metadata [m, p], valid [m]))`` -> (loss of each valid anchor, 0 elsewhere
-    [b]; anchor_ok bool [b]).
+    (metadata [m, p], valid [m], number of valid rows))`` -> (loss of each valid
+    anchor, 0 elsewhere [b]; anchor_ok bool [b]). Global uniformity ignores the
+    metadata (a [.., 1] zero column).
     """
-    temperature, sigma = params
-    metadata, index, anchor_valid = rows
-    candidate_metadata, candidate_valid = cols
-    others = (index[:, None] != jnp.arange(dots.shape[1])[None, :]) & candidate_valid[None, :]
-    kb = _KernelBatch(
-        logits=dots / temperature,
-        others=others,
-        sq_dist=squared_distances(metadata, candidate_metadata),
-        anchor_valid=anchor_valid,
-        candidate_valid=candidate_valid,
-        anchor_ok=anchor_valid & jnp.any(others, axis=1),
-    )
-    per_anchor = _alignment_per_anchor(kb, sigma) + _uniformity_per_anchor(kb)
-    return jnp.where(kb.anchor_ok, per_anchor, 0.0), kb.anchor_ok
+
+    def block_fn(dots, params, rows, cols):
+        temperature, sigma = params
+        metadata, index, anchor_valid = rows
+        candidate_metadata, candidate_valid, num_valid = cols
+        others = (index[:, None] != jnp.arange(dots.shape[1])[None, :]) & candidate_valid[
+            None, :
+        ]
+        # |O(a)| = M - 1 for a valid anchor (its own column is a valid one).
+        count = num_valid - anchor_valid.astype(jnp.float32)
+        anchor_ok = anchor_valid & (count >= 1)
+        logits = dots / temperature
+        per_anchor = jnp.zeros_like(count)
+        if kind in ("y_aware", "alignment"):
+            targets = kernel_targets(
+                squared_distances(metadata, candidate_metadata), others, sigma
+            )
+            per_anchor = per_anchor - jnp.sum(jnp.where(others, targets * logits, 0.0), axis=1)
+        if kind in ("y_aware", "uniformity"):
+            per_anchor = per_anchor + _core.masked_logsumexp(logits, others, axis=1) - jnp.log(
+                jnp.maximum(count, 1.0)
+            )
+        return jnp.where(anchor_ok, per_anchor, 0.0), anchor_ok
+
+    return block_fn
 
 
-def _y_aware_streamed(embeddings, metadata, temperature, sigma, valid, axis_name, block):
-    """y-Aware InfoNCE streamed over blocks of ``block`` anchor rows."""
+def _streamed_inputs(embeddings, metadata, temperature, sigma, valid, axis_name):
+    """Checked, gathered rows and the arguments of the streamed kernel losses:
+    ``(rows, params, row_data, col_data)``; ``metadata=None`` gives a zero column."""
+    embeddings = _core.check_embeddings(embeddings)
+    n = embeddings.shape[0]
     _core.check_positive(temperature, "temperature")
-    metadata = jax.lax.stop_gradient(check_metadata(metadata, embeddings.shape[0]))
-    _core.check_positive(sigma, "sigma")
+    if metadata is None:
+        metadata, sigma = jnp.zeros((n, 1), jnp.float32), 1.0
+    else:
+        metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
+        _core.check_positive(sigma, "sigma")
     rows = blockwise.gather_rows(embeddings, metadata, valid, axis_name)
     params = (
         blockwise.like_anchors(temperature, rows.anchors),
         blockwise.like_anchors(sigma, rows.anchors),
     )
-    total, anchor_ok = blockwise.stream_rows(
-        _y_aware_block,
-        rows.anchors,
-        rows.candidates,
+    num_valid = jnp.sum(rows.candidate_valid.astype(jnp.float32))
+    return (
+        rows,
         params,
         (metadata, rows.index, rows.anchor_valid),
-        (rows.candidate_data, rows.candidate_valid),
-        block,
+        (rows.candidate_data, rows.candidate_valid, jax.lax.stop_gradient(num_valid)),
+    )
+
+
+def _kernel_streamed(kind, embeddings, metadata, temperature, sigma, valid, axis_name, block):
+    """y-Aware InfoNCE, conditional alignment or global uniformity streamed over blocks
+    of ``block`` anchor rows."""
+    rows, params, row_data, col_data = _streamed_inputs(
+        embeddings, metadata, temperature, sigma, valid, axis_name
+    )
+    total, anchor_ok = blockwise.stream_rows(
+        _kernel_block(kind), rows.anchors, rows.candidates, params, row_data, col_data, block
     )
     return blockwise.global_mean(total, anchor_ok, axis_name)
+
+
+def _block_for(embeddings: Array, axis_name: str | None, block_size: int | None) -> int | None:
+    """Anchor rows per block for this call, or None for the dense path."""
+    embeddings = _core.check_embeddings(embeddings)
+    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    return blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
 
 
 def conditional_alignment(
@@ -309,6 +343,7 @@ def conditional_alignment(
     sigma: float | Array = 5.0,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """Conditional alignment, the first term of seed 003 Eq. (2) (population form Eq. 3).
 
@@ -329,6 +364,11 @@ def conditional_alignment(
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
     """
+    block = _block_for(embeddings, axis_name, block_size)
+    if block is not None:
+        return _kernel_streamed(
+            "alignment", embeddings, metadata, temperature, sigma, valid, axis_name, block
+        )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
     return _core.valid_anchor_mean(_alignment_per_anchor(kb, sigma), kb.anchor_ok, axis_name)
 
@@ -339,6 +379,7 @@ def global_uniformity(
     temperature: float | Array = 0.1,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """Global uniformity, the second term of seed 003 Eq. (2) (spec §A5).
 
@@ -356,6 +397,11 @@ def global_uniformity(
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
     """
+    block = _block_for(embeddings, axis_name, block_size)
+    if block is not None:
+        return _kernel_streamed(
+            "uniformity", embeddings, None, temperature, None, valid, axis_name, block
+        )
     kb = _kernel_batch(embeddings, None, temperature, None, valid, axis_name)
     return _core.valid_anchor_mean(_uniformity_per_anchor(kb), kb.anchor_ok, axis_name)
 
@@ -368,6 +414,7 @@ def conditional_uniformity(
     sigma: float | Array = 5.0,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
 ) -> Array:
     """Conditional uniformity, the estimator of seed 003 Eq. (4) (spec §A6).
 
@@ -400,6 +447,11 @@ def conditional_uniformity(
     Returns:
       float32 scalar, identical on every device.
     """
+    block = _block_for(embeddings, axis_name, block_size)
+    if block is not None:
+        return _conditional_uniformity_streamed(
+            embeddings, metadata, temperature, sigma, valid, axis_name, block
+        )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
     weights, _ = conditional_uniformity_weights(
         kb.sq_dist, kb.anchor_valid, kb.candidate_valid, sigma
@@ -416,3 +468,50 @@ def conditional_uniformity(
     # total >= 1: the largest term is exp(0) (or, with no weight anywhere, every term is).
     value = shift + jnp.log(total) - jnp.log(jnp.maximum(mass, 1e-30))
     return jnp.where(mass > 0, value, 0.0)
+
+
+def _conditional_uniformity_block(dots, params, rows, cols):
+    """Row-block function of conditional uniformity for
+    :func:`blockwise.stream_rows_logsumexp`.
+
+    ``r_i = log sum_j Q_ij e^{S_ij}`` for a kept row i (``-BIG`` otherwise), computed
+    as ``s_i + log sum_j Q_ij e^{S_ij - s_i}`` with ``s_i`` the row's largest logit
+    among ``Q_ij > 0``; aux: the kept rows, bool [b].
+    """
+    temperature, sigma = params
+    metadata, _, anchor_valid = rows
+    candidate_metadata, candidate_valid, _ = cols
+    weights, kept = conditional_uniformity_weights(
+        squared_distances(metadata, candidate_metadata), anchor_valid, candidate_valid, sigma
+    )
+    logits = dots / temperature
+    positive = weights > 0
+    row_max = jax.lax.stop_gradient(
+        jnp.max(jnp.where(positive, logits, -_core.BIG), axis=1, keepdims=True)
+    )
+    scaled = jnp.sum(weights * jnp.exp(jnp.where(positive, logits - row_max, -_core.BIG)), axis=1)
+    r = row_max[:, 0] + jnp.log(jnp.where(kept, scaled, 1.0))
+    return jnp.where(kept, r, -_core.BIG), kept
+
+
+def _conditional_uniformity_streamed(
+    embeddings, metadata, temperature, sigma, valid, axis_name, block
+):
+    """Conditional uniformity with one online log-sum-exp over blocks of anchor rows.
+
+    ``sum_j Q_ij = M`` on every kept row, so the weight total is ``M · #kept`` and
+    ``L = log sum_i e^{r_i} - log(M · #kept)``.
+    """
+    rows, params, row_data, col_data = _streamed_inputs(
+        embeddings, metadata, temperature, sigma, valid, axis_name
+    )
+    lse, kept = blockwise.stream_rows_logsumexp(
+        _conditional_uniformity_block, rows.anchors, rows.candidates, params, row_data,
+        col_data, block,
+    )
+    if axis_name is not None:
+        shift = jax.lax.stop_gradient(jax.lax.pmax(lse, axis_name))
+        lse = shift + jnp.log(_core.differentiable_psum(jnp.exp(lse - shift), axis_name))
+    num_kept = _core.psum_if(jnp.sum(kept.astype(jnp.float32)), axis_name)
+    mass = col_data[2] * num_kept
+    return jnp.where(mass > 0, lse - jnp.log(jnp.maximum(mass, 1.0)), 0.0)
