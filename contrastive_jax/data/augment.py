@@ -190,30 +190,31 @@ def _with_prob(seed: Seed, prob: float, fn: Callable[[], tf.Tensor], image: tf.T
     return tf.cond(_uniform(seed, 0.0, 1.0) < prob, fn, lambda: image)
 
 
-def random_resized_crop(
-    image: tf.Tensor,
+def crop_window(
+    height: tf.Tensor,
+    width: tf.Tensor,
     seed: Seed,
     *,
-    size: int,
     scale: tuple[float, float],
     ratio: tuple[float, float],
     flip_prob: float,
     attempts: int = 10,
-) -> tf.Tensor:
-    """torchvision ``RandomResizedCrop`` (+ horizontal flip) of ``image`` [h, w, C].
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """torchvision ``RandomResizedCrop``'s window in an image of ``height x width`` (+ flip).
 
-    Up to ``attempts`` (area, log-ratio) draws; the first crop that fits is
-    used, else the central crop with the ratio clamped to ``ratio``. The crop
-    is resampled bilinearly to ``size x size`` (pixel centres of the crop's
-    corners map to the output's corners, so a full-size crop is the identity).
+    Up to ``attempts`` (area, log-ratio) draws, area uniform in ``scale`` of
+    the image and aspect ratio (width / height) log-uniform in ``ratio``; the
+    first crop that fits is used, else the central crop with the ratio clamped
+    to ``ratio``. Only the image's size is needed, so a JPEG can be decoded
+    inside the window alone (:func:`augment_encoded_view`).
 
     Returns:
-      float32 [size, size, C].
+      ``(top, left, crop_height, crop_width)`` as float32 scalars holding
+      integers, and ``flip`` (bool scalar).
     """
     s_draw, s_pos, s_flip = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-    shape = tf.shape(image)
-    h = tf.cast(shape[0], tf.float32)
-    w = tf.cast(shape[1], tf.float32)
+    h = tf.cast(height, tf.float32)
+    w = tf.cast(width, tf.float32)
     u = tf.random.stateless_uniform([attempts, 2], s_draw)
     area = h * w * (scale[0] + (scale[1] - scale[0]) * u[:, 0])
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
@@ -231,16 +232,87 @@ def random_resized_crop(
     pos = tf.random.stateless_uniform([2], s_pos)
     top = tf.where(found, tf.floor(pos[0] * (h - ch + 1)), tf.floor((h - ch) / 2))
     left = tf.where(found, tf.floor(pos[1] * (w - cw + 1)), tf.floor((w - cw) / 2))
-    y1 = top / tf.maximum(h - 1, 1)
-    y2 = (top + ch - 1) / tf.maximum(h - 1, 1)
-    x1 = left / tf.maximum(w - 1, 1)
-    x2 = (left + cw - 1) / tf.maximum(w - 1, 1)
     flip = _uniform(s_flip, 0.0, 1.0) < flip_prob
-    box = tf.where(flip, tf.stack([y1, x2, y2, x1]), tf.stack([y1, x1, y2, x2]))
+    return top, left, ch, cw, flip
+
+
+def _resize_box(image: tf.Tensor, box: tf.Tensor, flip: tf.Tensor, size: int) -> tf.Tensor:
+    """Bilinear resample of ``box`` = (y1, x1, y2, x2) (normalised corners) of [h, w, C]."""
+    y1, x1, y2, x2 = tf.unstack(box)
+    box = tf.where(flip, tf.stack([y1, x2, y2, x1]), box)
     out = tf.image.crop_and_resize(
         tf.cast(image, tf.float32)[None], box[None], tf.zeros([1], tf.int32), [size, size]
     )
     return out[0]
+
+
+def random_resized_crop(
+    image: tf.Tensor,
+    seed: Seed,
+    *,
+    size: int,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    flip_prob: float,
+    attempts: int = 10,
+) -> tf.Tensor:
+    """torchvision ``RandomResizedCrop`` (+ horizontal flip) of ``image`` [h, w, C].
+
+    The window of :func:`crop_window` is resampled bilinearly to
+    ``size x size`` (pixel centres of the crop's corners map to the output's
+    corners, so a full-size crop is the identity).
+
+    Returns:
+      float32 [size, size, C].
+    """
+    shape = tf.shape(image)
+    top, left, ch, cw, flip = crop_window(
+        shape[0], shape[1], seed, scale=scale, ratio=ratio, flip_prob=flip_prob, attempts=attempts
+    )
+    h = tf.cast(shape[0], tf.float32)
+    w = tf.cast(shape[1], tf.float32)
+    y1 = top / tf.maximum(h - 1, 1)
+    y2 = (top + ch - 1) / tf.maximum(h - 1, 1)
+    x1 = left / tf.maximum(w - 1, 1)
+    x2 = (left + cw - 1) / tf.maximum(w - 1, 1)
+    return _resize_box(image, tf.stack([y1, x1, y2, x2]), flip, size)
+
+
+def decode_image(data: tf.Tensor) -> tf.Tensor:
+    """Encoded JPEG / PNG / GIF / BMP bytes -> uint8 [h, w, 3] (grey repeated on 3 channels)."""
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def jpeg_resized_crop(
+    data: tf.Tensor,
+    seed: Seed,
+    *,
+    size: int,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    flip_prob: float,
+) -> tf.Tensor:
+    """:func:`random_resized_crop` of a JPEG, decoding only the crop window.
+
+    The window is drawn from the size in the JPEG header
+    (``tf.image.extract_jpeg_shape``) and decoded with
+    ``tf.image.decode_and_crop_jpeg``, as SimCLR's and the TF ResNet ImageNet
+    input pipelines do; the result equals the crop of the fully decoded image
+    resampled the same way.
+
+    Returns:
+      float32 [size, size, 3] in [0, 1].
+    """
+    shape = tf.image.extract_jpeg_shape(data)
+    top, left, ch, cw, flip = crop_window(
+        shape[0], shape[1], seed, scale=scale, ratio=ratio, flip_prob=flip_prob
+    )
+    window = tf.cast(tf.stack([top, left, ch, cw]), tf.int32)
+    crop = tf.image.decode_and_crop_jpeg(data, window, channels=3)
+    box = tf.constant([0.0, 0.0, 1.0, 1.0])
+    return _resize_box(tf.cast(crop, tf.float32) / 255.0, box, flip, size)
 
 
 def resize_to(image: tf.Tensor, size: int) -> tf.Tensor:
@@ -345,38 +417,22 @@ def cutout(image: tf.Tensor, seed: Seed, side: int) -> tf.Tensor:
     return tf.where(inside, tf.zeros_like(image), image)
 
 
-def augment_view(
-    image: tf.Tensor, seed: Seed, cfg: AugmentConfig, *, view: int, size: int
-) -> tf.Tensor:
-    """One augmented view of ``image`` [h, w, 3] (float in [0, 1]).
-
-    Args:
-      image: float32 [h, w, 3] in [0, 1].
-      seed: integer [2]; the view is a pure function of (image, seed).
-      cfg: the recipe.
-      view: view number (selects the per-view blur/solarise probabilities).
-      size: output side.
-
-    Returns:
-      float32 [size, size, 3], not normalised (noise may leave [0, 1]).
-    """
-    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 12))
+def _geometry(image: tf.Tensor, seed: Seed, cfg: AugmentConfig, size: int) -> tf.Tensor:
+    """Stage 1 on a decoded image [h, w, 3]: random resized crop or shift, and flip."""
     if cfg.crop_scale is not None:
-        x = random_resized_crop(
-            image,
-            seeds[0],
-            size=size,
-            scale=cfg.crop_scale,
-            ratio=cfg.crop_ratio,
+        return random_resized_crop(
+            image, seed, size=size, scale=cfg.crop_scale, ratio=cfg.crop_ratio,
             flip_prob=cfg.flip_prob,
         )
-    else:
-        x = shift_crop(
-            resize_to(image, size),
-            seeds[0],
-            pad=round(cfg.pad_fraction * size),
-            flip_prob=cfg.flip_prob,
-        )
+    return shift_crop(
+        resize_to(image, size), seed, pad=round(cfg.pad_fraction * size), flip_prob=cfg.flip_prob
+    )
+
+
+def _appearance(
+    x: tf.Tensor, seeds: list[tf.Tensor], cfg: AugmentConfig, *, view: int, size: int
+) -> tf.Tensor:
+    """Stages 2-6 on the [size, size, 3] output of the geometry stage."""
     if any(s > 0 for s in cfg.jitter):
         b, c, s, h = cfg.jitter
         x = _with_prob(
@@ -410,13 +466,75 @@ def augment_view(
     return tf.ensure_shape(x, [size, size, 3])
 
 
+def augment_view(
+    image: tf.Tensor, seed: Seed, cfg: AugmentConfig, *, view: int, size: int
+) -> tf.Tensor:
+    """One augmented view of ``image`` [h, w, 3] (float in [0, 1]).
+
+    Args:
+      image: float32 [h, w, 3] in [0, 1].
+      seed: integer [2]; the view is a pure function of (image, seed).
+      cfg: the recipe.
+      view: view number (selects the per-view blur/solarise probabilities).
+      size: output side.
+
+    Returns:
+      float32 [size, size, 3], not normalised (noise may leave [0, 1]).
+    """
+    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 12))
+    return _appearance(_geometry(image, seeds[0], cfg, size), seeds, cfg, view=view, size=size)
+
+
+def augment_encoded_view(
+    data: tf.Tensor, seed: Seed, cfg: AugmentConfig, *, view: int, size: int
+) -> tf.Tensor:
+    """:func:`augment_view` of an encoded image (string scalar: JPEG, PNG, ...).
+
+    The random resized crop is taken from the original image: a JPEG is
+    decoded inside the crop window only (:func:`jpeg_resized_crop`), other
+    formats are decoded whole and cropped. Same seed, same window as
+    :func:`augment_view` on the decoded image.
+
+    Returns:
+      float32 [size, size, 3].
+    """
+    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 12))
+
+    def decoded() -> tf.Tensor:
+        image = tf.cast(decode_image(data), tf.float32) / 255.0
+        return tf.ensure_shape(_geometry(image, seeds[0], cfg, size), [size, size, 3])
+
+    if cfg.crop_scale is None:
+        x = decoded()
+    else:
+
+        def jpeg() -> tf.Tensor:
+            return jpeg_resized_crop(
+                data, seeds[0], size=size, scale=cfg.crop_scale, ratio=cfg.crop_ratio,
+                flip_prob=cfg.flip_prob,
+            )
+
+        x = tf.cond(tf.io.is_jpeg(data), jpeg, decoded)
+    return _appearance(x, seeds, cfg, view=view, size=size)
+
+
 def make_views(
-    image: tf.Tensor, seed: Seed, cfg: AugmentConfig, *, num_views: int, size: int
+    image: tf.Tensor,
+    seed: Seed,
+    cfg: AugmentConfig,
+    *,
+    num_views: int,
+    size: int,
+    encoded: bool = False,
 ) -> tf.Tensor:
     """``num_views`` views of one image, view ``v`` seeded by ``fold_in(seed, v)``.
 
     Views with the same per-view probabilities share one traced ``tf.function``
     (tracing the recipe once per distinct view instead of once per view).
+
+    Args:
+      image: float32 [h, w, 3] in [0, 1], or with ``encoded`` the encoded
+        image (string scalar), augmented by :func:`augment_encoded_view`.
 
     Returns:
       float32 [num_views, size, size, 3].
@@ -429,7 +547,8 @@ def make_views(
             cfg.solarize_prob[v % len(cfg.solarize_prob)],
         )
         if probs not in traced:
-            traced[probs] = tf.function(functools.partial(augment_view, cfg=cfg, view=v, size=size))
+            fn = augment_encoded_view if encoded else augment_view
+            traced[probs] = tf.function(functools.partial(fn, cfg=cfg, view=v, size=size))
         views.append(traced[probs](image, tf.random.experimental.stateless_fold_in(seed, v)))
     return tf.stack(views)
 

@@ -7,16 +7,23 @@ TFDS dataset, a folder of images) is served as a ``Source``: uint8 RGB images
 for normalisation and, where the dataset has it, continuous metadata
 ``[p]`` per example (for y-Aware losses).
 
-A split holds its images either in memory (``images``) or as file paths
-(``paths``, decoded by the pipeline), never both.
+A split holds its images in exactly one way: in memory (``images``), as
+image files (``paths``, decoded by the pipeline) or as the records of a
+prepared TFDS dataset (``records``, a :class:`~contrastive_jax.data.records.RecordSet`
+streamed by the pipeline; its labels are read with the images, so the split
+holds none).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from contrastive_jax.data.records import RecordSet
 
 
 class CorruptImageError(ValueError):
@@ -28,25 +35,34 @@ class Split:
     """One split of a source.
 
     Attributes:
-      labels: int64 [N], class ids in [0, num_classes).
+      labels: int64 [N], class ids in [0, num_classes); None for ``records``.
       images: uint8 [N, H, W, 3] held in memory, or None.
       paths: str [N] image files decoded by the pipeline, or None.
+      records: the records of a prepared TFDS split, or None.
       metadata: float32 [N, p] continuous per-example attributes, or None.
       ids: int64 [N] example ids, unique within the split: the row of each
         example in the full split (kept when the split is subsampled). The
         pipeline yields them as ``"index"`` (the SimCLR instance id).
     """
 
-    labels: np.ndarray
+    labels: np.ndarray | None
     images: np.ndarray | None = None
     paths: np.ndarray | None = None
     metadata: np.ndarray | None = None
     ids: np.ndarray | None = None
+    records: RecordSet | None = None
 
     def __post_init__(self) -> None:
+        held = [x is not None for x in (self.images, self.paths, self.records)]
+        if sum(held) != 1:
+            raise ValueError("a Split holds exactly one of `images`, `paths` or `records`")
+        if self.records is not None:
+            if self.labels is not None or self.metadata is not None or self.ids is not None:
+                raise ValueError("a Split of `records` holds no `labels`, `metadata` or `ids`")
+            return
+        if self.labels is None:
+            raise ValueError("a Split of `images` or `paths` needs `labels`")
         n = len(self.labels)
-        if (self.images is None) == (self.paths is None):
-            raise ValueError("a Split holds exactly one of `images` or `paths`")
         if self.images is not None:
             if self.images.dtype != np.uint8 or self.images.ndim != 4 or self.images.shape[-1] != 3:
                 raise ValueError(
@@ -67,10 +83,24 @@ class Split:
 
     @property
     def num_examples(self) -> int:
-        return len(self.labels)
+        return self.records.num_examples if self.records is not None else len(self.labels)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the split is read from the records of a prepared TFDS dataset."""
+        return self.records is not None
+
+    def example_ids(self) -> np.ndarray:
+        """int64 [N]: ``ids``, or the rows ``0 .. N-1`` of a split of records."""
+        return np.arange(self.num_examples, dtype=np.int64) if self.ids is None else self.ids
 
     def take(self, rows: np.ndarray) -> Split:
         """The examples at positions ``rows`` (int [M]), keeping their ids."""
+        if self.records is not None:
+            raise ValueError(
+                f"{self.records.dataset} is streamed from its records; a subset of it "
+                "(train_subset) needs its labels in memory: prepare the subset as its own dataset"
+            )
         return Split(
             labels=self.labels[rows],
             images=None if self.images is None else self.images[rows],
@@ -81,6 +111,11 @@ class Split:
 
     def with_labels(self, labels: np.ndarray) -> Split:
         """The same examples with other labels (int [N])."""
+        if self.records is not None:
+            raise ValueError(
+                f"{self.records.dataset} is streamed from its records; its labels cannot be "
+                "replaced (label_noise needs a dataset held in memory or an image folder)"
+            )
         return dataclasses.replace(self, labels=labels)
 
 

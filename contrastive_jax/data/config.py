@@ -17,8 +17,17 @@ def default_data_config() -> ml_collections.ConfigDict:
         data directory; None: TFDS's default (``cifar10``: the image folder
         ``../shared/data/cifar10`` beside the project root).
       download: let TFDS download an unprepared dataset (False: fail fast).
+      in_memory: TFDS datasets only: True loads the splits into memory, False
+        streams their prepared files; None (default) loads small fixed-size
+        datasets (at most ``sources.MAX_IN_MEMORY_BYTES`` decoded) and
+        streams the others.
+      stream_lanes: TFRecord streams only: lanes L read side by side (see
+        :mod:`.pipeline`); divides ``global_batch_size`` and is a multiple of
+        the process count; None: ``gcd(global_batch_size, 64)``.
+      shuffle_buffer: TFRecord streams only: records in the shuffle buffers
+        of all lanes together (each lane holds ``shuffle_buffer // L``).
       image_size: output side S of every image; None: the source's native side
-        (required for image folders of variable-size images).
+        (224 for datasets of variable-size images).
       num_views: V augmented views per example in pretraining batches.
       augmentation: preset name (:data:`.augment.PRESET_NAMES`) or ``"auto"``:
         ``digits`` for the digits sources, ``phantoms`` for phantoms,
@@ -37,13 +46,18 @@ def default_data_config() -> ml_collections.ConfigDict:
       mean, std: per-channel normalisation statistics on the [0, 1] scale;
         None: the source's training-split statistics.
       eval_crop_fraction: evaluation transform: resize the shorter side to
-        ``image_size / eval_crop_fraction`` and centre-crop (ImageNet: 0.875).
+        ``image_size / eval_crop_fraction`` and centre-crop; None: 0.875
+        (ImageNet's 224 of 256) for datasets of variable-size images, 1.0
+        (the whole image) for the others.
       prefetch: batches prepared ahead of the consumer.
     """
     c = ml_collections.ConfigDict()
     c.dataset = "digits"
     c.data_dir = config_dict.placeholder(str)
     c.download = False
+    c.in_memory = config_dict.placeholder(bool)
+    c.stream_lanes = config_dict.placeholder(int)
+    c.shuffle_buffer = 10_000
     c.image_size = config_dict.placeholder(int)
     c.num_views = 2
     c.augmentation = "auto"
@@ -53,6 +67,6 @@ def default_data_config() -> ml_collections.ConfigDict:
     c.data_seed = 0
     c.mean = config_dict.placeholder(tuple)
     c.std = config_dict.placeholder(tuple)
-    c.eval_crop_fraction = 1.0
+    c.eval_crop_fraction = config_dict.placeholder(float)
     c.prefetch = 2
     return c

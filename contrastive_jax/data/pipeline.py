@@ -24,7 +24,22 @@ augmentations a step gets is a pure function of (seed, step):
 
 So a run started at ``start_step = k`` yields exactly the batches an
 uninterrupted run yields from step ``k``, and the concatenation of the batches
-of P processes is the single-process global batch. The whole pipeline is TF
+of P processes is the single-process global batch. This holds for data in
+memory, image folders and TFDS ArrayRecord files (random access: a process
+reads only its own rows).
+
+TFDS TFRecord files can only be read in order, so their examples come from
+``L`` *lanes* (``config.stream_lanes``; default ``gcd(global_batch_size,
+64)``): lane ``j`` reads rows ``[j n, (j + 1) n)`` of the split, ``n = N //
+L``, epoch after epoch, each epoch through a shuffle buffer of
+``config.shuffle_buffer // L`` records seeded by ``(seed, j, epoch)``; every
+step takes the next ``global_batch_size / L`` examples of each lane, lanes in
+order. Process ``i`` of ``P`` (``P`` must divide ``L``) reads only lanes
+``[i L / P, (i + 1) L / P)``, so the global batch does not depend on ``P``.
+Resuming at step ``k`` rebuilds each lane at its epoch and *skips* the
+``k B / L`` mod ``n`` records before it (read, not decoded): the resumed run
+sees exactly the batches of the uninterrupted one, at the cost of reading up
+to one epoch of its lanes' records again. Augmentation is seeded as above. The whole pipeline is TF
 graph code (the split's arrays or file names are captured as tensors): no
 Python runs per element, so the prefetching threads never wait for the GIL of
 the training loop, and many live pipelines cannot starve TF's small inter-op
@@ -39,7 +54,10 @@ the last batch is padded::
      "valid": bool [B], "metadata": float32 [B, p] if available}
 
 A corrupt image file raises :class:`~contrastive_jax.data.base.CorruptImageError`
-naming the file when the batch that contains it is requested.
+naming the file, and a corrupt TFDS record
+:class:`~contrastive_jax.data.records.CorruptRecordError` naming the shard
+file and the record's index in it, when the batch that contains it is
+requested.
 """
 
 from __future__ import annotations
@@ -57,25 +75,46 @@ from contrastive_jax.data._tf import tf
 from contrastive_jax.data.augment import (
     AugmentConfig,
     augmentation_preset,
+    decode_image,
     eval_transform,
     make_views,
 )
 from contrastive_jax.data.base import Source, Split
+from contrastive_jax.data.records import RecordSet
 from contrastive_jax.data.sources import decode_image_file, load_source, symmetric_label_noise
 
 Batch = dict[str, np.ndarray]
 
 
+#: Output side for images of variable size when ``config.image_size`` is None
+#: (SimCLR's ImageNet resolution).
+DEFAULT_VARIABLE_SIZE = 224
+
+
 def resolve_image_size(config: ml_collections.ConfigDict, source: Source) -> int:
-    """``config.image_size``, or the source's native side when None."""
+    """``config.image_size``, or the source's native side when None
+    (:data:`DEFAULT_VARIABLE_SIZE` for images of variable size)."""
     if config.image_size is not None:
         return int(config.image_size)
     h, w, _ = source.image_shape
+    if h is None and w is None:
+        return DEFAULT_VARIABLE_SIZE
     if h is None or h != w:
         raise ValueError(
             f"dataset {source.name!r} has images of shape {source.image_shape}; set config.image_size"
         )
     return int(h)
+
+
+#: ``eval_crop_fraction`` of datasets of variable-size images (ImageNet's 224 / 256).
+IMAGENET_CROP_FRACTION = 0.875
+
+
+def resolve_crop_fraction(config: ml_collections.ConfigDict, source: Source) -> float:
+    """``config.eval_crop_fraction``, or its default for ``source`` when None."""
+    if config.get("eval_crop_fraction") is not None:
+        return float(config.eval_crop_fraction)
+    return IMAGENET_CROP_FRACTION if source.image_shape[0] is None else 1.0
 
 
 def resolve_augmentation(
@@ -110,7 +149,12 @@ def _per_process(batch_size: int, process_count: int, what: str) -> int:
 
 
 def _columns(split: Split) -> dict[str, tf.Tensor]:
-    """The split as tensors, indexed by row inside the pipeline (no Python at run time)."""
+    """The split as tensors, indexed by row inside the pipeline (no Python at run time).
+
+    A split of records has no columns: its rows are its ids, read by :func:`_lookup`.
+    """
+    if split.records is not None:
+        return {}
     columns = {
         "index": tf.constant(split.ids, tf.int64),
         "label": tf.constant(split.labels, tf.int32),
@@ -142,8 +186,28 @@ def epoch_permutation(
 READ_PARALLELISM = 32
 
 
-def _lookup(columns: dict[str, tf.Tensor], ds: tf.data.Dataset) -> tf.data.Dataset:
-    """Maps a dataset of ``(key, row)`` to ``(key, example dict)``; file bytes read in parallel."""
+#: Rows read from ArrayRecord files per Python call (one call per chunk reads
+#: its records in parallel threads).
+RECORD_CHUNK = 64
+
+
+def _lookup(
+    split: Split, columns: dict[str, tf.Tensor], ds: tf.data.Dataset
+) -> tf.data.Dataset:
+    """Maps a dataset of ``(key, row)`` to ``(key, example dict)``; file bytes read in parallel.
+
+    Examples of encoded images (files, records) hold ``"data"`` (the encoded
+    bytes), in-memory ones ``"image"``.
+    """
+    if split.records is not None:
+        records = split.records
+        ds = ds.batch(RECORD_CHUNK).map(
+            lambda key, row: (key, row, records.read_tensor(row)),
+            num_parallel_calls=READ_PARALLELISM // 8,
+        )
+        return ds.unbatch().map(
+            lambda key, row, record: (key, {"index": row, **records.parse(record)})
+        )
     ds = ds.map(lambda key, row: (key, {n: tf.gather(c, row) for n, c in columns.items()}))
     if "path" in columns:
         ds = ds.map(
@@ -154,13 +218,18 @@ def _lookup(columns: dict[str, tf.Tensor], ds: tf.data.Dataset) -> tf.data.Datas
 
 
 def _decode(example: dict[str, tf.Tensor]) -> tf.Tensor:
-    """float32 [h, w, 3] in [0, 1] from an in-memory image or the bytes of a file."""
-    if "image" in example:
-        image = example["image"]
-    else:
-        image = tf.io.decode_image(example["data"], channels=3, expand_animations=False)
-        image.set_shape([None, None, 3])
+    """float32 [h, w, 3] in [0, 1] from an in-memory image or encoded bytes."""
+    image = example["image"] if "image" in example else decode_image(example["data"])
     return tf.cast(image, tf.float32) / 255.0
+
+
+def _views(
+    example: dict[str, tf.Tensor], seed: tf.Tensor, aug: AugmentConfig, views: int, size: int
+) -> tf.Tensor:
+    """[V, S, S, 3] views; encoded images are cropped before decoding where possible."""
+    if "data" in example:
+        return make_views(example["data"], seed, aug, num_views=views, size=size, encoded=True)
+    return make_views(_decode(example), seed, aug, num_views=views, size=size)
 
 
 def _normaliser(source: Source):
@@ -176,10 +245,53 @@ def _options() -> tf.data.Options:
 
 
 def _explain_decode_error(split: Split, rows: np.ndarray) -> None:
-    """Raises CorruptImageError naming the first undecodable file among ``rows`` (if any)."""
+    """Raises CorruptImageError naming the first undecodable file or record among ``rows``."""
     if split.paths is not None:
         for path in split.paths[rows]:
             decode_image_file(path)  # raises CorruptImageError for a bad file
+    if split.records is not None and split.records.random_access:
+        split.records.check(rows)  # raises CorruptRecordError naming file and index
+
+
+#: Errors of a tf.data pipeline that a bad file or record can cause.
+_DATA_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError)
+
+
+def default_lanes(global_batch_size: int) -> int:
+    """Default ``config.stream_lanes``: ``gcd(global_batch_size, 64)``."""
+    return math.gcd(int(global_batch_size), 64)
+
+
+def _shuffle_seed(seed: int, lane: int, epoch: tf.Tensor) -> tf.Tensor:
+    """int64 scalar seed of ``tf.data.Dataset.shuffle`` for (run seed, lane, epoch)."""
+    key = tf.stack([tf.constant(seed, tf.int64), tf.constant(lane, tf.int64) * 2**32 + epoch])
+    draw = tf.random.stateless_uniform([], key, minval=None, maxval=None, dtype=tf.int64)
+    return tf.math.floormod(draw, 2**62)
+
+
+def lane_stream(
+    records: RecordSet, lane: int, lanes: int, *, seed: int, start: int, shuffle_buffer: int
+) -> tf.data.Dataset:
+    """Lane ``lane`` of ``lanes`` of a TFRecord split from its ``start``-th record on.
+
+    Infinite dataset of ``(row int64, serialized string)``: rows
+    ``[lane n, (lane + 1) n)`` (``n = N // lanes``), epoch ``e`` through a
+    shuffle buffer of ``shuffle_buffer`` seeded by ``(seed, lane, e)``; a
+    pure function of its arguments, and ``start`` skips records unread by
+    the decoder (see the module docstring).
+    """
+    n = records.num_examples // lanes
+    if n < 1:
+        raise ValueError(f"{records.dataset}: {records.num_examples} examples for {lanes} lanes")
+    epoch_records = records.stream(lane * n, (lane + 1) * n)
+
+    def epoch(e: tf.Tensor) -> tf.data.Dataset:
+        return epoch_records.shuffle(
+            max(1, shuffle_buffer), seed=_shuffle_seed(seed, lane, e), reshuffle_each_iteration=False
+        )
+
+    first_epoch, skip = divmod(start, n)
+    return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch).skip(skip)
 
 
 class PretrainIterator(Iterator[Batch]):
@@ -231,10 +343,38 @@ class PretrainIterator(Iterator[Batch]):
             raise ValueError(f"start_step must be >= 0, got {start_step}")
         self._seed = int(seed)
         self.step = int(start_step)
-        self._iterator = self._dataset(config).as_numpy_iterator()
+        self._process_count = process_count
+        records = train.records
+        self.streamed = records is not None and not records.random_access
+        if self.streamed:
+            self.lanes = int(config.get("stream_lanes") or default_lanes(self.global_batch_size))
+            if self.global_batch_size % self.lanes or self.lanes % process_count:
+                raise ValueError(
+                    f"config.data.stream_lanes={self.lanes} must divide global_batch_size="
+                    f"{self.global_batch_size} and be a multiple of the process count "
+                    f"{process_count} (TFRecord streams)"
+                )
+            self.steps_per_epoch = (train.num_examples // self.lanes) // (
+                self.global_batch_size // self.lanes
+            )
+            if self.steps_per_epoch < 1:
+                raise ValueError(
+                    f"global_batch_size={self.global_batch_size} exceeds the {train.num_examples} "
+                    f"training examples of {self.source.name!r}"
+                )
+            self._shuffle_buffer = int(config.get("shuffle_buffer") or 10_000) // self.lanes
+            dataset = self._stream_dataset(config)
+        else:
+            dataset = self._dataset(config)
+        self._iterator = dataset.as_numpy_iterator()
 
     def rows(self, step: int) -> np.ndarray:
-        """Positions in the training split of this process's examples at ``step``: int64 [B]."""
+        """Positions in the training split of this process's examples at ``step``: int64 [B].
+
+        (Random-access sources; a TFRecord stream has no fixed rows per step.)
+        """
+        if self.streamed:
+            raise ValueError("a TFRecord stream has no fixed rows per step")
         epoch, block = divmod(step, self.steps_per_epoch)
         start = block * self.global_batch_size + self._process_index * self.local_batch_size
         order = epoch_permutation(self._train.num_examples, self._seed, epoch).numpy()
@@ -245,10 +385,7 @@ class PretrainIterator(Iterator[Batch]):
         global_batch, local_batch = self.global_batch_size, self.local_batch_size
         offset = self._process_index * local_batch
         first_step, seed = self.step, self._seed
-        size, views, aug = self.image_size, self.num_views, self.augmentation
         columns = _columns(self._train)
-        normalise = _normaliser(self.source)
-        base_seed = tf.constant([seed, 0], tf.int64)
 
         def epoch_examples(epoch: tf.Tensor) -> tf.data.Dataset:
             """(step, row) of this process's examples of every step of ``epoch``, in order."""
@@ -261,25 +398,81 @@ class PretrainIterator(Iterator[Batch]):
             skip = tf.maximum(first_step - epoch * steps_per_epoch, 0) * local_batch
             return tf.data.Dataset.from_tensor_slices((steps, tf.reshape(rows, [-1]))).skip(skip)
 
+        ds = tf.data.Dataset.range(first_step // steps_per_epoch, 2**62).flat_map(epoch_examples)
+        ds = _lookup(self._train, columns, ds).map(
+            self._example_fn(), num_parallel_calls=tf.data.AUTOTUNE
+        )
+        ds = ds.batch(local_batch, drop_remainder=True).prefetch(config.prefetch)
+        return ds.with_options(_options())
+
+    def _example_fn(self):
+        """``(step, example) -> output dict``: views seeded by (seed, step, index), normalised."""
+        size, views, aug = self.image_size, self.num_views, self.augmentation
+        normalise = _normaliser(self.source)
+        base_seed = tf.constant([self._seed, 0], tf.int64)
+
         def example(step: tf.Tensor, ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
             fold = tf.random.experimental.stateless_fold_in
             example_seed = fold(fold(base_seed, step), ex["index"])
-            views_ = make_views(_decode(ex), example_seed, aug, num_views=views, size=size)
+            views_ = _views(ex, example_seed, aug, views, size)
             out = {"views": normalise(views_), "label": ex["label"], "index": ex["index"]}
             if "metadata" in ex:
                 out["metadata"] = ex["metadata"]
             return out
 
-        ds = tf.data.Dataset.range(first_step // steps_per_epoch, 2**62).flat_map(epoch_examples)
-        ds = _lookup(columns, ds).map(example, num_parallel_calls=tf.data.AUTOTUNE)
+        return example
+
+    def _lane_streams(self, start_step: int) -> list[tf.data.Dataset]:
+        """This process's lanes from ``start_step`` on (TFRecord)."""
+        per_step = self.global_batch_size // self.lanes
+        mine = self.lanes // self._process_count
+        return [
+            lane_stream(
+                self._train.records, j, self.lanes, seed=self._seed,
+                start=start_step * per_step, shuffle_buffer=self._shuffle_buffer,
+            )
+            for j in range(self._process_index * mine, (self._process_index + 1) * mine)
+        ]
+
+    def _interleave(self, lanes: list[tf.data.Dataset]) -> tf.data.Dataset:
+        """Per step, ``global_batch_size / L`` records of each lane, lanes in order."""
+        per_step = self.global_batch_size // self.lanes
+        selector = tf.data.Dataset.range(2**62).map(lambda t: (t // per_step) % len(lanes))
+        return tf.data.Dataset.choose_from_datasets(lanes, selector)
+
+    def _stream_dataset(self, config: ml_collections.ConfigDict) -> tf.data.Dataset:
+        records, first_step, local_batch = self._train.records, self.step, self.local_batch_size
+        ds = self._interleave(self._lane_streams(first_step)).enumerate()
+        ds = ds.map(
+            lambda t, rec: (
+                first_step + t // local_batch,
+                {"index": rec[0], **records.parse(rec[1])},
+            )
+        )
+        ds = ds.map(self._example_fn(), num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(local_batch, drop_remainder=True).prefetch(config.prefetch)
         return ds.with_options(_options())
+
+    def _explain_stream_error(self, step: int) -> None:
+        """Names the bad record of a TFRecord stream at ``step`` (CorruptRecordError)."""
+        records = self._train.records
+        n = records.num_examples // self.lanes
+        mine = self.lanes // self._process_count
+        lanes = range(self._process_index * mine, (self._process_index + 1) * mine)
+        for j in lanes:  # a damaged file: found by reading alone
+            records.find_corrupt(j * n, (j + 1) * n, decode=False)
+        ds = self._interleave(self._lane_streams(step)).take(self.local_batch_size)
+        rows, serialized = zip(*ds.as_numpy_iterator(), strict=True)
+        records.check(rows, serialized)  # an undecodable image among the step's records
 
     def __next__(self) -> Batch:
         try:
             batch = next(self._iterator)
-        except tf.errors.InvalidArgumentError:
-            _explain_decode_error(self._train, self.rows(self.step))
+        except _DATA_ERRORS:
+            if self.streamed:
+                self._explain_stream_error(self.step)
+            else:
+                _explain_decode_error(self._train, self.rows(self.step))
             raise
         self.step += 1
         return batch
@@ -345,7 +538,7 @@ class EvalIterator:
         self.image_size = resolve_image_size(config, self.source)
         self.num_examples = self._split.num_examples
         self.num_batches = math.ceil(self.num_examples / self._global_batch)
-        self._crop_fraction = float(config.eval_crop_fraction)
+        self._crop_fraction = resolve_crop_fraction(config, self.source)
         self._prefetch = config.prefetch
 
     def __len__(self) -> int:
@@ -355,7 +548,6 @@ class EvalIterator:
         n, size, crop_fraction = self.num_examples, self.image_size, self._crop_fraction
         global_batch, local_batch = self._global_batch, self.local_batch_size
         offset = self._process_index * local_batch
-        columns = _columns(self._split)
         normalise = _normaliser(self.source)
 
         def position_row(position: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -375,18 +567,55 @@ class EvalIterator:
                 out["metadata"] = tf.where(valid, ex["metadata"], tf.zeros_like(ex["metadata"]))
             return out
 
-        ds = tf.data.Dataset.range(self.num_batches * local_batch).map(position_row)
-        ds = _lookup(columns, ds).map(example, num_parallel_calls=tf.data.AUTOTUNE)
+        records = self._split.records
+        if records is not None and not records.random_access:
+            ds = self._stream(records, example)
+        else:
+            ds = tf.data.Dataset.range(self.num_batches * local_batch).map(position_row)
+            ds = _lookup(self._split, _columns(self._split), ds).map(
+                example, num_parallel_calls=tf.data.AUTOTUNE
+            )
         ds = ds.batch(local_batch).prefetch(self._prefetch)
         return ds.with_options(_options())
+
+    def _stream(self, records: RecordSet, example) -> tf.data.Dataset:
+        """A TFRecord split in order: this process's rows, then padding to whole batches.
+
+        Every record is read, only this process's are decoded.
+        """
+        global_batch, local_batch = self._global_batch, self.local_batch_size
+        mine = self._process_index
+        ds = records.stream().filter(lambda row, _: (row % global_batch) // local_batch == mine)
+        ds = ds.map(lambda row, rec: (True, {"index": row, **records.parse(rec)}))
+        ds = ds.map(example, num_parallel_calls=tf.data.AUTOTUNE)
+        total = self.num_batches * local_batch
+        real = sum(
+            max(0, min(self.num_examples - (b * global_batch + mine * local_batch), local_batch))
+            for b in range(self.num_batches)
+        )
+        size = self.image_size
+        pad = tf.data.Dataset.range(total - real).map(
+            lambda _: {
+                "image": tf.zeros([size, size, 3], tf.float32),
+                "label": tf.constant(0, tf.int32),
+                "index": tf.constant(-1, tf.int64),
+                "valid": tf.constant(False),
+            }
+        )
+        return ds.concatenate(pad)
 
     def __iter__(self) -> Iterator[Batch]:
         iterator = self._dataset().as_numpy_iterator()
         for b in range(self.num_batches):
             try:
                 batch = next(iterator)
-            except tf.errors.InvalidArgumentError:
-                start = b * self._global_batch + self._process_index * self.local_batch_size
+            except _DATA_ERRORS:
+                start = b * self._global_batch
+                records = self._split.records
+                if records is not None and not records.random_access:
+                    records.find_corrupt(start, min(start + self._global_batch, self.num_examples))
+                    raise
+                start += self._process_index * self.local_batch_size
                 rows = np.arange(start, start + self.local_batch_size)
                 _explain_decode_error(
                     self._split, np.unique(np.minimum(rows, self.num_examples - 1))

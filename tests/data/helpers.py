@@ -34,3 +34,56 @@ def write_image_folder(root: str, shape=(12, 10, 3), per_class=(6, 2), seed=0) -
                     encoded, ext = tf.io.encode_png(image), "png"
                 tf.io.write_file(os.path.join(folder, f"{i:02d}.{ext}"), encoded)
     return root
+
+
+def variable_size_examples(count: int, seed: int, num_classes: int = 3) -> list[dict]:
+    """``count`` examples of random uint8 images of sides 20-47 (label ``i % num_classes``)."""
+    rng = np.random.default_rng(seed)
+    examples = []
+    for i in range(count):
+        h, w = rng.integers(20, 48, 2)
+        examples.append({"image": rng.integers(0, 256, (h, w, 3), dtype=np.uint8),
+                         "label": i % num_classes})
+    return examples
+
+
+def write_tfds_dataset(
+    data_dir: str,
+    name: str,
+    file_format: str,
+    *,
+    train: int = 48,
+    test: int = 20,
+    seed: int = 0,
+    num_classes: int = 3,
+    shards: int = 1,
+) -> str:
+    """A TFDS dataset ``name`` of variable-size JPEG images prepared in ``data_dir``.
+
+    Splits ``train`` and ``test``, ``file_format`` ``"tfrecord"`` or
+    ``"array_record"``, records in example order (no shuffling), ``shards``
+    files per split (TFDS picks the number when ``shards`` is 1). Returns
+    ``data_dir``.
+    """
+    import tensorflow_datasets as tfds
+
+    features = tfds.features.FeaturesDict({
+        "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
+        "label": tfds.features.ClassLabel(num_classes=num_classes),
+    })
+    splits = {
+        "train": variable_size_examples(train, seed, num_classes),
+        "test": variable_size_examples(test, seed + 1, num_classes),
+    }
+    download_config = tfds.download.DownloadConfig(num_shards=shards) if shards > 1 else None
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name=name,
+        version="1.0.0",
+        features=features,
+        split_datasets={k: [(i, ex) for i, ex in enumerate(v)] for k, v in splits.items()},
+        data_dir=data_dir,
+        file_format=file_format,
+        disable_shuffling=True,
+        download_config=download_config,
+    )
+    return data_dir
