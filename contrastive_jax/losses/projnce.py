@@ -31,12 +31,14 @@ the gather.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, blockwise
 from contrastive_jax.losses.nce import supcon_per_anchor
 
 Array = jax.Array
@@ -172,23 +174,35 @@ def _nw_prototypes(soft_labels: Array, lb: _LabelledBatch) -> Array:
 def _median_prototypes(lb: _LabelledBatch, median_mode: str) -> Array:
     """Coordinate-wise class median over the valid rows, self included (§1.10): [m, D].
 
-    Each coordinate is sorted once by (class index, value), padded rows last, so
-    class c occupies the segment starting at ``sum_{c' < c} n_c'``; ``lower``
-    takes its element ``(n_c - 1) // 2``, ``average`` the mean of elements
-    ``(n_c - 1) // 2`` and ``n_c // 2``. The sort only yields indices; values
-    are gathered from the embeddings, so gradients reach the selected rows.
-    Rows of absent class indices are 0.
+    See :func:`_class_medians`; rows of absent class indices are 0.
     """
-    z = lb.batch.candidates
+    return _class_medians(
+        lb.batch.candidates, lb.batch.candidate_valid, lb.class_ids, lb.class_counts, median_mode
+    )
+
+
+def _class_medians(
+    z: Array, valid: Array, class_ids: Array, counts: Array, median_mode: str
+) -> Array:
+    """Coordinate-wise median of the valid rows of each class: [K, D].
+
+    ``z`` [m, D], ``valid`` bool [m], ``class_ids`` int32 [m] in [0, K), ``counts``
+    float32 [K] (valid rows per class). Each coordinate is sorted once by (class
+    index, value), padded rows last, so class c occupies the segment starting at
+    ``sum_{c' < c} n_c'``; ``lower`` takes its element ``(n_c - 1) // 2``,
+    ``average`` the mean of elements ``(n_c - 1) // 2`` and ``n_c // 2``. The sort
+    only yields indices; values are gathered from the embeddings, so gradients
+    reach the selected rows. Rows of absent classes are 0. O(m D log m) time.
+    """
     m, d = z.shape
-    key = jnp.where(lb.batch.candidate_valid, lb.class_ids, m)
+    key = jnp.where(valid, class_ids, counts.shape[0])
     keys = jnp.broadcast_to(key[None, :], (d, m))
     rows = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32)[None, :], (d, m))
     _, _, order = jax.lax.sort(
         (keys, jax.lax.stop_gradient(z.T), rows), dimension=1, num_keys=2
     )
     ordered = jnp.take_along_axis(z.T, order, axis=1)
-    counts = lb.class_counts.astype(jnp.int32)
+    counts = counts.astype(jnp.int32)
     start = jnp.cumsum(counts) - counts
 
     def pick(position: Array) -> Array:
@@ -198,6 +212,199 @@ def _median_prototypes(lb: _LabelledBatch, median_mode: str) -> Array:
     if median_mode == "average":
         median = 0.5 * (median + pick(counts // 2))
     return jnp.where(counts[:, None] > 0, median, 0.0)
+
+
+# --------------------------------------------------------------------------- blockwise NW
+
+#: Row block of the ℓ1 Nadaraya–Watson pass: rows such that the [block, m, D]
+#: coordinate differences have about this many entries (16 MiB in float32).
+NW_L1_ELEMENTS = 1 << 22
+
+
+def _nw_block_size(distance: str, m: int, d: int) -> int:
+    """Rows per block of :func:`nw_projection` for m rows of dimension d."""
+    if distance == "l1":
+        return max(1, min(m, NW_L1_ELEMENTS // (m * d)))
+    return max(1, min(m, max(8, blockwise.BLOCK_ELEMENTS // m)))
+
+
+def _block_sq_scaled(zb: Array, z: Array, distance: str, h: Array) -> Array:
+    """``t_jl² = (d(z_j, z_l) / h)²`` for a block of rows zb [b, D] against z [m, D]: [b, m].
+
+    ``l1``: ``(sum |u - v|)²`` from the coordinate differences ([b, m, D] memory).
+    ``l2``: ``||u||² + ||v||² - 2 u.v`` (clamped at 0; no square root, whose
+    gradient is NaN at 0). ``cosine``: ``(1/2 - 1/2 u.v)²`` (unit rows).
+    """
+    if distance == "l1":
+        return jnp.square(jnp.sum(jnp.abs(zb[:, None, :] - z[None, :, :]), axis=-1) / h)
+    gram = jnp.matmul(zb, z.T, precision=jax.lax.Precision.HIGHEST)
+    if distance == "l2":
+        sq = jnp.sum(zb * zb, axis=1)[:, None] + jnp.sum(z * z, axis=1)[None, :]
+        return jnp.maximum(sq - 2.0 * gram, 0.0) / jnp.square(h)
+    return jnp.square((0.5 - 0.5 * gram) / h)
+
+
+def _class_sum(x: Array, class_ids: Array, onehot: Array | None, num_classes: int) -> Array:
+    """``sum_{l: c_l = c} x_jl``: [b, m] -> [b, K], a product with the one-hot
+    [m, K] matrix when it is given, else a segment sum."""
+    if onehot is not None:
+        return jnp.matmul(x, onehot, precision=jax.lax.Precision.HIGHEST)
+    return jax.ops.segment_sum(x.T, class_ids, num_segments=num_classes).T
+
+
+def _nw_block(zb, vb, z, valid, class_ids, onehot, h, distance, num_classes):
+    """Kernel weights and soft labels of a block of rows: ``(t² [b, m], active [b, m],
+    s [b], NW [b, K])`` with ``NW_jc = sum_{l: c_l = c} w_jl / s_j``, ``s_j = sum_l w_jl``."""
+    t_sq = _block_sq_scaled(zb, z, distance, h)
+    active = vb[:, None] & valid[None, :] & (t_sq < 1.0)
+    weights = jnp.where(active, 1.0 - t_sq, 0.0)
+    total = jnp.sum(weights, axis=1)
+    soft = _core.safe_divide(_class_sum(weights, class_ids, onehot, num_classes), total[:, None])
+    return t_sq, active, total, soft
+
+
+def _nw_blocks(z, valid, block):
+    m = z.shape[0]
+    num_blocks = -(-m // block)
+    pad = num_blocks * block - m
+    zb = jnp.pad(z, ((0, pad), (0, 0))).reshape(num_blocks, block, -1)
+    vb = jnp.pad(valid, (0, pad)).reshape(num_blocks, block)
+    return zb, vb
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def nw_projection(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block):
+    """Nadaraya–Watson projection ``f̂(c)`` of every class (Jeong & Hero, Eqs. 17–18): [K, D].
+
+    ``f̂(c) = sum_j NW(c; z_j) z_j / sum_j NW(c; z_j)``,
+    ``NW(c; z_j) = sum_l K(t_jl) 1[c_l = c] / sum_l K(t_jl)``, ``K(t) = max(0, 1 - t²)``,
+    ``t_jl = d(z_j, z_l) / h``, over the valid rows j, l of ``z`` (j = l included).
+
+    Rows are processed ``block`` at a time: memory O(block·m) (O(block·m·D) for
+    ``l1``), never [m, m] or [m, m, D]. The gradient (into ``z`` and the
+    bandwidth) is a custom VJP that recomputes each block's weights in a second
+    pass; it back-propagates through the prototypes' ratio, the soft labels'
+    normalisation and the kernel, and for ``l2``/``cosine`` the distance gradient
+    is two [block, m] x [m, D] products.
+
+    Args:
+      z: float32 [m, D] rows (unit norm for ``cosine``).
+      bandwidth: float32 scalar h > 0.
+      valid: bool [m].
+      class_ids: int32 [m] in [0, K).
+      onehot: float32 [m, K] one-hot of ``class_ids`` (class sums as products) or
+        None (segment sums).
+      distance: ``"l1"``, ``"l2"`` or ``"cosine"`` (static).
+      num_classes: K (static).
+      block: rows per block (static).
+
+    Returns:
+      float32 [K, D]; rows of classes without a valid row are 0.
+    """
+    return _nw_forward(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block)[0]
+
+
+def _nw_forward(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block):
+    zb, vb = _nw_blocks(z, valid, block)
+
+    def body(carry, x):
+        numerator, denominator = carry
+        rows, row_valid = x
+        _, _, _, soft = _nw_block(
+            rows, row_valid, z, valid, class_ids, onehot, bandwidth, distance, num_classes
+        )
+        numerator = numerator + jnp.matmul(soft.T, rows, precision=jax.lax.Precision.HIGHEST)
+        return (numerator, denominator + jnp.sum(soft, axis=0)), None
+
+    init = (
+        jnp.zeros((num_classes, z.shape[1]), z.dtype) + jnp.zeros_like(z[0, 0]),
+        jnp.zeros((num_classes,), z.dtype) + jnp.zeros_like(z[0, 0]),
+    )
+    (numerator, denominator), _ = jax.lax.scan(body, init, (zb, vb))
+    prototypes = _core.safe_divide(numerator, denominator[:, None])
+    return prototypes, (z, bandwidth, valid, class_ids, onehot, denominator, prototypes)
+
+
+def _nw_fwd(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block):
+    return _nw_forward(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block)
+
+
+def _nw_bwd(distance, num_classes, block, residuals, d_prototypes):
+    z, h, valid, class_ids, onehot, denominator, prototypes = residuals
+    m = z.shape[0]
+    # f = numerator / denominator.
+    d_numerator = _core.safe_divide(d_prototypes, denominator[:, None])
+    d_denominator = -_core.safe_divide(jnp.sum(d_prototypes * prototypes, axis=1), denominator)
+    zb, vb = _nw_blocks(z, valid, block)
+
+    def body(carry, x):
+        d_z, d_h = carry
+        rows, row_valid = x
+        t_sq, active, total, soft = _nw_block(
+            rows, row_valid, z, valid, class_ids, onehot, h, distance, num_classes
+        )
+        # numerator += soft^T rows, denominator += colsum(soft).
+        d_soft = (
+            jnp.matmul(rows, d_numerator.T, precision=jax.lax.Precision.HIGHEST)
+            + d_denominator[None, :]
+        )
+        d_rows = jnp.matmul(soft, d_numerator, precision=jax.lax.Precision.HIGHEST)
+        # soft = class_sum(w) / total.
+        d_class = _core.safe_divide(d_soft, total[:, None])
+        d_total = -_core.safe_divide(jnp.sum(d_soft * soft, axis=1), total)
+        d_w = jnp.take(d_class, class_ids, axis=1) + d_total[:, None]
+        # w = 1 - t² on active pairs.
+        d_t_sq = jnp.where(active, -d_w, 0.0)
+        d_h = d_h - 2.0 * jnp.sum(d_t_sq * t_sq) / h
+        if distance == "l1":
+            diff = rows[:, None, :] - z[None, :, :]
+            l1 = jnp.sum(jnp.abs(diff), axis=-1)
+            u = d_t_sq * 2.0 * l1 / jnp.square(h)
+            sign = jnp.sign(diff)
+            d_rows = d_rows + jnp.einsum("jl,jld->jd", u, sign)
+            d_z = d_z - jnp.einsum("jl,jld->ld", u, sign)
+        elif distance == "l2":
+            u = d_t_sq * 2.0 / jnp.square(h)
+            d_rows = d_rows + rows * jnp.sum(u, axis=1)[:, None] - jnp.matmul(
+                u, z, precision=jax.lax.Precision.HIGHEST
+            )
+            d_z = d_z + z * jnp.sum(u, axis=0)[:, None] - jnp.matmul(
+                u.T, rows, precision=jax.lax.Precision.HIGHEST
+            )
+        else:
+            # t² = ((1/2 - 1/2 u.v) / h)², d t² / d(u.v) = -(1/2 - 1/2 u.v) / h² = -t / h.
+            gram_grad = -d_t_sq * jnp.sqrt(t_sq) / h
+            d_rows = d_rows + jnp.matmul(gram_grad, z, precision=jax.lax.Precision.HIGHEST)
+            d_z = d_z + jnp.matmul(gram_grad.T, rows, precision=jax.lax.Precision.HIGHEST)
+        return (d_z, d_h), d_rows
+
+    init = (jnp.zeros_like(z) + jnp.zeros_like(d_prototypes[0, 0]),
+            jnp.zeros_like(h) + jnp.zeros_like(d_prototypes[0, 0]))
+    (d_z, d_h), d_rows = jax.lax.scan(body, init, (zb, vb))
+    d_z = d_z + d_rows.reshape(-1, z.shape[1])[:m]
+    return d_z, d_h, None, None, None
+
+
+nw_projection.defvjp(_nw_fwd, _nw_bwd)
+
+
+def _class_onehot(class_ids: Array, num_classes: int, m: int) -> Array | None:
+    """One-hot [m, K] for class sums as products when it is small (<= 64 MiB), else None."""
+    if m * num_classes * 4 > 64 * 2**20:
+        return None
+    return jax.nn.one_hot(class_ids, num_classes, dtype=jnp.float32)
+
+
+def _nw_prototypes_of(
+    z: Array, valid: Array, class_ids: Array, num_classes: int, bandwidth, distance: str
+) -> Array:
+    """:func:`nw_projection` with its block size and class-sum form chosen: [K, D]."""
+    m, d = z.shape
+    h = jnp.asarray(bandwidth, jnp.float32) + jnp.zeros_like(z[0, 0])
+    return nw_projection(
+        z, h, valid, class_ids, _class_onehot(class_ids, num_classes, m), distance,
+        num_classes, _nw_block_size(distance, m, d),
+    )
 
 
 # --------------------------------------------------------------------------- terms
@@ -268,6 +475,180 @@ def _check_choice(value: str, choices: tuple[str, ...], name: str) -> None:
         raise ValueError(f"`{name}` must be one of {choices}, got {value!r}")
 
 
+# --------------------------------------------------------------------------- streamed
+
+
+def _check_num_classes(num_classes: int | None, labels: Array) -> None:
+    """``num_classes`` is None or a positive int; concrete labels must lie in [0, num_classes)."""
+    if num_classes is None:
+        return
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or (
+        num_classes < 1
+    ):
+        raise ValueError(f"`num_classes` must be a positive integer or None, got {num_classes!r}")
+    try:
+        concrete = np.asarray(labels)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return
+    if concrete.size and (concrete.min() < 0 or concrete.max() >= num_classes):
+        raise ValueError(
+            f"`labels` must lie in [0, num_classes={num_classes}) when `num_classes` is given, "
+            f"got values in [{concrete.min()}, {concrete.max()}]"
+        )
+
+
+def _class_index(labels: Array, num_classes: int | None) -> tuple[Array, int]:
+    """Class index of each row and the number of class slots K: the labels themselves
+    with ``num_classes``, else dense indices among the distinct labels (K = m)."""
+    m = labels.shape[0]
+    if num_classes is not None:
+        return labels.astype(jnp.int32), int(num_classes)
+    _, ids = jnp.unique(labels, return_inverse=True, size=m)
+    return ids.reshape(m).astype(jnp.int32), m
+
+
+def _supcon_type_block(kind: str):
+    """Row-block function of ProjNCE (``kind="projnce"``) or a SupCon-type projection
+    loss (``"projection"``: SoftSupCon, MedSupCon) for :func:`blockwise.stream_rows`.
+
+    ``((S·tau [b, m], T·tau [b, K]), (tau, beta), (labels, global index, valid, class)
+    [b], (labels [m], valid [m], n_c int32 [K]))`` -> (loss of each valid anchor, 0
+    elsewhere [b]; anchor_ok bool [b]), with ``T_ic = z_i . g(c) / tau``.
+    """
+
+    def block_fn(dots, params, rows, cols):
+        temperature, beta = params
+        labels, index, anchor_valid, anchor_class = rows
+        candidate_labels, candidate_valid, counts = cols
+        logits, class_logits = dots[0] / temperature, dots[1] / temperature
+        num_classes = counts.shape[0]
+        others = (index[:, None] != jnp.arange(logits.shape[1])[None, :]) & candidate_valid[
+            None, :
+        ]
+        own_count = counts[anchor_class].astype(jnp.float32)
+        anchor_ok = anchor_valid & (own_count >= 2)
+        uniformity = _core.masked_logsumexp(logits, others, axis=1)
+        if kind == "projnce":
+            positives = others & (labels[:, None] == candidate_labels[None, :])
+            alignment = jnp.sum(jnp.where(positives, logits, 0.0), axis=1) / jnp.maximum(
+                own_count - 1.0, 1.0
+            )
+        else:
+            alignment = jnp.take_along_axis(class_logits, anchor_class[:, None], axis=1)[:, 0]
+        # m_ic = n_c - 1[c = c_i]: the rows k != i of class c.
+        is_own = jnp.arange(num_classes)[None, :] == anchor_class[:, None]
+        others_per_class = counts[None, :].astype(jnp.float32) - is_own
+        log_numerator = _core.masked_logsumexp(
+            class_logits + jnp.log(jnp.maximum(others_per_class, 1.0)),
+            others_per_class > 0,
+            axis=1,
+        )
+        log_r = jnp.where(anchor_ok, log_numerator - uniformity, 0.0)
+        per_anchor = uniformity - alignment + beta * jnp.exp(log_r)
+        return jnp.where(anchor_ok, per_anchor, 0.0), anchor_ok
+
+    return block_fn
+
+
+def _nce_type_block(dots, params, rows, cols):
+    """Row-block function of an NCE-type projection loss (SoftNCE, MedNCE):
+    ``log sum_c n_c e^{T_ic} - T_{i,c_i}`` from ``(T·tau [b, K],)`` alone."""
+    (temperature,) = params
+    anchor_valid, anchor_class = rows
+    (counts,) = cols
+    class_logits = dots[0] / temperature
+    counts_f = counts.astype(jnp.float32)
+    anchor_ok = anchor_valid & (counts_f[anchor_class] >= 2)
+    denominator = _core.masked_logsumexp(
+        class_logits + jnp.log(jnp.maximum(counts_f, 1.0))[None, :], (counts > 0)[None, :], axis=1
+    )
+    own = jnp.take_along_axis(class_logits, anchor_class[:, None], axis=1)[:, 0]
+    return jnp.where(anchor_ok, denominator - own, 0.0), anchor_ok
+
+
+def _projection_loss(
+    kind: str,
+    embeddings: Array,
+    labels: Array,
+    temperature: float | Array,
+    valid: Array | None,
+    axis_name: str | None,
+    block_size: int | None,
+    num_classes: int | None,
+    *,
+    beta: float | Array = 1.0,
+    bandwidth: float | Array = 0.6,
+    distance: str = "l1",
+    median_mode: str = "lower",
+) -> Array:
+    """Every loss of this module, dense or streamed. ``kind``: ``projnce``,
+    ``soft_supcon``, ``soft_nce``, ``med_supcon`` or ``med_nce``."""
+    embeddings = _core.check_embeddings(embeddings)
+    labels = _core.check_labels(labels, embeddings.shape[0])
+    _core.check_positive(temperature, "temperature")
+    _check_num_classes(num_classes, labels)
+    n = embeddings.shape[0]
+    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    block = blockwise.choose_block(block_size, n * num_devices)
+    if block is None:
+        return _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta,
+                           bandwidth, distance, median_mode)
+    rows = blockwise.gather_rows(embeddings, labels, valid, axis_name)
+    z, z_valid = rows.candidates, rows.candidate_valid
+    class_ids, k = _class_index(rows.candidate_data, num_classes)
+    counts = jax.ops.segment_sum(z_valid.astype(jnp.int32), class_ids, num_segments=k)
+    anchor_class = jax.lax.dynamic_slice_in_dim(
+        class_ids, _core.local_row_offset(n, axis_name), n
+    )
+    if kind == "projnce":
+        sums = jax.ops.segment_sum(jnp.where(z_valid[:, None], z, 0.0), class_ids, num_segments=k)
+        prototypes = _core.safe_divide(sums, counts.astype(jnp.float32)[:, None])
+    elif kind.startswith("soft"):
+        prototypes = _nw_prototypes_of(z, z_valid, class_ids, k, bandwidth, distance)
+    else:
+        prototypes = _class_medians(
+            z, z_valid, class_ids, counts.astype(jnp.float32), median_mode
+        )
+    tau = blockwise.like_anchors(temperature, rows.anchors)
+    if kind.endswith("_nce"):
+        total, anchor_ok = blockwise.stream_rows(
+            _nce_type_block, rows.anchors, (prototypes,), (tau,),
+            (rows.anchor_valid, anchor_class), (counts,), block,
+        )
+    else:
+        total, anchor_ok = blockwise.stream_rows(
+            _supcon_type_block("projnce" if kind == "projnce" else "projection"),
+            rows.anchors,
+            (z, prototypes),
+            (tau, blockwise.like_anchors(beta, rows.anchors)),
+            (labels, rows.index, rows.anchor_valid, anchor_class),
+            (rows.candidate_data, z_valid, counts),
+            block,
+        )
+    return blockwise.global_mean(total, anchor_ok, axis_name)
+
+
+def _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta, bandwidth,
+                distance, median_mode) -> Array:
+    """The [n, m] form of :func:`_projection_loss`."""
+    lb = _labelled_batch(embeddings, labels, temperature, valid, axis_name)
+    if kind == "projnce":
+        supcon = supcon_per_anchor(lb.logits, lb.positives, lb.others)
+        per_anchor = supcon + jnp.asarray(beta, jnp.float32) * _adjustment(
+            lb, _class_means(lb), temperature
+        )
+        return _core.valid_anchor_mean(per_anchor, lb.anchor_ok, axis_name)
+    if kind.startswith("soft"):
+        m = lb.class_ids.shape[0]
+        prototypes = _nw_prototypes_of(
+            lb.batch.candidates, lb.batch.candidate_valid, lb.class_ids, m, bandwidth, distance
+        )
+    else:
+        prototypes = _median_prototypes(lb, median_mode)
+    term = _nce_type if kind.endswith("_nce") else _supcon_type
+    return _core.valid_anchor_mean(term(lb, prototypes, temperature), lb.anchor_ok, axis_name)
+
+
 # --------------------------------------------------------------------------- losses
 
 
@@ -279,19 +660,22 @@ def projnce(
     beta: float | Array = 1.0,
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
+    num_classes: int | None = None,
 ) -> Array:
-    """ProjNCE, β-weighted (seed 001 Def. 2.3 / Eq. 12 with Eq. 10's R; spec §1.6).
+    """ProjNCE: SupCon plus the β-weighted adjustment term R with class-mean projections.
 
-    ``l_i = -z_i . c̄_i / tau + log sum_{k != i} e^{S_ik} + beta R_i``
-    ``R_i = sum_{k != i} e^{z_i . mu_{c_k} / tau} / sum_{k != i} e^{S_ik}``
-    ``    = sum_c m_ic e^{z_i . mu_c / tau} / sum_{k != i} e^{S_ik}``,
+    For anchor i with label c_i, unit rows, ``S_ik = z_i . z_k / tau`` and
+    ``P(i)`` the other valid rows of class c_i::
 
-    averaged over valid anchors (``|P⁻(i)| >= 1``). The alignment uses the
-    leave-self-out centroid ``c̄_i = mean_{p in P⁻(i)} z_p`` (Khosla's SupCon,
-    spec §5 A1), so ``beta = 0`` is SupCon exactly; R's numerator uses the class
-    mean ``mu_c`` over all valid rows of class c, self included, not renormalised
-    (spec §5 A2), and R is leave-one-out over rows, ``k != i`` (Eq. 10, §5 A3).
-    Gradients flow through the class means.
+      l_i = -mean_{p in P(i)} S_ip + log sum_{k != i} e^{S_ik} + beta R_i
+      R_i = sum_{k != i} e^{z_i . mu(c_k) / tau} / sum_{k != i} e^{S_ik}
+
+    ``mu(c)`` is the mean of the valid rows of class c (self included, not
+    renormalised); the sums run over the valid rows k != i. The loss is the mean
+    of ``l_i`` over valid anchors with ``|P(i)| >= 1``; ``beta = 0`` is SupCon
+    exactly. Gradients flow through the class means. Conventions:
+    ``docs/losses.md``.
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
@@ -299,18 +683,35 @@ def projnce(
       temperature: tau > 0 (0.07 in the paper).
       beta: weight of R, >= 0 (1 is ProjNCE; the paper also shows 5 and 10).
       axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
-      valid: optional bool [N]; False rows are padding.
+      valid: optional bool [N]; False rows are padding (neither anchors nor
+        candidates nor class statistics).
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient; see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      num_classes: optional static number of classes; labels must then lie in
+        [0, num_classes). Class statistics become [num_classes, D] instead of
+        [N, D], so the streamed class products are [block, num_classes]: much
+        cheaper when there are few classes. Same value either way.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> labels = jnp.array([0, 0, 1, 1])
+      >>> round(float(losses.projnce(z, labels, temperature=0.5)), 4)
+      PROJNCE_VALUE
+
+    References:
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
+      Learning: A Projection Perspective. arXiv:2506.09810. Definition 2.3 and Eq. (12) (the loss), Eq. (10) (the
+      leave-one-out R); Table 1 (CIFAR with label noise).
     """
     _core.check_nonnegative(beta, "beta")
-    lb = _labelled_batch(embeddings, labels, temperature, valid, axis_name)
-    supcon = supcon_per_anchor(lb.logits, lb.positives, lb.others)
-    per_anchor = supcon + jnp.asarray(beta, jnp.float32) * _adjustment(
-        lb, _class_means(lb), temperature
-    )
-    return _core.valid_anchor_mean(per_anchor, lb.anchor_ok, axis_name)
+    return _projection_loss("projnce", embeddings, labels, temperature, valid, axis_name,
+                            block_size, num_classes, beta=beta)
 
 
 def soft_supcon(
@@ -322,38 +723,64 @@ def soft_supcon(
     distance: str = "l1",
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
+    num_classes: int | None = None,
 ) -> Array:
-    """SoftSupCon (seed 001 Def. 3.1, Eq. 14; spec §1.7–1.8): ``g₊ = f̂``, ``g₋ = f``, with R.
+    """SoftSupCon: ProjNCE's form with Nadaraya–Watson class projections ``f̂`` (β = 1).
 
-    ``l_i = -z_i . f̂(c_i) / tau + log sum_{k != i} e^{S_ik} + R_i``,
-    ``R_i = sum_{k != i} e^{z_i . f̂(c_k) / tau} / sum_{k != i} e^{S_ik}``,
+    ::
 
-    ``f̂(c) = sum_j NW(c; z_j) z_j / sum_j NW(c; z_j)`` (Eq. 18) with the
-    Nadaraya–Watson soft labels of Eq. (17), kernel ``K(t) = max(0, 1 - t²)``,
-    ``t = d(z_j, z_l) / h`` and reference set D = the valid rows of the global
-    batch, self included (spec §5 A11; gradients flow through the soft labels).
-    The first denominator excludes k = i, as SupCon (spec §5 A6; Eq. 14 prints
-    j = 1..N). With ``h`` below every pairwise distance, ``f̂(c)`` is the class
-    mean. Cost: O(m² D) time and, for ``l1``, O(m² D) memory.
+      l_i = -z_i . f̂(c_i) / tau + log sum_{k != i} e^{S_ik} + R_i
+      R_i = sum_{k != i} e^{z_i . f̂(c_k) / tau} / sum_{k != i} e^{S_ik}
+      f̂(c) = sum_j NW(c; z_j) z_j / sum_j NW(c; z_j)
+      NW(c; z_j) = sum_l K(d(z_j, z_l) / h) 1[c_l = c] / sum_l K(d(z_j, z_l) / h)
+
+    with ``K(t) = max(0, 1 - t²)`` and j, l over the valid rows of the global
+    batch (j = l included), averaged over valid anchors with another row of
+    their class. The first denominator excludes k = i, as SupCon. Gradients flow
+    through the soft labels. With ``h`` below every pairwise distance, ``f̂(c)``
+    is the class mean. The projection is computed over blocks of rows: O(N²D)
+    time for ``l1`` (elementwise), two [N, N] products for ``l2``/``cosine``, and
+    O(block·N·D) memory at most (``nw_projection``).
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
       temperature: tau > 0 (0.07 in the paper).
       bandwidth: kernel bandwidth h > 0 (0.6 in the paper).
-      distance: ``"l1"`` (paper default), ``"l2"`` or ``"cosine"`` (``1/2 - 1/2 cos``).
-      axis_name: mesh/pmap axis to gather the batch over.
-      valid: optional bool [N]; False rows are padding (not in D either).
+      distance: ``"l1"`` (the paper's default), ``"l2"`` or ``"cosine"``
+        (``1/2 - 1/2 cos``).
+      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
+      valid: optional bool [N]; False rows are padding (neither anchors nor
+        candidates nor class statistics).
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient; see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      num_classes: optional static number of classes; labels must then lie in
+        [0, num_classes). Class statistics become [num_classes, D] instead of
+        [N, D], so the streamed class products are [block, num_classes]: much
+        cheaper when there are few classes. Same value either way.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> labels = jnp.array([0, 0, 1, 1])
+      >>> round(float(losses.soft_supcon(z, labels, temperature=0.5, bandwidth=1.5)), 4)
+      SOFT_SUPCON_VALUE
+
+    References:
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
+      Learning: A Projection Perspective. arXiv:2506.09810. Definition 3.1 and Eq. (14) (SoftSupCon), Eqs. (17)-(18)
+      (the Nadaraya–Watson soft labels and projection); Tables 2-3.
     """
     _check_choice(distance, _DISTANCES, "distance")
     _core.check_positive(bandwidth, "bandwidth")
-    lb = _labelled_batch(embeddings, labels, temperature, valid, axis_name)
-    prototypes = _nw_prototypes(_nw_soft_labels(lb, bandwidth, distance), lb)
-    per_anchor = _supcon_type(lb, prototypes, temperature)
-    return _core.valid_anchor_mean(per_anchor, lb.anchor_ok, axis_name)
+    return _projection_loss("soft_supcon", embeddings, labels, temperature, valid, axis_name,
+                            block_size, num_classes, bandwidth=bandwidth, distance=distance)
 
 
 def soft_nce(
@@ -365,36 +792,58 @@ def soft_nce(
     distance: str = "l1",
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
+    num_classes: int | None = None,
 ) -> Array:
-    """SoftNCE (seed 001 Def. 3.2, Eq. 15; spec §1.9): ``g₊ = g₋ = f̂``, no R (R ≡ 1).
+    """SoftNCE: InfoNCE between each row and the Nadaraya–Watson projections (no R).
 
-    ``l_i = -z_i . f̂(c_i) / tau + log sum_{j=1}^{N} e^{z_i . f̂(c_j) / tau}``
-    ``    = -T_{i,c_i} + log sum_c n_c e^{T_ic}``, ``T_ic = z_i . f̂(c) / tau``,
+    ::
 
-    i.e. cross-entropy with logits ``T_ic + log n_c`` over the classes present
-    plus the constant ``log n_{c_i}`` (so ``l_i >= log n_{c_i}``; spec T11 omits
-    the constant). The sum over j includes j = i, as Eq. (15).
-    ``f̂`` as in :func:`soft_supcon`. Anchors without another row of their class
-    are not scored (spec §1.14 item 1).
+      l_i = -z_i . f̂(c_i) / tau + log sum_{j=1}^{N} e^{z_i . f̂(c_j) / tau}
+          = -T_{i,c_i} + log sum_c n_c e^{T_ic},    T_ic = z_i . f̂(c) / tau
+
+    with ``f̂`` as in :func:`soft_supcon`, ``n_c`` the valid rows of class c and j
+    over every valid row, j = i included; i.e. cross-entropy with logits
+    ``T_ic + log n_c`` plus the constant ``log n_{c_i}``. Averaged over valid
+    anchors with another row of their class.
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
       temperature: tau > 0 (0.07 in the paper).
       bandwidth: kernel bandwidth h > 0 (0.6 in the paper).
-      distance: ``"l1"`` (paper default), ``"l2"`` or ``"cosine"``.
-      axis_name: mesh/pmap axis to gather the batch over.
-      valid: optional bool [N]; False rows are padding.
+      distance: ``"l1"`` (the paper's default), ``"l2"`` or ``"cosine"``.
+      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
+      valid: optional bool [N]; False rows are padding (neither anchors nor
+        candidates nor class statistics).
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient; see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      num_classes: optional static number of classes; labels must then lie in
+        [0, num_classes). Class statistics become [num_classes, D] instead of
+        [N, D], so the streamed class products are [block, num_classes]: much
+        cheaper when there are few classes. Same value either way.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> labels = jnp.array([0, 0, 1, 1])
+      >>> round(float(losses.soft_nce(z, labels, temperature=0.5, distance="cosine")), 4)
+      SOFT_NCE_VALUE
+
+    References:
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
+      Learning: A Projection Perspective. arXiv:2506.09810. Definition 3.2 and Eq. (15) (SoftNCE), Eqs. (17)-(18);
+      Tables 2-3.
     """
     _check_choice(distance, _DISTANCES, "distance")
     _core.check_positive(bandwidth, "bandwidth")
-    lb = _labelled_batch(embeddings, labels, temperature, valid, axis_name)
-    prototypes = _nw_prototypes(_nw_soft_labels(lb, bandwidth, distance), lb)
-    per_anchor = _nce_type(lb, prototypes, temperature)
-    return _core.valid_anchor_mean(per_anchor, lb.anchor_ok, axis_name)
+    return _projection_loss("soft_nce", embeddings, labels, temperature, valid, axis_name,
+                            block_size, num_classes, bandwidth=bandwidth, distance=distance)
 
 
 def med_supcon(
@@ -405,34 +854,56 @@ def med_supcon(
     median_mode: str = "lower",
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
+    num_classes: int | None = None,
 ) -> Array:
-    """MedSupCon (seed 001 §3.3, App. C Eq. 33 with f̄ -> f_med; spec §1.10): SoftSupCon
-    with ``f̂`` replaced by the coordinate-wise class median.
+    """MedSupCon: SoftSupCon with the coordinate-wise class median as projection.
 
-    ``l_i = -z_i . f_med(c_i) / tau + log sum_{k != i} e^{S_ik} + R_i``,
-    ``R_i = sum_{k != i} e^{z_i . f_med(c_k) / tau} / sum_{k != i} e^{S_ik}``,
+    ::
 
-    ``f_med(c)`` = per-coordinate median of the valid rows of class c, self
+      l_i = -z_i . f_med(c_i) / tau + log sum_{k != i} e^{S_ik} + R_i
+      R_i = sum_{k != i} e^{z_i . f_med(c_k) / tau} / sum_{k != i} e^{S_ik}
+
+    ``f_med(c)`` is the per-coordinate median of the valid rows of class c, self
     included, not renormalised (its norm may exceed 1). ``lower`` takes the lower
-    middle element for even counts (PyTorch's ``median``; spec §5 A5 default),
-    ``average`` the mean of the two middle ones (numpy). Gradients reach the
-    selected rows only.
+    middle element for even counts (PyTorch's ``median``), ``average`` the mean
+    of the two middle ones (numpy's). Gradients reach the selected rows only.
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
       temperature: tau > 0 (0.07 in the paper).
       median_mode: ``"lower"`` or ``"average"``.
-      axis_name: mesh/pmap axis to gather the batch over.
-      valid: optional bool [N]; False rows are padding.
+      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
+      valid: optional bool [N]; False rows are padding (neither anchors nor
+        candidates nor class statistics).
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient; see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      num_classes: optional static number of classes; labels must then lie in
+        [0, num_classes). Class statistics become [num_classes, D] instead of
+        [N, D], so the streamed class products are [block, num_classes]: much
+        cheaper when there are few classes. Same value either way.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> labels = jnp.array([0, 0, 1, 1])
+      >>> round(float(losses.med_supcon(z, labels, temperature=0.5)), 4)
+      MED_SUPCON_VALUE
+
+    References:
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
+      Learning: A Projection Perspective. arXiv:2506.09810. Section 3.3 (median projections) and Appendix C, Eq. (33)
+      with the projection replaced by the median; Table 1.
     """
     _check_choice(median_mode, _MEDIAN_MODES, "median_mode")
-    lb = _labelled_batch(embeddings, labels, temperature, valid, axis_name)
-    per_anchor = _supcon_type(lb, _median_prototypes(lb, median_mode), temperature)
-    return _core.valid_anchor_mean(per_anchor, lb.anchor_ok, axis_name)
+    return _projection_loss("med_supcon", embeddings, labels, temperature, valid, axis_name,
+                            block_size, num_classes, median_mode=median_mode)
 
 
 def med_nce(
@@ -443,12 +914,15 @@ def med_nce(
     median_mode: str = "lower",
     axis_name: str | None = None,
     valid: Array | None = None,
+    block_size: int | None = None,
+    num_classes: int | None = None,
 ) -> Array:
-    """MedNCE (seed 001 §3.3, App. C Eq. 34 with f̄ -> f_med; spec §1.10): SoftNCE with
-    ``f̂`` replaced by the coordinate-wise class median, no R.
+    """MedNCE: SoftNCE with the coordinate-wise class median as projection (no R).
 
-    ``l_i = -z_i . f_med(c_i) / tau + log sum_{j=1}^{N} e^{z_i . f_med(c_j) / tau}``
-    ``    = -T_{i,c_i} + log sum_c n_c e^{T_ic}``, ``T_ic = z_i . f_med(c) / tau``,
+    ::
+
+      l_i = -z_i . f_med(c_i) / tau + log sum_{j=1}^{N} e^{z_i . f_med(c_j) / tau}
+          = -T_{i,c_i} + log sum_c n_c e^{T_ic},    T_ic = z_i . f_med(c) / tau
 
     with ``f_med`` as in :func:`med_supcon` and j = i included.
 
@@ -457,13 +931,33 @@ def med_nce(
       labels: int [N] class labels.
       temperature: tau > 0 (0.07 in the paper).
       median_mode: ``"lower"`` or ``"average"``.
-      axis_name: mesh/pmap axis to gather the batch over.
-      valid: optional bool [N]; False rows are padding.
+      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
+      valid: optional bool [N]; False rows are padding (neither anchors nor
+        candidates nor class statistics).
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient; see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      num_classes: optional static number of classes; labels must then lie in
+        [0, num_classes). Class statistics become [num_classes, D] instead of
+        [N, D], so the streamed class products are [block, num_classes]: much
+        cheaper when there are few classes. Same value either way.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> labels = jnp.array([0, 0, 1, 1])
+      >>> round(float(losses.med_nce(z, labels, temperature=0.5)), 4)
+      MED_NCE_VALUE
+
+    References:
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
+      Learning: A Projection Perspective. arXiv:2506.09810. Section 3.3 and Appendix C, Eq. (34) with the projection
+      replaced by the median.
     """
     _check_choice(median_mode, _MEDIAN_MODES, "median_mode")
-    lb = _labelled_batch(embeddings, labels, temperature, valid, axis_name)
-    per_anchor = _nce_type(lb, _median_prototypes(lb, median_mode), temperature)
-    return _core.valid_anchor_mean(per_anchor, lb.anchor_ok, axis_name)
+    return _projection_loss("med_nce", embeddings, labels, temperature, valid, axis_name,
+                            block_size, num_classes, median_mode=median_mode)
