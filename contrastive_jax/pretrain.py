@@ -1,7 +1,8 @@
 """Contrastive pretraining on every device of every process.
 
-    python -m contrastive_jax.pretrain --config experiments/configs/sincere_cifar10.py \
-        --workdir runs/sincere --config.data.global_batch_size=512
+    python -m contrastive_jax.pretrain --workdir runs/sincere \
+        --config "$(python -m contrastive_jax.configs sincere_cifar10)" \
+        --config.data.data_dir=PATH --config.data.global_batch_size=512
 
 Multi-host: pass --coordinator_address=HOST:PORT --num_processes=N --process_id=I
 to every process (or launch under SLURM / Open MPI / Cloud TPU, whose environment
@@ -10,13 +11,26 @@ the same --workdir resumes from its newest checkpoint.
 
 Exit codes: 0 done; 75 preempted by SIGTERM after saving a checkpoint (restart
 to continue); 65 non-finite loss or gradient; 74 a checkpoint could not be
-written (full disk?) or none could be read; 2 bad config, input (e.g. a corrupt
-image) or environment (unwritable --workdir, a checkpoint of another config).
+written (full disk?) or none could be read; 2 a bad config
+(:class:`~contrastive_jax.errors.ConfigError`), input (e.g. a corrupt image, a
+dataset that is not prepared) or environment (unwritable --workdir, a checkpoint
+of another config); 1 with a traceback for anything else, which is a bug.
 With several processes, when one dies the others abort (SIGABRT) after
 --heartbeat_timeout_seconds.
+
+Also installed as the console script ``contrastive-jax-pretrain``; the configs
+that ship with the package are listed by ``python -m contrastive_jax.configs``.
 """
 
 from __future__ import annotations
+
+from contrastive_jax._cli import quiet_startup
+
+quiet_startup()  # before TensorFlow and JAX load
+
+from contrastive_jax._extras import require
+
+require("contrastive_jax.pretrain", ("ml_collections", "flax", "optax", "tensorflow"))
 
 import errno
 import json
@@ -26,9 +40,14 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from contrastive_jax.errors import ConfigError, InputError
 from contrastive_jax.parallel import initialize_distributed
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file with get_config().")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None,
+    "Path to a config file with get_config(); `python -m contrastive_jax.configs` lists the "
+    "packaged ones.",
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and logs.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "HOST:PORT of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes.")
@@ -39,7 +58,7 @@ _HEARTBEAT = flags.DEFINE_integer(
 )
 flags.mark_flags_as_required(["config", "workdir"])
 
-EXIT_USAGE = 2  # bad config, input or environment
+EXIT_USAGE = 2  # bad config, input or environment (any other ValueError is a bug: traceback)
 #: Write errors of a full disk, a quota or a file-size limit: exit like a failed checkpoint.
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
@@ -55,7 +74,8 @@ def main(argv: list[str]) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    from contrastive_jax.train import loop  # after distributed initialisation
+    from contrastive_jax.data import CorruptImageError  # after distributed initialisation
+    from contrastive_jax.train import loop
     from contrastive_jax.train.checkpoint import CheckpointError
 
     try:
@@ -77,7 +97,7 @@ def main(argv: list[str]) -> int:
               "disk full? Checkpoints already written are kept; free space and run again to "
               "resume", file=sys.stderr)
         return loop.EXIT_CHECKPOINT
-    except ValueError as err:
+    except (ConfigError, InputError, CorruptImageError, loop.ConfigMismatch) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}, indent=2))

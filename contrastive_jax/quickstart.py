@@ -6,11 +6,24 @@ Runs the packaged config :mod:`contrastive_jax.configs.quickstart` (SINCERE, a n
 ResNet-18, scikit-learn's digits on a cluttered 16×16 canvas; a few minutes on
 a laptop CPU) through the same code as ``python -m contrastive_jax.pretrain``,
 then the linear, kNN and ridge probes of ``python -m contrastive_jax.linear_eval``
-on the frozen encoder and on the raw pixels, and prints both. Re-running it resumes or, when the run is complete, only evaluates.
-Any field can be overridden, e.g. ``--config.loss.name=supcon``.
+on the frozen encoder and on the raw pixels, and prints both. Re-running it
+resumes or, when the run is complete, only evaluates. Any field can be
+overridden, e.g. ``--config.loss.name=supcon``; ``--config.num_steps=6`` is a
+smoke test of a few seconds (the warm-up is clamped to fit, with a warning).
+
+Also installed as the console script ``contrastive-jax-quickstart``. Exit code 2
+on a bad config, input or work directory, as ``python -m contrastive_jax.pretrain``.
 """
 
 from __future__ import annotations
+
+from contrastive_jax._cli import quiet_startup
+
+quiet_startup()  # before TensorFlow and JAX load
+
+from contrastive_jax._extras import require
+
+require("contrastive_jax.quickstart", ("ml_collections", "flax", "optax", "tensorflow", "sklearn"))
 
 import json
 import os
@@ -20,6 +33,8 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from contrastive_jax.data import CorruptImageError
+from contrastive_jax.errors import ConfigError, InputError
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import loop
 
@@ -39,7 +54,7 @@ def main(argv: list[str]) -> int:
         results = evaluate_checkpoint(
             _WORKDIR.value, output_dir=_WORKDIR.value, pixel_baseline=True
         )
-    except (ValueError, OSError) as err:
+    except (ConfigError, InputError, CorruptImageError, loop.ConfigMismatch, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     with open(os.path.join(summary["workdir"], RESULTS_FILE), "w", encoding="utf-8") as f:

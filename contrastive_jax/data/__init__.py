@@ -22,6 +22,10 @@ Importing this package imports TensorFlow and hides every GPU and TPU from
 it, so decoding and augmentation stay on the host CPU.
 """
 
+from contrastive_jax._extras import require
+
+require("contrastive_jax.data", ("ml_collections", "tensorflow", "tensorflow_datasets", "sklearn"))
+
 from contrastive_jax.data.augment import (
     PRESET_NAMES,
     AugmentConfig,

@@ -10,6 +10,10 @@ Everything here takes frozen features (numpy or JAX arrays [N, F]) and labels, n
 * :mod:`.plots`: confusion matrices and SINCERE Figs. 2, 3 (spec §7.6).
 """
 
+from contrastive_jax._extras import require
+
+require("contrastive_jax.eval", ("optax", "sklearn", "matplotlib"))
+
 from contrastive_jax.eval.bootstrap import (
     bootstrap_accuracy,
     paired_bootstrap_difference,

@@ -1,5 +1,9 @@
 """Encoders (ResNet, ViT), projection/classification heads and their factories (Flax NNX)."""
 
+from contrastive_jax._extras import require
+
+require("contrastive_jax.models", ("flax",))
+
 from contrastive_jax.models.factory import (
     DTYPES,
     ENCODER_NAMES,

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax import losses
+from contrastive_jax.errors import ConfigError
 
 Array = jax.Array
 
@@ -46,30 +47,30 @@ class Targets(NamedTuple):
 
 
 def parse_terms(loss_config) -> list[Term]:
-    """Reads ``config.loss`` into a list of weighted terms; raises ValueError on bad names.
+    """Reads ``config.loss`` into a list of weighted terms; raises ConfigError on bad names.
 
     ``config.loss.temperature`` (when not None) is passed to every term, unless the term's
     ``kwargs`` sets its own; when neither sets one the loss's own default applies.
     """
     names = [n.strip() for n in str(loss_config.name).split("+") if n.strip()]
     if not names:
-        raise ValueError("config.loss.name is empty; give a loss name such as 'sincere'")
+        raise ConfigError("config.loss.name is empty; give a loss name such as 'sincere'")
     weights = tuple(loss_config.get("weights", ()) or ())
     if weights and len(weights) != len(names):
-        raise ValueError(
+        raise ConfigError(
             f"config.loss.weights has {len(weights)} entries for {len(names)} terms {names}"
         )
     weights = weights or (1.0,) * len(names)
     all_kwargs = dict(loss_config.get("kwargs", {}) or {})
     unknown = set(all_kwargs) - set(names)
     if unknown:
-        raise ValueError(f"config.loss.kwargs names losses that are not terms: {sorted(unknown)}")
+        raise ConfigError(f"config.loss.kwargs names losses that are not terms: {sorted(unknown)}")
     temperature = loss_config.get("temperature", None)
     embedding_losses = losses.embedding_losses()
     terms = []
     for name, weight in zip(names, weights, strict=True):
         if name not in embedding_losses:
-            raise ValueError(
+            raise ConfigError(
                 f"config.loss.name: {name!r} is not an embedding loss for pretraining; "
                 f"choose from {embedding_losses}"
             )
@@ -98,7 +99,7 @@ def evaluate(
         else:
             second = getattr(targets, term.target)
             if second is None:
-                raise ValueError(
+                raise ConfigError(
                     f"loss {term.name!r} needs per-example metadata, but the dataset has none"
                 )
             value = term.fn(projections, second, axis_name=axis_name, valid=valid, **term.kwargs)

@@ -30,6 +30,8 @@ import ml_collections
 import optax
 from ml_collections import config_dict
 
+from contrastive_jax.errors import ConfigError
+
 OPTIMIZERS = ("lars", "sgd", "adamw")
 LR_SCALINGS = ("linear", "sqrt", "none")
 
@@ -100,7 +102,7 @@ def peak_learning_rate(config: ml_collections.ConfigDict, global_batch_size: int
     """``config.base_learning_rate`` scaled by the global batch size per ``config.lr_scaling``."""
     base = float(config.base_learning_rate)
     if base <= 0:
-        raise ValueError(f"optimizer.base_learning_rate must be positive, got {base}")
+        raise ConfigError(f"optimizer.base_learning_rate must be positive, got {base}")
     if global_batch_size <= 0:
         raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
     if config.lr_scaling == "linear":
@@ -109,7 +111,7 @@ def peak_learning_rate(config: ml_collections.ConfigDict, global_batch_size: int
         return base * math.sqrt(global_batch_size)
     if config.lr_scaling == "none":
         return base
-    raise ValueError(
+    raise ConfigError(
         f"optimizer.lr_scaling={config.lr_scaling!r} is not one of {', '.join(LR_SCALINGS)}"
     )
 
@@ -147,15 +149,15 @@ def make_schedule(
     elif total_steps is not None:
         length = total_steps
     else:
-        raise ValueError("set optimizer.total_steps, optimizer.epochs or pass total_steps")
+        raise ConfigError("set optimizer.total_steps, optimizer.epochs or pass total_steps")
     if config.warmup_steps is not None:
         warmup = int(config.warmup_steps)
     else:
         warmup = round(config.warmup_epochs * steps_per_epoch)
     if length <= 0:
-        raise ValueError(f"the schedule must have at least one step, got {length}")
+        raise ConfigError(f"the schedule must have at least one step, got {length}")
     if warmup < 0:
-        raise ValueError(f"the warm-up must be non-negative, got {warmup} steps")
+        raise ConfigError(f"the warm-up must be non-negative, got {warmup} steps")
     if warmup >= length:
         # A smoke test of a few steps with a recipe's warm-up: warm up over all but the last step.
         logger.warning(
@@ -203,9 +205,9 @@ def make_optimizer(
       ``(tx, schedule)``: the gradient transformation and its learning-rate schedule.
     """
     if config.name not in OPTIMIZERS:
-        raise ValueError(f"optimizer.name={config.name!r} is not one of {', '.join(OPTIMIZERS)}")
+        raise ConfigError(f"optimizer.name={config.name!r} is not one of {', '.join(OPTIMIZERS)}")
     if config.grad_clip_norm is not None and config.grad_clip_norm <= 0:
-        raise ValueError(f"optimizer.grad_clip_norm must be positive, got {config.grad_clip_norm}")
+        raise ConfigError(f"optimizer.grad_clip_norm must be positive, got {config.grad_clip_norm}")
     if not jax.tree.leaves(params):
         raise ValueError("params has no leaves: nothing to optimise")
     schedule = make_schedule(

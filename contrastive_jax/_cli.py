@@ -1,0 +1,52 @@
+"""Console-script entry points and the quiet start-up the command-line tools share.
+
+``pip install 'contrastive_jax[train]'`` installs three commands beside ``python -m``:
+
+==============================  ===========================================
+``contrastive-jax-pretrain``    ``python -m contrastive_jax.pretrain``
+``contrastive-jax-linear-eval`` ``python -m contrastive_jax.linear_eval``
+``contrastive-jax-quickstart``  ``python -m contrastive_jax.quickstart``
+==============================  ===========================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+
+
+def quiet_startup() -> None:
+    """Hides TensorFlow's, XLA's and JAX's start-up INFO lines; call before importing them.
+
+    TensorFlow and XLA log through C++ (the CPU-feature and oneDNN notices) unless
+    ``TF_CPP_MIN_LOG_LEVEL`` is at least 2 when they load; JAX reports the accelerator
+    back-ends it did not find at INFO. A value the user exported is kept. Warnings and errors
+    still show.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+
+
+def _run(module_name: str) -> None:
+    quiet_startup()
+    from absl import app
+
+    module = importlib.import_module(module_name)
+    app.run(module.main)
+
+
+def pretrain() -> None:
+    """``contrastive-jax-pretrain``: see :mod:`contrastive_jax.pretrain`."""
+    _run("contrastive_jax.pretrain")
+
+
+def linear_eval() -> None:
+    """``contrastive-jax-linear-eval``: see :mod:`contrastive_jax.linear_eval`."""
+    _run("contrastive_jax.linear_eval")
+
+
+def quickstart() -> None:
+    """``contrastive-jax-quickstart``: see :mod:`contrastive_jax.quickstart`."""
+    _run("contrastive_jax.quickstart")

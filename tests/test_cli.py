@@ -1,0 +1,53 @@
+"""The command-line tools: exit codes of bad configs vs bugs, and a quiet start-up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from contrastive_jax import configs
+
+#: Start-up lines of TensorFlow, XLA and JAX a user should not see.
+NOISE = ("cpu_feature_guard", "oneDNN", "Unable to initialize backend", "absl::InitializeLog")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def test_bad_config_exits_with_2_naming_the_field_and_nothing_else(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "contrastive_jax.pretrain", "--workdir", str(tmp_path / "run"),
+         "--config", configs.path("quickstart"), "--config.loss.name=simclr"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "error: config.loss.name: 'simclr' is not an embedding loss" in done.stderr
+    assert not any(noise in done.stderr for noise in NOISE), done.stderr
+
+
+def test_a_value_error_that_is_a_bug_shows_its_traceback_and_exits_with_1(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from absl import app
+        from contrastive_jax import pretrain
+        from contrastive_jax.train import loop
+
+        def broken(config, workdir):
+            raise ValueError("not a config problem")
+
+        loop.train = broken
+        sys.argv = ["pretrain", "--workdir", {str(tmp_path / "run")!r},
+                    "--config", {configs.path("quickstart")!r}]
+        app.run(pretrain.main)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" in done.stderr and "ValueError: not a config problem" in done.stderr

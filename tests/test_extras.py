@@ -1,0 +1,77 @@
+"""The core install: losses and metrics import with jax, chex, numpy and scipy alone; the parts
+that need the ``train`` extra say so when it is missing.
+
+The extra's libraries are hidden in a subprocess (``sys.modules[name] = None`` makes importing
+them fail as if they were not installed); ``make test-all`` also checks a real core-only install
+from the wheel (tests/test_wheel.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+#: What the ``train`` extra installs and the core must not import.
+TRAIN_ONLY = (
+    "flax", "optax", "orbax", "orbax.checkpoint", "ml_collections", "tensorflow",
+    "tensorflow_datasets", "sklearn", "matplotlib", "tqdm", "tensorboardX",
+)
+
+
+def _run(body: str) -> subprocess.CompletedProcess:
+    script = f"import sys\nfor name in {TRAIN_ONLY!r}:\n    sys.modules[name] = None\n"
+    script += textwrap.dedent(body)
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_losses_and_metrics_work_without_the_train_extra():
+    result = _run(
+        """
+        import jax.numpy as jnp
+        import contrastive_jax
+        from contrastive_jax import losses, metrics
+
+        z = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+        labels = jnp.array([0, 0, 1, 1])
+        print(float(losses.sincere(z, labels, temperature=0.1)))
+        print(float(metrics.uniformity(z)))
+        loaded = sorted(n for n in {TRAIN_ONLY!r} if sys.modules.get(n) is not None)
+        print("loaded:", loaded)
+        """.replace("{TRAIN_ONLY!r}", repr(TRAIN_ONLY))
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and lines[2] == "loaded: []"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "contrastive_jax.train",
+        "contrastive_jax.train.optim",
+        "contrastive_jax.models",
+        "contrastive_jax.data",
+        "contrastive_jax.eval",
+        "contrastive_jax.pretrain",
+        "contrastive_jax.quickstart",
+    ],
+)
+def test_a_part_that_needs_the_train_extra_names_it(module):
+    result = _run(
+        f"""
+        import importlib
+        try:
+            importlib.import_module({module!r})
+        except ModuleNotFoundError as err:
+            print(err)
+        else:
+            print("imported")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'contrastive_jax[train]'" in result.stdout, result.stdout
