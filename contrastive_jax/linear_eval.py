@@ -15,6 +15,10 @@ similarity, within/between-class histograms) beside it. Exit code 2 on a missing
 
 from __future__ import annotations
 
+from contrastive_jax._cli import quiet_startup
+
+quiet_startup()  # before TensorFlow and JAX load
+
 import json
 import os
 import sys
