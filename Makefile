@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-dev
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup quickstart test test-all lint bench clean
+.PHONY: setup quickstart test test-all lint docs bench clean
 
 setup: $(STAMP)
 
@@ -21,17 +21,27 @@ $(STAMP): pyproject.toml
 quickstart: $(STAMP)
 	XLA_FLAGS= $(PY) -m contrastive_jax.quickstart --workdir runs/quickstart
 
-test: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "not slow"
+# The test suite plus the docstring examples of the losses and metrics (doctests).
+DOCTESTS := contrastive_jax/losses contrastive_jax/metrics.py
 
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not slow" --doctest-modules tests $(DOCTESTS)
+
+# Adds the slow tests, among them tests/test_wheel.py: the wheel installed without extras
+# into a fresh venv runs the README's loss example outside the checkout, then with [train]
+# the quickstart.
 test-all: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --doctest-modules tests $(DOCTESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check contrastive_jax tests experiments notebooks
+
+# The API reference site in site/, warnings as errors.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 bench: $(STAMP)
 	XLA_FLAGS= $(PY) experiments/bench/losses.py --sizes 2048,8192 --losses supcon,sincere,nt_xent --no-memory
 
 clean:
-	rm -rf runs/quickstart .pytest_cache .ruff_cache
+	rm -rf runs/quickstart .pytest_cache .ruff_cache site

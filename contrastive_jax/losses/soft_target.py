@@ -1,10 +1,11 @@
-"""Soft-target InfoNCE and soft-target cross-entropy (seed 002, Hugger & Uhlmann,
-"Towards noise contrastive estimation with soft targets for conditional models").
+"""Soft-target InfoNCE and soft-target cross-entropy.
 
-Both losses take class scores ``logits`` float [B, K] (the classifier's output,
-``L[a, k] = z_a . y_k``) and soft targets ``targets`` float [B, K] (label
+From Hugger & Uhlmann (2024), "Towards noise contrastive estimation with soft
+targets for conditional models", arXiv:2404.14076. Both losses take class scores
+``logits`` float [B, K] (the classifier's output, ``L[a, k] = z_a . y_k`` for
+label embeddings ``y_k``) and soft targets ``targets`` float [B, K] (label
 smoothing, MixUp/CutMix mixtures or one-hot rows; each row on the simplex)
-instead of embeddings (spec/soft-target-infonce.md §1.3, §1.6).
+instead of embeddings.
 
 Row conventions shared by both losses: a row is an anchor iff it is valid
 (``valid``) and carries target mass (``sum_k t[a, k] > 0``). A row without
@@ -38,7 +39,7 @@ def _check_logits_and_targets(logits: Array, targets: Array) -> tuple[Array, Arr
 
 
 def _log_class_prior(class_prior: Array | None, num_classes: int) -> Array:
-    """``log eta`` float32 [K] with ``log 0 := 0`` (spec §1.6.2); zeros when None."""
+    """``log eta`` float32 [K] with ``log 0 := 0``; zeros when None."""
     if class_prior is None:
         return jnp.zeros((num_classes,), jnp.float32)
     if not hasattr(class_prior, "ndim") or not hasattr(class_prior, "dtype"):
@@ -88,7 +89,7 @@ def soft_target_infonce(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """Soft-target InfoNCE, Hugger & Uhlmann Eq. (12) (spec §1.6, matrix form).
+    """Soft-target InfoNCE, Hugger & Uhlmann (2024) Eq. (12), in matrix form.
 
     With ``S = L / tau - log eta`` [B, K] and the global targets ``T_g`` [B_g, K],
     ``M = S T_g^T`` [B, B_g], i.e. ``M[a, b] = sum_j t_b[j] (L[a, j]/tau - log eta_j)``, and
@@ -97,22 +98,23 @@ def soft_target_infonce(
 
     the sum running over every anchor row b of the global batch, the sample itself
     and rows with the same (or an identical) target included: the negatives are the
-    other samples' soft targets, nothing is masked (spec §1.5, §5 item 3). Only the
+    other samples' soft targets and nothing is masked, as in the paper's Figure 2
+    code (``docs/conventions.md``, "Soft targets"). Only the
     targets are gathered across devices; logits stay local, so ``l_a`` depends on
     ``L[a]`` only. With one-hot targets this is hard InfoNCE with in-batch label
     negatives (Eq. 5); the max shift of the paper's Figure 2 is implicit in
     ``logsumexp``. ``M`` is an einsum at HIGHEST precision in float32, never the
     (B, B_g, K) broadcast of Figure 2.
 
-    Defaults follow the paper: ``tau = 1`` (divided once, spec §0 erratum), and
-    ``class_prior=None`` means uniform noise ``eta = 1/K``, whose ``log eta`` term
-    cancels (T2). For the paper's runs pass the empirical class frequencies of the
-    whole training set (spec §5 item 2). A positive rescaling of ``eta`` cancels
-    too (rows of ``T`` sum to 1). Classes with ``eta_k = 0`` get ``log eta_k := 0``;
+    Defaults follow the paper: ``tau = 1`` (divided once), and ``class_prior=None``
+    means uniform noise ``eta = 1/K``, whose ``log eta`` term cancels because the
+    rows of ``T`` sum to 1. For the paper's runs pass the empirical class
+    frequencies of the whole training set. A positive rescaling of ``eta`` cancels
+    too. Classes with ``eta_k = 0`` get ``log eta_k := 0``;
     targets must carry no mass on them (not checkable under ``jit``).
 
     Rows without target mass and padded rows are neither anchors nor negatives. A
-    global batch with a single anchor has no negative and gives 0 (spec T5).
+    global batch with a single anchor has only itself in the sum and gives 0.
     Gradients flow into ``logits`` and ``targets``.
 
     Args:
@@ -130,6 +132,26 @@ def soft_target_infonce(
 
     Returns:
       float32 scalar, the mean of ``l_a`` over anchor rows of the global batch.
+
+    Raises:
+      ValueError: an argument has the wrong rank, shape or dtype, ``temperature`` is not
+        positive, or a concrete ``class_prior`` is negative, non-finite or all zero.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> logits = jnp.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 2.0]])
+      >>> onehot = jnp.eye(3)
+      >>> print(f"{float(losses.soft_target_infonce(logits, onehot)):.4f}")
+      0.2395
+      >>> smoothed = 0.9 * onehot + 0.1 / 3  # label smoothing, rows still sum to 1
+      >>> print(f"{float(losses.soft_target_infonce(logits, smoothed)):.4f}")
+      0.2856
+
+    References:
+      Hugger, J. and Uhlmann, V. (2024). Towards noise contrastive estimation with soft
+      targets for conditional models. arXiv:2404.14076. Eq. (12) (the loss), Eq. (5)
+      (hard InfoNCE), Figure 2 (the reference implementation on class scores).
     """
     logits, targets = _check_logits_and_targets(logits, targets)
     _core.check_positive(temperature, "temperature")
@@ -182,12 +204,14 @@ def soft_target_cross_entropy(
     axis_name: str | None = None,
     valid: Array | None = None,
 ) -> Array:
-    """Soft-target cross-entropy, Hugger & Uhlmann Eq. (3) (spec §1.3).
+    """Soft-target cross-entropy, Hugger & Uhlmann (2024) Eq. (3).
 
     ``l_a = -sum_k t_a[k] log softmax(L[a] / tau)[k]``; with one-hot targets this is
     the standard cross-entropy (NLL, Eq. 1, at tau = 1). Default ``tau = 1`` as in
     the paper's baseline. Rows are independent: no gather, only the global mean
-    over anchor rows (valid and with target mass) under ``axis_name``.
+    over anchor rows (valid and with target mass) under ``axis_name``. Per row this
+    is ``optax.softmax_cross_entropy(logits / tau, targets)`` (tested against it);
+    it is written in ``jax.numpy`` so that the losses need only the core install.
 
     Args:
       logits: float [B, K] class scores of the local rows.
@@ -198,6 +222,23 @@ def soft_target_cross_entropy(
 
     Returns:
       float32 scalar, the mean of ``l_a`` over anchor rows of the global batch.
+
+    Raises:
+      ValueError: an argument has the wrong rank, shape or dtype, or ``temperature`` is
+        not positive.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> logits = jnp.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+      >>> targets = jnp.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])  # a MixUp pair
+      >>> print(f"{float(losses.soft_target_cross_entropy(logits, targets)):.4f}")
+      0.7395
+
+    References:
+      Hugger, J. and Uhlmann, V. (2024). Towards noise contrastive estimation with soft
+      targets for conditional models. arXiv:2404.14076. Eq. (3) (soft-target NLL),
+      Eq. (1) (NLL).
     """
     logits, targets = _check_logits_and_targets(logits, targets)
     _core.check_positive(temperature, "temperature")
