@@ -11,8 +11,7 @@ import logging
 import os
 
 import jax
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 DATA_AXIS = "data"
@@ -79,13 +78,21 @@ def initialize_distributed(
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
-    """A 1-D mesh named ``data`` over all (or the first ``num_devices``) devices."""
+    """A 1-D mesh named ``data`` over all (or the first ``num_devices``) devices.
+
+    Built by ``jax.make_mesh``, which orders the devices for fast collectives on
+    the platform (e.g. a ring on TPU), with the axis in ``Auto`` mode: shardings
+    are given explicitly (``batch_sharding``, ``replicated``) and XLA propagates
+    the rest.
+    """
     devices = jax.devices()
     if num_devices is not None:
         if num_devices > len(devices):
             raise ValueError(f"num_devices={num_devices} but only {len(devices)} devices exist")
         devices = devices[:num_devices]
-    return Mesh(np.asarray(devices), (DATA_AXIS,))
+    return jax.make_mesh(
+        (len(devices),), (DATA_AXIS,), axis_types=(AxisType.Auto,), devices=devices
+    )
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -1,9 +1,11 @@
 """Orbax checkpoints of the training state in ``<workdir>/checkpoints``.
 
 Each checkpoint holds two items: ``state`` (the pytree of arrays: parameters,
-batch statistics, optimiser state, step, RNG) and ``meta`` (JSON: step, input
-position, the config that produced it, a signature of the state's structure,
-and a content checksum of every array of ``state``).
+batch statistics, optimiser state, step, RNG) and ``meta`` (JSON: step, the
+config that produced it, a signature of the state's structure, and a content
+checksum of every array of ``state``, keyed by the array's path in the tree).
+The input position is the step itself: batches are a pure function of (seed,
+step).
 
 Orbax detects a cut or missing file, but not changed bytes: a single flipped
 bit in an OCDBT data file restores without error into a wrong array. So every
@@ -17,7 +19,11 @@ never deleted). Retention is done here, not by Orbax's ``max_to_keep``:
 before each save the finished checkpoints are *verified* by reading them back,
 and an old checkpoint is deleted only once ``max_to_keep`` newer checkpoints
 have been verified, so a good checkpoint is never deleted while a newer one is
-unverified. A checkpoint that fails to read back is *damaged*: it is reported
+unverified. Verification reads the files on the host, never onto the devices:
+the arrays are read as numpy arrays a few at a time (at most as many bytes at
+once as the largest array holds) and their checksums recomputed in numpy, so it
+costs no device memory and its host memory is bounded by the largest array, not
+the state. With several processes, process 0 verifies and tells the others. A checkpoint that fails to read back is *damaged*: it is reported
 and moved to ``<workdir>/damaged_checkpoints`` (never deleted), and
 :meth:`Checkpointer.restore_latest` falls back to the previous one.
 """
@@ -75,7 +81,6 @@ class Checkpointer:
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._verified: set[int] = set()
-        self._abstract: Any = None
 
     def steps(self) -> list[int]:
         """Steps of the finalised checkpoints, oldest first."""
@@ -88,10 +93,10 @@ class Checkpointer:
         checkpoints. Raises :class:`CheckpointError` (naming the step and the
         last good checkpoint) when the previous or this save fails to write.
         """
-        self._abstract = abstract_like(state)
         self.wait()
         self._verify_and_prune()
-        meta = {**meta, CHECKSUM_KEY: state_checksum(state)}
+        meta = {**meta, CHECKSUM_KEY: dict(zip(checksum_keys(state), state_checksum(state),
+                                               strict=True))}
         try:
             self._manager.save(
                 step,
@@ -120,17 +125,64 @@ class Checkpointer:
         )
 
     def verify(self, step: int) -> bool:
-        """Reads the checkpoint at ``step`` back; moves it aside and returns False if damaged."""
-        try:
-            if self._abstract is None:
-                self.restore_meta(step)
-            else:
-                self.restore(step, self._abstract)
-        except Exception as err:  # noqa: BLE001 - any read failure means "damaged"
-            self._quarantine(step, err)
+        """Reads the checkpoint at ``step`` back on the host; moves it aside and returns False if damaged.
+
+        Process 0 reads the files (:meth:`verify_files`) and tells the other
+        processes the outcome; no array is put on a device.
+        """
+        error: Exception | None = None
+        if jax.process_index() == 0:
+            try:
+                self.verify_files(step)
+            except Exception as err:  # noqa: BLE001 - any read failure means "damaged"
+                error = err
+        if jax.process_count() > 1:
+            damaged = multihost_utils.broadcast_one_to_all(np.int32(error is not None))
+            if int(damaged) and error is None:
+                error = CheckpointError("process 0 found it damaged")
+        if error is not None:
+            self._quarantine(step, error)
             return False
         self._verified.add(step)
         return True
+
+    def verify_files(self, step: int) -> None:
+        """Reads every array of the checkpoint at ``step`` into host memory and checks its checksum.
+
+        The arrays are read as numpy arrays, a group at a time of at most as
+        many bytes as the largest array, and dropped once checked: peak extra
+        host memory is about the largest array (plus the checksum's
+        temporaries, a few MiB), and no device memory is used.
+
+        Raises:
+          ChecksumMismatch: an array read differs from the one saved.
+          Exception: whatever Orbax or TensorStore raise on a missing, cut or
+            unreadable file.
+        """
+        expected = self._read_meta(step).get(CHECKSUM_KEY)
+        path = os.path.join(self.directory, str(step), "state")
+        with ocp.PyTreeCheckpointer() as reader:
+            tree = reader.metadata(path).item_metadata.tree
+            stored = ocp.tree.to_flat_dict(tree)
+            as_numpy = ocp.tree.from_flat_dict(
+                dict.fromkeys(stored, ocp.RestoreArgs(restore_type=np.ndarray)), target=tree
+            )
+            found: dict[str, int] = {}
+            for group in _byte_groups(stored):
+                # Orbax reads the leaves of the group and skips the placeholders.
+                wanted = set(group)
+                item = ocp.tree.from_flat_dict(
+                    {k: 0 if k in wanted else ocp.PLACEHOLDER for k in stored}, target=tree
+                )
+                read = ocp.tree.to_flat_dict(reader.restore(
+                    path, args=ocp.args.PyTreeRestore(item=item, restore_args=as_numpy)))
+                for key in group:
+                    found[_key_text(key)] = host_checksum(read.pop(key))
+        if isinstance(expected, dict):
+            _compare_checksums(step, expected, found)
+        # Older checkpoints store a list in the leaf order of the state's pytree,
+        # which the files do not record; reading every array back still proves
+        # they are complete, and their restore checks the list.
 
     def _verify_and_prune(self) -> None:
         self._manager.reload()
@@ -176,26 +228,23 @@ class Checkpointer:
         meta = dict(restored.meta)
         expected = meta.pop(CHECKSUM_KEY, None)
         if expected is not None:  # checkpoints written before the checksum existed have none
+            keys = checksum_keys(restored.state)
             found = state_checksum(restored.state)
-            if found != expected:
-                paths = [jax.tree_util.keystr(path) for path, _ in
-                         jax.tree_util.tree_flatten_with_path(restored.state)[0]]
-                bad = paths if len(expected) != len(found) else [
-                    path for path, a, b in zip(paths, found, expected, strict=True) if a != b
-                ]
-                raise ChecksumMismatch(
-                    f"the arrays read from the checkpoint at step {step} differ from the ones "
-                    f"saved: content checksum mismatch in {len(bad)} of {len(found)} arrays "
-                    f"({', '.join(bad[:3])})"
-                )
+            if isinstance(expected, list):  # the older format: one value per leaf, in leaf order
+                expected = dict(zip(keys, expected, strict=False)) if len(expected) == len(
+                    found) else {}
+            _compare_checksums(step, expected, dict(zip(keys, found, strict=True)))
         return restored.state, meta
 
     def restore_meta(self, step: int) -> dict:
         """Only the JSON item of the checkpoint at ``step`` (without the checksum)."""
-        restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        meta = dict(restored.meta)
+        meta = self._read_meta(step)
         meta.pop(CHECKSUM_KEY, None)
         return meta
+
+    def _read_meta(self, step: int) -> dict:
+        restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(restored.meta)
 
     def restore_latest(self, abstract_state: Any, check_meta=None) -> tuple[Any, dict] | None:
         """The newest checkpoint that restores, or None if there is none.
@@ -206,7 +255,6 @@ class Checkpointer:
         that fails to read (truncated, incomplete, corrupt) is reported, moved
         to ``damaged_checkpoints/`` and skipped in favour of the previous one.
         """
-        self._abstract = abstract_state
         for step in reversed(self.steps()):
             try:
                 meta = self.restore_meta(step)
@@ -248,6 +296,83 @@ def structure_signature(tree: Any) -> list[str]:
     return [
         f"{jax.tree_util.keystr(path)} {leaf.dtype}{list(leaf.shape)}" for path, leaf in leaves
     ]
+
+
+def checksum_keys(tree: Any) -> list[str]:
+    """``"params/network/..."`` per leaf of ``tree``, in leaf order: Orbax's path of each array.
+
+    The same path names the array in the checkpoint's files, so a checksum
+    keyed by it can be checked without the pytree that was saved.
+    """
+    return [_key_text(key) for key in ocp.tree.to_flat_dict(tree)]
+
+
+def _key_text(key: tuple) -> str:
+    return "/".join(str(part) for part in key)
+
+
+def _compare_checksums(step: int, expected: dict[str, int], found: dict[str, int]) -> None:
+    """Raises ChecksumMismatch naming the arrays whose checksums differ (or are missing)."""
+    bad = sorted(k for k in set(expected) | set(found) if expected.get(k) != found.get(k))
+    if bad:
+        shown = ", ".join("".join(f"[{part!r}]" for part in k.split("/")) for k in bad[:3])
+        raise ChecksumMismatch(
+            f"the arrays read from the checkpoint at step {step} differ from the ones "
+            f"saved: content checksum mismatch in {len(bad)} of {len(found)} arrays ({shown})"
+        )
+
+
+def _byte_groups(stored: dict[tuple, Any]) -> list[list[tuple]]:
+    """Keys of the stored arrays in groups of at most max(array size) bytes each, in file order."""
+    sizes = {
+        key: int(np.prod(meta.shape, dtype=np.int64)) * np.dtype(meta.dtype).itemsize
+        for key, meta in stored.items()
+    }
+    budget = max(sizes.values(), default=0)
+    groups: list[list[tuple]] = []
+    total = budget + 1
+    for key, size in sizes.items():
+        if total + size > budget:
+            groups.append([])
+            total = 0
+        groups[-1].append(key)
+        total += size
+    return groups
+
+
+#: Elements per slice of :func:`host_checksum` (bounds its temporaries to a few MiB).
+_HOST_CHUNK = 1 << 18
+
+
+def host_checksum(x: np.ndarray) -> int:
+    """:func:`state_checksum` of one host array, in numpy: the same uint32 for the same bits."""
+    x = np.asarray(x)
+    if x.dtype == np.bool_:
+        x = x.astype(np.uint8)
+    width = x.dtype.itemsize
+    if width == 8:  # two 32-bit words per element, low word first (as XLA's bitcast on CPU)
+        words = x.reshape(x.shape + (1,)).view(np.uint32)
+    else:
+        unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32}[width]
+        words = x.view(unsigned) if x.ndim else x.reshape(1).view(unsigned).reshape(())
+    if words.ndim == 0:
+        words = words.reshape(1)  # position 0 either way
+    rows = max(1, _HOST_CHUNK // max(1, int(np.prod(words.shape[1:], dtype=np.int64))))
+    total = np.zeros((), np.uint32)
+    with np.errstate(over="ignore"):
+        for start in range(0, words.shape[0], rows):
+            block = words[start : start + rows].astype(np.uint32)
+            position = np.zeros(block.shape, np.uint32)
+            for dim in range(block.ndim):
+                iota = np.arange(block.shape[dim], dtype=np.uint32) + np.uint32(
+                    start if dim == 0 else 0
+                )
+                shape = [1] * block.ndim
+                shape[dim] = block.shape[dim]
+                position = position * np.uint32(1_000_003) + iota.reshape(shape)
+            weight = position * np.uint32(2_654_435_761) + np.uint32(1)
+            total = total + np.sum(block * weight, dtype=np.uint32)
+    return int(total)
 
 
 def _leaf_checksum(x: jax.Array) -> jax.Array:

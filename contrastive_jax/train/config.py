@@ -74,6 +74,13 @@ def default_config() -> ml_collections.ConfigDict:
             "keep_checkpoints": 3,
             "online_probe": False,  # SimCLR's linear probe on stop-gradient features
             "skip_nonfinite": False,  # skip NaN/inf steps instead of stopping
+            "prefetch": 2,  # global batches put on the devices ahead of the running step
+            # JAX's persistent compilation cache: "auto" (JAX's own if set, else
+            # ~/.cache/contrastive_jax/jax_compilation_cache), a directory, or "" (leave off).
+            "compilation_cache_dir": "auto",
+            "profile_steps": (),  # (first, last) 1-based steps to trace with jax.profiler
+            "collapse_threshold": -0.2,  # uniformity above which embeddings count as collapsed
+            "collapse_patience": 3,  # consecutive collapsed log steps after warm-up: warn once
         }
     )
     config.num_steps = config.train.get_ref("total_steps")

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
@@ -23,6 +24,34 @@ from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train import objective
 
 Array = jax.Array
+
+
+class NonFinite(NamedTuple):
+    """The on-device record of non-finite steps, read by the host only at log steps.
+
+    The loop passes it through every step beside the :class:`TrainState` and
+    stores its ``count`` in the checkpoint's metadata (the checkpointed arrays
+    keep the structure of the state alone).
+
+    Attributes:
+      count: int32 [], non-finite steps so far in the run.
+      first_step: int32 [], the 1-based step of the first non-finite step since
+        the host last cleared it (0: none).
+      first_values: name -> float32 [], the logged values of that step (the
+        loss, each ``loss/<term>`` and ``grad_norm``), for the report.
+    """
+
+    count: Array
+    first_step: Array
+    first_values: dict[str, Array]
+
+
+def nonfinite_record(terms: list[objective.Term], count: int = 0) -> NonFinite:
+    """A fresh :class:`NonFinite` (host arrays) for the loss ``terms``, starting at ``count``."""
+    names = ["loss", *(f"loss/{t.name}" for t in terms), "grad_norm"]
+    return NonFinite(
+        np.int32(count), np.int32(0), {name: np.float32(np.nan) for name in names}
+    )
 
 
 class TrainState(NamedTuple):
@@ -72,8 +101,10 @@ def make_train_step(
     terms: list[objective.Term],
     schedule: optax.Schedule,
     mesh: Mesh,
-) -> Callable[[TrainState, dict[str, Array]], tuple[TrainState, dict[str, Array]]]:
-    """Builds ``step(state, batch) -> (state, metrics)``, jitted, donating the state.
+) -> Callable[..., tuple]:
+    """Builds ``step(state, batch[, nonfinite]) -> (state, metrics[, nonfinite])``, jitted.
+
+    The state (and the record) are donated.
 
     ``batch`` holds global arrays sharded over ``data``: ``views`` float
     [B, V, H, W, C], ``label`` int [B], ``index`` int [B] (global example ids,
@@ -88,7 +119,10 @@ def make_train_step(
     A non-finite step returns the input's parameters, batch statistics and
     optimiser state unchanged (only ``step`` advances), so the caller can skip
     it (``config.train.skip_nonfinite``) or stop with the last good state; both
-    choices run the same compiled step.
+    choices run the same compiled step. Given a :class:`NonFinite` record as
+    third argument, the step also returns it updated: non-finite steps counted,
+    the step number and values of the first one kept, so the host learns of
+    them when it next reads the record (at a log step), with no read per step.
 
     Randomness inside the model (dropout, stochastic depth) is a pure function
     of (run seed, step, device): the model's RNG streams are reseeded on every
@@ -149,7 +183,7 @@ def make_train_step(
         )
         return sharded(params, batch_stats, key_data, batch)
 
-    def step(state: TrainState, batch: dict[str, Array]):
+    def step(state: TrainState, batch: dict[str, Array], nonfinite: NonFinite | None = None):
         stop = batch.get("stop")
         batch = {k: batch[k] for k in batch_keys if batch.get(k) is not None}
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
@@ -165,15 +199,24 @@ def make_train_step(
             (params, new_stats, opt_state),
             (state.params, state.batch_stats, state.opt_state),
         )
-        new = TrainState(state.step + 1, *kept, state.rng)
         logged.update(
             loss=loss,
             learning_rate=schedule(state.step),
             grad_norm=grad_norm,
             finite=finite.astype(jnp.float32),
         )
+        new = TrainState(state.step + 1, *kept, state.rng)
         if stop is not None:
             logged["stop"] = jnp.max(stop).astype(jnp.float32)
-        return new, logged
+        if nonfinite is None:
+            return new, logged
+        first = ~finite & (nonfinite.first_step == 0)
+        nonfinite = NonFinite(
+            nonfinite.count + (~finite).astype(jnp.int32),
+            jnp.where(first, state.step + 1, nonfinite.first_step),
+            {k: jnp.where(first, logged[k].astype(jnp.float32), v)
+             for k, v in nonfinite.first_values.items()},
+        )
+        return new, logged, nonfinite
 
-    return jax.jit(step, donate_argnums=(0,))
+    return jax.jit(step, donate_argnums=(0, 2))
