@@ -321,6 +321,8 @@ class PretrainIterator(Iterator[Batch]):
         self._process_index, process_count = _process(process_index, process_count)
         train = self.source.split("train")
         if config.label_noise > 0:
+            if train.streamed:
+                train.with_labels(None)  # raises: a stream's labels cannot be replaced
             noisy = symmetric_label_noise(
                 train.labels, self.source.num_classes, config.label_noise, config.data_seed
             )

@@ -116,7 +116,8 @@ def class_balanced_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarra
 def symmetric_label_noise(
     labels: np.ndarray, num_classes: int, prob: float, seed: int
 ) -> np.ndarray:
-    """Symmetric label noise (spec/projnce.md §5 A4).
+    """Symmetric label noise, the corruption of Jeong & Hero's label-noise experiments
+    ("Generalizing Supervised Contrastive learning: A Projection Perspective", Table 3).
 
     Each label is independently replaced, with probability ``prob``, by a class
     drawn uniformly from all K classes (so it may keep its value: the expected
@@ -503,6 +504,8 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
             )
     if config.train_subset is not None:
         train = source.split("train")
+        if train.streamed:
+            train.take(np.arange(0))  # raises: a subset needs the labels in memory
         rows = class_balanced_subset(train.labels, config.train_subset, config.data_seed)
         log.info("dataset %s: class-balanced training subset of %d", name, len(rows))
         source = _replace_split(source, "train", train.take(rows))

@@ -1,0 +1,365 @@
+"""Streaming prepared TFDS datasets (ArrayRecord and TFRecord), the converter and its errors.
+
+Small datasets of variable-size JPEG images are prepared in a temporary data
+directory in both formats (3 shards per split, records in example order, so
+row ``r`` of a split has label ``r % 3``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from contrastive_jax import data
+from contrastive_jax.data import augment, prepare, records, sources
+from contrastive_jax.data._tf import tf
+from contrastive_jax.data.pipeline import IMAGENET_CROP_FRACTION
+from tests.data.helpers import digits_config, write_image_folder, write_tfds_dataset
+
+FORMATS = (records.ARRAY_RECORD, records.TFRECORD)
+NAME = "varimg"
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory) -> dict[str, str]:
+    """``file_format -> data_dir`` holding ``varimg`` (48 train / 20 test) in that format."""
+    return {
+        fmt: write_tfds_dataset(str(tmp_path_factory.mktemp(fmt)), NAME, fmt, shards=3)
+        for fmt in FORMATS
+    }
+
+
+def _config(data_dir: str, **overrides):
+    settings = dict(dataset=NAME, data_dir=data_dir, image_size=16, global_batch_size=8)
+    return digits_config(**{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def loaded(data_dirs) -> dict[str, data.Source]:
+    return {fmt: data.load_source(_config(d)) for fmt, d in data_dirs.items()}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_variable_size_dataset_is_streamed(loaded, fmt):
+    source = loaded[fmt]
+    train = source.split("train")
+    assert train.streamed and train.records.file_format == fmt
+    assert train.num_examples == 48 and source.split("test").num_examples == 20
+    assert source.image_shape == (None, None, 3) and source.num_classes == 3
+    assert len(train.records.spans) == 3
+    assert train.records.locate(17) == (train.records.spans[1].filename, 1)
+    assert all(0.3 < m < 0.7 for m in source.mean)  # uniform random pixels
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_eval_reads_every_row_once_with_its_label(loaded, data_dirs, fmt):
+    config = _config(data_dirs[fmt])
+    batches = list(data.make_eval_iterator(config, "test", 8, source=loaded[fmt]))
+    index = np.concatenate([b["index"] for b in batches])
+    valid = np.concatenate([b["valid"] for b in batches])
+    label = np.concatenate([b["label"] for b in batches])
+    np.testing.assert_array_equal(index[valid], np.arange(20))
+    np.testing.assert_array_equal(label[valid], np.arange(20) % 3)
+    assert (index[~valid] == -1).all() and batches[0]["image"].shape == (8, 16, 16, 3)
+    # Two processes: each reads its slots; together they are the one-process batches.
+    halves = [list(data.make_eval_iterator(config, "test", 8, source=loaded[fmt],
+                                           process_index=i, process_count=2)) for i in (0, 1)]
+    for b, batch in enumerate(batches):
+        for key in ("index", "image", "valid"):
+            np.testing.assert_array_equal(
+                np.concatenate([halves[0][b][key], halves[1][b][key]]), batch[key]
+            )
+
+
+def test_eval_default_crop_fraction_for_variable_size(loaded, data_dirs):
+    config = _config(data_dirs[records.ARRAY_RECORD])
+    it = data.make_eval_iterator(config, "test", 8, source=loaded[records.ARRAY_RECORD])
+    assert it._crop_fraction == IMAGENET_CROP_FRACTION
+    config.eval_crop_fraction = 1.0
+    it = data.make_eval_iterator(config, "test", 8, source=loaded[records.ARRAY_RECORD])
+    assert it._crop_fraction == 1.0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_pretrain_batches_resume_exactly_and_split_over_processes(loaded, data_dirs, fmt):
+    config = _config(data_dirs[fmt])
+    source = loaded[fmt]
+    it = data.make_pretrain_iterator(config, seed=3, start_step=0, source=source)
+    batches = [next(it) for _ in range(9)]  # past the end of the first epoch (6 steps)
+    assert batches[0]["views"].shape == (8, 2, 16, 16, 3)
+    for b in batches:
+        np.testing.assert_array_equal(b["label"], b["index"] % 3)
+        assert len(set(b["index"].tolist())) == 8
+    epoch = np.concatenate([b["index"] for b in batches[: it.steps_per_epoch]])
+    assert len(set(epoch.tolist())) == len(epoch)  # no example twice in an epoch
+    resumed = data.make_pretrain_iterator(config, seed=3, start_step=7, source=source)
+    for step in (7, 8):
+        again = next(resumed)
+        for key in ("views", "index", "label"):
+            np.testing.assert_array_equal(again[key], batches[step][key])
+    parts = [
+        next(data.make_pretrain_iterator(config, seed=3, start_step=4, source=source,
+                                         process_index=i, process_count=2))
+        for i in (0, 1)
+    ]
+    for key in ("views", "index"):
+        np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), batches[4][key])
+    assert not set(parts[0]["index"].tolist()) & set(parts[1]["index"].tolist())
+    other = next(data.make_pretrain_iterator(config, seed=4, start_step=0, source=source))
+    assert not np.array_equal(other["views"], batches[0]["views"])
+
+
+def test_tfrecord_lanes_read_their_own_rows(loaded, data_dirs):
+    config = _config(data_dirs[records.TFRECORD], stream_lanes=4)
+    it = data.make_pretrain_iterator(config, seed=0, start_step=0, source=loaded[records.TFRECORD])
+    assert it.lanes == 4 and it.steps_per_epoch == 6
+    batch = next(it)
+    # Two examples per lane per step, lanes in order; lane j holds rows [12 j, 12 j + 12).
+    np.testing.assert_array_equal(batch["index"] // 12, np.repeat(np.arange(4), 2))
+    with pytest.raises(ValueError, match="stream_lanes=3 must divide global_batch_size=8"):
+        data.make_pretrain_iterator(_config(data_dirs[records.TFRECORD], stream_lanes=3),
+                                    seed=0, source=loaded[records.TFRECORD])
+    with pytest.raises(ValueError, match="multiple of the process count 8"):
+        data.make_pretrain_iterator(config, seed=0, source=loaded[records.TFRECORD],
+                                    process_index=0, process_count=8)
+
+
+def test_jpeg_crop_decodes_only_the_window_same_pixels():
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    # Without chroma subsampling: with it, libjpeg upsamples chroma at a crop's
+    # edge from the pixels inside the window only, which changes edge pixels.
+    encoded = tf.io.encode_jpeg(image, quality=90, chroma_downsampling=False)
+    decoded = tf.cast(tf.io.decode_jpeg(encoded), tf.float32) / 255.0
+    for k in range(5):
+        seed = tf.constant([k, 7], tf.int64)
+        kwargs = dict(size=16, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_prob=0.5)
+        a = augment.jpeg_resized_crop(encoded, seed, **kwargs)
+        b = augment.random_resized_crop(decoded, seed, **kwargs)
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-5)
+    cfg = augment.augmentation_preset("simclr_imagenet", 16)
+    seed = tf.constant([1, 2], tf.int64)
+    np.testing.assert_allclose(
+        augment.augment_encoded_view(encoded, seed, cfg, view=0, size=16).numpy(),
+        augment.augment_view(decoded, seed, cfg, view=0, size=16).numpy(),
+        atol=1e-4,
+    )
+    png = tf.io.encode_png(image)  # not a JPEG: decoded whole, same crop
+    np.testing.assert_allclose(
+        augment.augment_encoded_view(png, seed, cfg, view=0, size=16).numpy(),
+        augment.augment_view(tf.cast(image, tf.float32) / 255.0, seed, cfg, view=0,
+                             size=16).numpy(),
+        atol=1e-4,
+    )
+
+
+# --------------------------------------------------------------------------- memory or stream
+
+
+def test_small_fixed_size_dataset_is_loaded_into_memory_unless_told(tmp_path):
+    import tensorflow_datasets as tfds
+
+    images = np.random.default_rng(0).integers(0, 256, (12, 8, 8, 3), dtype=np.uint8)
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name="fixed8",
+        version="1.0.0",
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(8, 8, 3)),
+            "label": tfds.features.ClassLabel(num_classes=2),
+        }),
+        split_datasets={"train": [(i, {"image": images[i], "label": i % 2}) for i in range(12)]},
+        data_dir=str(tmp_path),
+        disable_shuffling=True,
+    )
+    config = digits_config(dataset="fixed8", data_dir=str(tmp_path), global_batch_size=4)
+    memory = data.load_source(config)
+    assert memory.split("train").images is not None and memory.image_shape == (8, 8, 3)
+    config.in_memory = False
+    streamed = data.load_source(config)
+    assert streamed.split("train").streamed and streamed.image_shape == (8, 8, 3)
+    assert streamed.mean == pytest.approx(memory.mean, abs=1e-6)
+    # Same pixels either way: evaluation batches agree.
+    a = next(iter(data.make_eval_iterator(config, "train", 4, source=memory)))
+    b = next(iter(data.make_eval_iterator(config, "train", 4, source=streamed)))
+    np.testing.assert_allclose(a["image"], b["image"], atol=1e-6)
+
+
+def test_variable_size_dataset_cannot_be_forced_into_memory(data_dirs):
+    with pytest.raises(ValueError, match="variable-size images"):
+        data.load_source(_config(data_dirs[records.TFRECORD], in_memory=True))
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unprepared_dataset_lists_what_data_dir_holds(data_dirs, tmp_path):
+    with pytest.raises(data.DatasetNotPreparedError) as info:
+        data.load_source(_config(data_dirs[records.TFRECORD], dataset="imagenet2012"))
+    message = str(info.value)
+    assert "'imagenet2012'" in message and "it holds: varimg/1.0.0" in message
+    assert "contrastive_jax.data.prepare" in message
+    with pytest.raises(data.DatasetNotPreparedError, match="it does not exist"):
+        data.load_source(_config(str(tmp_path / "nowhere")))
+    with pytest.raises(data.DatasetNotPreparedError, match="holds no prepared TFDS dataset"):
+        data.load_source(_config(str(tmp_path)))
+
+
+def test_unknown_split_names_the_available_ones(loaded):
+    with pytest.raises(ValueError, match=r"no split 'validation'; available: \['test', 'train'\]"):
+        loaded[records.ARRAY_RECORD].split("validation")
+
+
+def test_missing_label_feature_lists_the_features(tmp_path):
+    import tensorflow_datasets as tfds
+
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name="nolabel",
+        version="1.0.0",
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(None, None, 3)),
+            "class_id": tfds.features.ClassLabel(num_classes=2),
+        }),
+        split_datasets={"train": [(0, {"image": np.zeros((5, 4, 3), np.uint8), "class_id": 1})]},
+        data_dir=str(tmp_path),
+    )
+    with pytest.raises(ValueError, match=r"no 'label' feature; its features: \['class_id', 'image'\]"):
+        data.load_source(digits_config(dataset="nolabel", data_dir=str(tmp_path)))
+
+
+def test_label_noise_and_subsets_need_labels_in_memory(loaded, data_dirs):
+    config = _config(data_dirs[records.ARRAY_RECORD], label_noise=0.2)
+    with pytest.raises(ValueError, match="label_noise needs a dataset held in memory"):
+        data.make_pretrain_iterator(config, seed=0, source=loaded[records.ARRAY_RECORD])
+    with pytest.raises(ValueError, match="train_subset"):
+        data.load_source(_config(data_dirs[records.ARRAY_RECORD], train_subset=12))
+
+
+@pytest.fixture(scope="module")
+def corrupt_dirs(tmp_path_factory) -> dict[str, str]:
+    """``varimg`` in both formats, one shard per split, whose train row 5 is not an image."""
+    import tensorflow_datasets as tfds
+
+    from tests.data.helpers import variable_size_examples
+
+    examples = variable_size_examples(16, 0)
+    examples[5]["image"] = b"\xff\xd8 not a jpeg"  # stored as given
+    out = {}
+    for fmt in FORMATS:
+        root = str(tmp_path_factory.mktemp(f"corrupt_{fmt}"))
+        tfds.dataset_builders.store_as_tfds_dataset(
+            name="broken",
+            version="1.0.0",
+            features=tfds.features.FeaturesDict({
+                "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
+                "label": tfds.features.ClassLabel(num_classes=3),
+            }),
+            split_datasets={"train": list(enumerate(examples)), "test": list(enumerate(examples))},
+            data_dir=root,
+            file_format=fmt,
+            disable_shuffling=True,
+        )
+        out[fmt] = root
+    return out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_corrupt_record_names_file_and_index(corrupt_dirs, fmt):
+    config = digits_config(dataset="broken", data_dir=corrupt_dirs[fmt], image_size=16,
+                           global_batch_size=16, mean=(0.5,) * 3, std=(0.25,) * 3)
+    source = data.load_source(config)
+    pattern = rf"broken/train: record 5 of broken-train\.{fmt}-00000-of-00001 \(.*\) cannot be"
+    with pytest.raises(records.CorruptRecordError, match=pattern):
+        next(data.make_pretrain_iterator(config, seed=0, source=source))
+    with pytest.raises(records.CorruptRecordError, match=pattern):
+        list(data.make_eval_iterator(config, "train", 8, source=source))
+
+
+def test_damaged_tfrecord_file_names_file_and_index(data_dirs, tmp_path):
+    import shutil
+
+    root = str(tmp_path / "damaged")
+    shutil.copytree(data_dirs[records.TFRECORD], root)
+    source = data.load_source(_config(root))
+    span = source.split("train").records.spans[1]
+    with open(span.filename, "r+b") as f:  # inside the 4th record's payload: CRC mismatch
+        sizes = [len(r) for r in tf.data.TFRecordDataset(span.filename).as_numpy_iterator()]
+        f.seek(sum(s + 16 for s in sizes[:3]) + 12 + sizes[3] // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    pattern = r"record 3 of varimg-train\.tfrecord-00001-of-00003 .* cannot be read"
+    with pytest.raises(records.CorruptRecordError, match=pattern):
+        list(data.make_eval_iterator(_config(root), "train", 48, source=source))
+    with pytest.raises(records.CorruptRecordError, match=pattern):
+        it = data.make_pretrain_iterator(_config(root), seed=0, source=source)
+        for _ in range(6):
+            next(it)
+
+
+# --------------------------------------------------------------------------- converter
+
+
+def test_prepare_image_folder_as_array_record(tmp_path):
+    folder = write_image_folder(str(tmp_path / "folder"), shape=(30, 20, 3))
+    out = str(tmp_path / "tfds")
+    path = prepare.from_image_folder(folder, "pets", out)
+    assert path == os.path.join(out, "pets", "1.0.0")
+    assert os.listdir(out) == ["pets"]  # no temporary folder left
+    source = data.load_source(digits_config(dataset="pets", data_dir=out, global_batch_size=4))
+    train = source.split("train")
+    assert train.records.random_access and train.num_examples == 12
+    assert source.class_names == ("cat", "dog") and source.image_shape == (None, None, 3)
+    # Stored bytes are the files' bytes: labels and pixels match the folder's.
+    folder_source = data.load_source(digits_config(dataset="image_folder", data_dir=folder))
+    by_bytes = {open(p, "rb").read(): k for p, k in zip(folder_source.split("train").paths,
+                                                         folder_source.split("train").labels,
+                                                         strict=True)}
+    for record in train.records.read(range(12)):
+        example = train.records.parse(tf.constant(record))
+        assert by_bytes[example["data"].numpy()] == example["label"].numpy()
+    with pytest.raises(prepare.PrepareError, match="already exists"):
+        prepare.from_image_folder(folder, "pets", out)
+    with pytest.raises(prepare.PrepareError, match="not a folder of images"):
+        prepare.from_image_folder(str(tmp_path), "other", out)
+
+
+def test_prepare_tfrecord_dataset_as_array_record(data_dirs, tmp_path):
+    out = str(tmp_path / "converted")
+    path = prepare.from_tfds(NAME, data_dirs[records.TFRECORD], out)
+    assert path == os.path.join(out, NAME, "1.0.0") and os.listdir(out) == [NAME]
+    converted = data.load_source(_config(out)).split("train").records
+    original = data.load_source(_config(data_dirs[records.TFRECORD])).split("train").records
+    assert converted.random_access and converted.num_examples == original.num_examples
+    streamed = [r for _, r in original.stream().as_numpy_iterator()]
+    assert converted.read(range(48)) == streamed
+    with pytest.raises(prepare.PrepareError, match="not TFRecord"):
+        prepare.from_tfds(NAME, out, str(tmp_path / "again"))
+
+
+def test_prepare_failure_leaves_nothing_behind(data_dirs, tmp_path):
+    import shutil
+
+    root = str(tmp_path / "damaged")
+    shutil.copytree(data_dirs[records.TFRECORD], root)
+    span = data.load_source(_config(root)).split("train").records.spans[0]
+    with open(span.filename, "r+b") as f:
+        f.seek(40)
+        f.write(b"\x00" * 8)
+    out = str(tmp_path / "out")
+    with pytest.raises(prepare.PrepareError, match=r"record \d+ of varimg-train\.tfrecord-00000"):
+        prepare.from_tfds(NAME, root, out)
+    assert os.listdir(out) == []
+
+
+def test_prepare_cli_errors(capsys):
+    from absl import flags
+
+    flags.FLAGS(["prepare", "--output_dir=/tmp/x", "--image_folder=/a", "--dataset=b"])
+    try:
+        assert prepare.main([]) == 2
+        assert "exactly one of --image_folder and --dataset" in capsys.readouterr().err
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert sources.is_image_folder("/nonexistent") is False
