@@ -19,30 +19,11 @@ from contrastive_jax import data
 from contrastive_jax.embed import embed_split
 from contrastive_jax.evaluate import PLOT_FILES, evaluate_checkpoint
 from contrastive_jax.train import loop
-from contrastive_jax.train.config import default_config
 from contrastive_jax.train.pretrained import load_pretrained
 from tests.train import runs
+from tests.train.tiny import tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def tiny_config(**loss):
-    """Digits, a 8-channel-stem ResNet-18, global batch 64 (8 per device), 6 steps."""
-    config = default_config()
-    config.batch_size = 64
-    config.model.encoder.width = 0.125
-    config.model.head.hidden_features = 32
-    config.model.head.out_features = 16
-    config.optimizer.name = "adamw"
-    config.optimizer.base_learning_rate = 1e-3
-    config.optimizer.lr_scaling = "none"
-    config.optimizer.warmup_epochs = 0
-    config.num_steps = 6
-    config.train.log_every = 2
-    config.checkpoint_every = 3
-    config.train.online_probe = True
-    config.loss.update(loss)
-    return config
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from contrastive_jax import data
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
 from contrastive_jax.train.step import make_train_step
-from tests.train.test_pretrain_e2e import tiny_config
+from tests.train.tiny import tiny_config
 
 
 def _one_step(config, num_devices: int, batch_np: dict):
