@@ -1,8 +1,9 @@
-"""Soft-target InfoNCE and soft-target cross-entropy against
-spec/soft-target-infonce.md (seed 002, §1.3, §1.5, §1.6, §4 T1–T12 and golden values).
+"""Soft-target InfoNCE and soft-target cross-entropy (Hugger & Uhlmann 2024,
+arXiv:2404.14076, Eqs. 3, 5 and 12) against float64 references, precomputed golden
+values, the paper's Figure 2 code and optax.
 
-T13–T17 (label smoothing, MixUp, SD-InfoNCE optimum, MI identity, toy modes) are
-properties of other components, not of these two losses.
+Label smoothing, MixUp and the toy experiments are properties of other components
+(``tests/data/test_mixing.py``, ``tests/experiments``), not of these two losses.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def ref_hard_infonce_per_row(logits, labels, tau, eta):
 
 
 def ref_hard_infonce_counts(logits, labels, tau, eta):
-    """T7: ``logsumexp_k (S[a,k] + log n_k) - S[a,k_a]`` over classes with n_k > 0."""
+    """Count form: ``logsumexp_k (S[a,k] + log n_k) - S[a,k_a]`` over classes with n_k > 0."""
     logits = np.asarray(logits, np.float64)
     n, k = logits.shape
     counts = np.bincount(labels, minlength=k)
@@ -226,7 +227,7 @@ def test_stce_golden_value():
 
 
 def test_hard_infonce_golden_values_via_one_hot_targets():
-    """Spec golden hard InfoNCE (Eq. 5), also via the T7 count form."""
+    """Precomputed hard InfoNCE values (Eq. 5), also via the count form."""
     refs = (
         ref_hard_infonce_per_row(GOLDEN_HARD_L, GOLDEN_HARD_LABELS, 1.0, GOLDEN_ETA),
         ref_hard_infonce_counts(GOLDEN_HARD_L, GOLDEN_HARD_LABELS, 1.0, GOLDEN_ETA),
@@ -241,7 +242,7 @@ def test_hard_infonce_golden_values_via_one_hot_targets():
     np.testing.assert_allclose(value, 0.902402458584889, rtol=1e-5)
 
 
-# ------------------------------------------------------- T3 / T4 / T12 references
+# ------------------------------------------------------- Figure 2, float64 and Eq. (9) references
 
 
 @pytest.mark.parametrize("tau", [0.1, 0.5, 1.0])
@@ -260,7 +261,7 @@ def test_sti_matches_literal_eq12_reference(tau, seed):
 
 @pytest.mark.parametrize("seed", [2, 3])
 def test_sti_matches_figure2_tiled_computation(seed):
-    """T3: the einsum form equals the (N, N, K) broadcast of Figure 2 with its max shift."""
+    """The einsum form equals the (N, N, K) broadcast of Figure 2 with its max shift."""
     logits, targets = soft_batch(seed, n=7, k=5)
     prior = random_prior(seed, 5)
     value = STI(
@@ -271,7 +272,7 @@ def test_sti_matches_figure2_tiled_computation(seed):
 
 @pytest.mark.parametrize("seed", [4, 5])
 def test_eq13_restatement_equals_eq12(seed):
-    """T4 (float64 references) and the implementation."""
+    """The float64 references and the implementation agree."""
     logits, targets = soft_batch(seed, n=6, k=4)
     prior = random_prior(seed, 4)
     exact = np.asarray(targets, np.float64)
@@ -286,7 +287,7 @@ def test_eq13_restatement_equals_eq12(seed):
 
 @pytest.mark.parametrize("seed", [6, 7])
 def test_loss_is_minus_log_of_eq9_posterior(seed):
-    """T12: per row, exp(-l_a) is the CC posterior of Eq. (9) in product form; one-hot
+    """Per row, exp(-l_a) is the CC posterior of Eq. (9) in product form; one-hot
     targets give the classic NCE posterior (r_{k_a} / sum_b r_{k_b})."""
     logits, targets = soft_batch(seed, n=6, k=4)
     prior = random_prior(seed, 4)
@@ -306,13 +307,13 @@ def test_loss_is_minus_log_of_eq9_posterior(seed):
     np.testing.assert_allclose(hot, classic, rtol=1e-10)
 
 
-# ------------------------------------------------------------- T1 / T7 / T8 one-hot
+# ------------------------------------------------------------- one-hot targets
 
 
 @pytest.mark.parametrize("tau", [0.2, 1.0])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_one_hot_targets_give_hard_infonce(tau, seed):
-    """T1 (Eq. 12 -> Eq. 5, same-class rows stay in the denominator) and T7 (count form)."""
+    """Eq. 12 with one-hot targets is Eq. 5 (same-class rows stay in the denominator); count form."""
     rng = np.random.default_rng(seed)
     logits = rng.normal(size=(12, 5)).astype(np.float32)
     labels = rng.choice(5, size=12, p=[0.4, 0.3, 0.2, 0.1, 0.0])  # repeats and an absent class
@@ -329,7 +330,7 @@ def test_one_hot_targets_give_hard_infonce(tau, seed):
 
 @pytest.mark.parametrize("tau", [0.5, 1.0])
 def test_hard_infonce_is_cross_entropy_plus_log_m_with_balanced_batch(tau):
-    """T8: each class m times and uniform eta -> l_InfoNCE = l_NLL(L/tau) + log m."""
+    """Each class m times and uniform eta -> l_InfoNCE = l_NLL(L/tau) + log m."""
     rng = np.random.default_rng(8)
     m, k = 3, 4
     labels = rng.permutation(np.repeat(np.arange(k), m))
@@ -343,7 +344,7 @@ def test_hard_infonce_is_cross_entropy_plus_log_m_with_balanced_batch(tau):
 
 
 def test_hard_infonce_with_eta_equal_to_batch_frequencies():
-    """T8, general: n_k = B eta_k -> l_a = l_NLL(a) + log n_{k_a}."""
+    """In general n_k = B eta_k -> l_a = l_NLL(a) + log n_{k_a}."""
     rng = np.random.default_rng(9)
     labels = rng.permutation(np.array([0] * 5 + [1] * 3 + [2] * 1 + [3] * 3))
     counts = np.bincount(labels, minlength=4)
@@ -355,11 +356,11 @@ def test_hard_infonce_with_eta_equal_to_batch_frequencies():
     np.testing.assert_allclose(sti, jnp.mean(nll) + np.mean(np.log(counts[labels])), rtol=1e-5)
 
 
-# ------------------------------------------------------------------- T2 / T5 / T6
+# ------------------------------------------------------------------- prior, bounds, invariance
 
 
 def test_uniform_prior_cancels_and_non_uniform_prior_matters():
-    """T2."""
+    """A uniform noise prior cancels (target rows sum to 1); a non-uniform one changes the loss."""
     logits, targets = soft_batch(11, k=5)
     logits, targets = jnp.asarray(logits), jnp.asarray(targets)
     base = STI(logits, targets)
@@ -379,7 +380,7 @@ def test_uniform_prior_cancels_and_non_uniform_prior_matters():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_sti_is_non_negative(seed):
-    """T5: loss >= 0; every target duplicated once -> loss >= log 2."""
+    """Loss >= 0; every target duplicated once -> loss >= log 2."""
     logits, targets = soft_batch(seed, n=8)
     prior = jnp.asarray(random_prior(seed, 4))
     assert STI(jnp.asarray(logits), jnp.asarray(targets), class_prior=prior) >= 0
@@ -389,7 +390,7 @@ def test_sti_is_non_negative(seed):
 
 
 def test_degenerate_batches_give_log_batch_size():
-    """T5: identical target rows, or zero logits with uniform eta -> log B; B = 1 -> 0."""
+    """Identical target rows, or zero logits with uniform eta -> log B; B = 1 -> 0."""
     logits, targets = soft_batch(12, n=9)
     same = jnp.tile(jnp.asarray(targets[:1]), (9, 1))
     prior = jnp.asarray(random_prior(12, 4))
@@ -408,7 +409,7 @@ def test_degenerate_batches_give_log_batch_size():
 @pytest.mark.parametrize("name", ["sti", "stce"])
 @pytest.mark.parametrize("scale", [5.0, 1e3])
 def test_per_row_shift_invariance(name, scale):
-    """T6: L[a, :] + c_a leaves the loss unchanged (target rows sum to 1)."""
+    """L[a, :] + c_a leaves the loss unchanged (target rows sum to 1)."""
     logits, targets = soft_batch(13)
     kwargs = {"class_prior": jnp.asarray(random_prior(13, 4))} if name == "sti" else {}
     shift = scale * np.random.default_rng(0).normal(size=(10, 1)).astype(np.float32)
@@ -417,7 +418,7 @@ def test_per_row_shift_invariance(name, scale):
     np.testing.assert_allclose(moved, base, rtol=1e-5, atol=1e-3 * scale / 1e3)
 
 
-# -------------------------------------------------------------------- T9 gradients
+# -------------------------------------------------------------------- gradients
 
 
 def _coupling(logits, targets, tau, eta):
@@ -430,7 +431,7 @@ def _coupling(logits, targets, tau, eta):
 
 @pytest.mark.parametrize("tau", [0.3, 1.0])
 def test_gradient_wrt_logits_matches_formula(tau):
-    """T9: dl_a/dL[a] = -(1/tau)(t_a - sum_b C_ab t_b); the mean divides by B; rows sum to 0."""
+    """dl_a/dL[a] = -(1/tau)(t_a - sum_b C_ab t_b); the mean divides by B; rows sum to 0."""
     logits, targets = soft_batch(14, n=6, k=4)
     prior = random_prior(14, 4)
     grad = jax.jit(jax.grad(soft_target_infonce))(
@@ -443,7 +444,7 @@ def test_gradient_wrt_logits_matches_formula(tau):
 
 
 def test_hessian_is_block_diagonal():
-    """T9: l_a depends on L[a] only, so d2 loss / dL[a] dL[b] = 0 for a != b."""
+    """l_a depends on L[a] only, so d2 loss / dL[a] dL[b] = 0 for a != b."""
     logits, targets = soft_batch(15, n=5, k=3)
     prior = jnp.asarray(random_prior(15, 3))
     hess = np.asarray(jax.jit(jax.hessian(soft_target_infonce))(
@@ -457,7 +458,7 @@ def test_hessian_is_block_diagonal():
 
 
 def test_gradients_of_embedding_model_match_paper_formulas():
-    """T9 with L = Z Y^T: dl/dz_a = -(1/tau)(ybar_a - sum_b C_ab ybar_b) and
+    """With L = Z Y^T: dl/dz_a = -(1/tau)(ybar_a - sum_b C_ab ybar_b) and
     dl/dy_j = -(1/tau) sum_a z_a (t_a[j] - sum_b C_ab t_b[j]) (per-sample; mean over B)."""
     rng = np.random.default_rng(16)
     n, k, d, tau = 6, 4, 3, 0.5
@@ -480,7 +481,7 @@ def test_gradients_of_embedding_model_match_paper_formulas():
 
 
 def test_gradient_of_cosine_scores_is_projected():
-    """T9, Eq. (25): with s = zhat . yhat (tau = 1), dl/dz = (I - zhat zhat^T)/|z| dl/dzhat."""
+    """Eq. (25): with s = zhat . yhat (tau = 1), dl/dz = (I - zhat zhat^T)/|z| dl/dzhat."""
     rng = np.random.default_rng(17)
     z = jnp.asarray(rng.normal(size=(5, 3)), jnp.float32)
     y = jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)
@@ -520,7 +521,7 @@ def test_gradient_flows_into_targets():
     assert np.any(np.abs(np.asarray(jax.grad(f)(jnp.asarray(targets)))) > 1e-3)
 
 
-# ------------------------------------------------------------ soft-target CE (§1.3)
+# ------------------------------------------------------------ soft-target CE (Eq. 3)
 
 
 @pytest.mark.parametrize("tau", [0.25, 1.0])
@@ -642,7 +643,7 @@ def test_finite_value_and_gradient(name, case):
 
 
 def test_zero_prior_class_is_floored_not_nan():
-    """eta_k = 0 uses log eta_k := 0 (spec §1.6.2): equals any prior with eta_k = 1 there."""
+    """eta_k = 0 uses log eta_k := 0: equals any prior with eta_k = 1 there."""
     logits, _ = soft_batch(26, n=8)
     targets = jnp.asarray(one_hot(np.array([0, 1, 1, 2, 0, 2, 1, 0]), 4))
     zero = STI(
@@ -655,7 +656,7 @@ def test_zero_prior_class_is_floored_not_nan():
 
 
 def test_extreme_logits_keep_reference_value():
-    """T10: logits of magnitude 1e4 give a finite loss equal to the shifted computation."""
+    """Logits of magnitude 1e4 give a finite loss equal to the shifted computation."""
     logits, targets = soft_batch(27, n=6)
     big = logits + 1e4
     value = STI(jnp.asarray(big), jnp.asarray(targets))
@@ -674,7 +675,7 @@ def test_jit_with_traced_temperature(name):
     )
 
 
-# -------------------------------------------------------------- T11 multi-device
+# -------------------------------------------------------------- multi-device
 
 
 def _multidevice_batch():
