@@ -1,5 +1,5 @@
-"""Metrics: alignment/uniformity (Wang & Isola 2020), class cosine statistics
-(spec/sincere-supcon.md §7.6), Mixed-KSG (spec/projnce.md §1.12, T14) and
+"""Metrics: alignment/uniformity (Wang & Isola 2020), class cosine statistics (the
+matrices of SINCERE's Figs. 2-3, Feeney & Hughes 2023), Mixed-KSG (Gao et al. 2017) and
 embedding statistics, each against a literal numpy reference."""
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def test_class_similarity_bad_inputs():
 
 
 def _brute_mixed_ksg(x, y, k):
-    """Literal O(N^2) spec/projnce.md §1.12: one sample at a time, l-inf distances.
+    """Literal O(N^2) Mixed-KSG (Gao et al. 2017): one sample at a time, l-inf distances.
 
     Returns the estimate and the number of samples with rho_i = 0.
     """
@@ -268,7 +268,9 @@ def _brute_mixed_ksg(x, y, k):
 
 
 def _binary_gaussian(n, seed, dim=5):
-    """spec/projnce.md §2.4: C ~ Ber(1/2), X | C ~ N(+-1, I_5); I(X; C) = 0.6587 nats."""
+    """The synthetic task of ProjNCE (Jeong & Hero 2025, arXiv:2506.09810): C ~ Ber(1/2),
+    X | C ~ N(+-1, I_5); I(X; C) = 0.6587 nats (checked against Monte Carlo in
+    tests/experiments/test_reproduce_synthetic.py)."""
     rng = np.random.default_rng(seed)
     c = rng.integers(0, 2, size=n)
     x = rng.normal(size=(n, dim)) + (2.0 * c - 1.0)[:, None]
@@ -304,7 +306,7 @@ def test_mixed_ksg_independent_is_near_zero():
     assert abs(metrics.mixed_ksg(z, c)) < 0.05
 
 
-def test_mixed_ksg_binary_gaussian_matches_spec():
+def test_mixed_ksg_binary_gaussian_matches_the_true_mi():
     x, c = _binary_gaussian(5000, seed=0)
     full = metrics.mixed_ksg(x, c, k=5)
     sufficient = metrics.mixed_ksg(x.sum(axis=1) / math.sqrt(5), c, k=5)

@@ -3,11 +3,11 @@
 Everything here takes frozen features (numpy or JAX arrays [N, F]) and labels, never models;
 ``python -m contrastive_jax.linear_eval`` extracts the features and calls these functions.
 
-* :mod:`.linear`: SGD linear probe with the SupCon/SINCERE schedule (spec §7.2).
+* :mod:`.linear`: SGD linear probe with the SupCon/SINCERE schedule (Feeney & Hughes 2023, Sec. 4.3).
 * :mod:`.knn`: weighted kNN (Wu et al. 2018), k = 20, tau = 0.07.
 * :mod:`.ridge`: closed-form ridge probe on one-hot targets.
-* :mod:`.bootstrap`: top-k accuracy, percentile and paired bootstrap (spec §7.3, A9).
-* :mod:`.plots`: confusion matrices and SINCERE Figs. 2, 3 (spec §7.6).
+* :mod:`.bootstrap`: top-k accuracy, percentile and paired bootstrap (the paper's Table 2).
+* :mod:`.plots`: confusion matrices and SINCERE Figs. 2, 3.
 """
 
 from contrastive_jax._extras import require

@@ -1,8 +1,8 @@
-"""Top-k accuracy and the test-set bootstrap of SINCERE (spec/sincere-supcon.md §7.3, A9).
+"""Top-k accuracy and the test-set bootstrap of SINCERE (Feeney & Hughes 2023, arXiv:2309.14277).
 
 SINCERE (Feeney & Hughes, §4.2) reports "the mean of 1,000 iterations of test set
 bootstrapping" and calls two accuracies different only when a 95 % bootstrap interval says so
-(Foody 2009). The recommended default (A9) is the **paired percentile bootstrap**: both models'
+(Foody 2009). Our default is the **paired percentile bootstrap**: both models'
 per-example correctness is resampled with the *same* indices, and the difference is
 significant when the 95 % percentile interval of the per-resample accuracy differences
 excludes 0. The bootstrap captures test-set sampling variability only, not seed-to-seed
@@ -113,7 +113,7 @@ def paired_bootstrap_difference(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> dict[str, float | bool]:
-    """Paired percentile bootstrap of ``acc(a) - acc(b)`` on the same test set (spec A9).
+    """Paired percentile bootstrap of ``acc(a) - acc(b)`` on the same test set.
 
     Each resample draws N test indices once and evaluates both models on them, so the
     interval reflects the variability of the *difference*, which is much smaller than that of

@@ -1,4 +1,6 @@
-"""Expected calibration error and reliability-diagram bins (Guo et al. 2017; seed 002 §2.4).
+"""Expected calibration error and reliability-diagram bins (Guo et al. 2017, arXiv:1706.04599).
+
+The calibration measure of the soft-target experiments (Hugger & Uhlmann 2024, arXiv:2404.14076).
 
 A classifier's *confidence* on an example is its largest predicted class probability and its
 *prediction* that class (ties go to the lowest class index, like :func:`numpy.argmax` and

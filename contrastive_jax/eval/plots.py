@@ -1,6 +1,7 @@
 """Evaluation figures: confusion matrices and the similarity figures of SINCERE (Figs. 2, 3, A.1).
 
-Spec/sincere-supcon.md §7.6. Every plot function takes a mapping ``{panel title: data}`` and
+Feeney & Hughes (2023), "SINCERE: Supervised Information Noise-Contrastive Estimation
+REvisited", arXiv:2309.14277. Every plot function takes a mapping ``{panel title: data}`` and
 draws one panel per entry side by side with shared colour scale or bins, so one call draws a
 single model or the paper's SupCon-vs-SINCERE comparison. Figures are built on
 :class:`matplotlib.figure.Figure` and written by its Agg canvas, without ``pyplot`` and without
@@ -8,9 +9,9 @@ touching the global backend (safe in notebooks and headless jobs). Each function
 creating parent directories, and returns its path.
 
 The statistics come from :mod:`contrastive_jax.metrics` (:func:`class_similarity_matrix`,
-:func:`within_between_similarities`). SINCERE does not say which embedding space Figs. 2-3 use
-(A5); the recommended default is the L2-normalised projection output of un-augmented test
-images, and the functions accept any [N, D] embeddings.
+:func:`within_between_similarities`). SINCERE does not say which embedding space Figs. 2-3 use;
+we use the L2-normalised projection output of un-augmented test images (``docs/decisions.md``),
+and the functions accept any [N, D] embeddings.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def plot_class_similarity(
     Cell ``(a, b)`` is ``M_ab = mean{cos(z_i, z_j) : c_i = a, c_j = b, i != j}``
     (:func:`contrastive_jax.metrics.class_similarity_matrix`), printed in the cell for up to 20
     classes; all panels share the colour scale. The title adds the mean diagonal and mean
-    off-diagonal entry (§7.6: SINCERE lowers them by about 0.06 and 0.11 on CIFAR-10).
+    off-diagonal entry (the paper's Fig. 2: SINCERE lowers them by 0.06 and 0.11 on CIFAR-10).
 
     Args:
       embeddings: ``{title: z}`` with z float [N, D] for the same N test examples.
