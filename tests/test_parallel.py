@@ -67,6 +67,9 @@ def _start(port: int, pid: int, mode: str) -> subprocess.Popen:
 def test_make_mesh_over_all_or_first_devices():
     assert parallel.make_mesh().shape == {"data": jax.device_count()}
     assert parallel.make_mesh(2).shape == {"data": 2}
+    assert set(parallel.make_mesh(2).devices.flat) <= set(jax.devices()[:2])
+    # jax.make_mesh's default is Explicit axes; shardings here are given, XLA infers the rest.
+    assert parallel.make_mesh().axis_types == (jax.sharding.AxisType.Auto,)
     with pytest.raises(ValueError, match="num_devices"):
         parallel.make_mesh(jax.device_count() + 1)
 

@@ -284,6 +284,10 @@ def _profile_range(config: ml_collections.ConfigDict, total_steps: int) -> tuple
     return steps
 
 
+def _several_processes() -> bool:
+    return jax.process_count() > 1
+
+
 class _Batch(NamedTuple):
     arrays: dict[str, jax.Array]  # the global batch, on the devices
     stop: bool  # this process's SIGTERM flag when the batch was drawn
@@ -457,7 +461,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         patience=int(config.train.get("collapse_patience", 3)),
         after_step=_warmup_steps(config.optimizer, steps_per_epoch),
     )
-    agree_late = jax.process_count() > 1  # the stop flag read one step late, from the devices
+    agree_late = _several_processes()  # the stop flag read one step late, from the devices
 
     def meta(step: int, nonfinite_steps: int) -> dict:
         return {

@@ -189,3 +189,75 @@ def test_state_checksum_covers_every_leaf_dtype(leaf):
     if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         changed = jax.random.wrap_key_data(changed)
     assert state_checksum([changed]) != [value]
+
+
+@pytest.mark.parametrize(
+    "leaf",
+    [
+        jnp.arange(5, dtype=jnp.bfloat16),
+        jnp.arange(7, dtype=jnp.int32),
+        jnp.asarray([True, False, True]),
+        jnp.arange(5, dtype=jnp.uint8),
+        jax.random.PRNGKey(3),
+        jnp.asarray(2.5, jnp.float32),
+        jnp.asarray(np.random.default_rng(1).normal(size=(37, 5, 3)), jnp.float32),
+    ],
+    ids=["bfloat16", "int32", "bool", "uint8", "raw-key", "scalar", "3-d"],
+)
+def test_host_checksum_equals_device_checksum(leaf, monkeypatch):
+    import contrastive_jax.train.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "_HOST_CHUNK", 7)  # several slices along the first axis
+    assert checkpoint.host_checksum(np.asarray(leaf)) == state_checksum([leaf])[0]
+
+
+def test_verification_reads_files_on_the_host_only(tmp_path, monkeypatch):
+    """verify() puts no array on a device and never restores through the manager."""
+    workdir = str(tmp_path)
+    checkpointer = Checkpointer(workdir, asynchronous=False)
+    state = {**_random_state(1), "b": jnp.arange(10.0), "c": [jnp.ones(3), jnp.zeros((2, 2))]}
+    checkpointer.save(1, state, {"step": 1})
+    checkpointer.wait()
+
+    created = []
+
+    def spy(name, original):
+        def wrapped(*args, **kwargs):
+            created.append(name)
+            return original(*args, **kwargs)
+        return wrapped
+
+    for name in ("device_put", "make_array_from_callback", "make_array_from_single_device_arrays",
+                 "make_array_from_process_local_data"):
+        monkeypatch.setattr(jax, name, spy(name, getattr(jax, name)))
+    restore = ocp.CheckpointManager.restore
+
+    def manager_restore(self, step, args=None, **kwargs):
+        if args is not None and "state" in args.keys():
+            created.append("CheckpointManager.restore(state)")
+        return restore(self, step, args=args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", manager_restore)
+    live = len(jax.live_arrays())
+    assert checkpointer.verify(1)
+    assert created == [] and len(jax.live_arrays()) == live
+
+    runs.flip_checkpoint_bytes(workdir, 1, value_files_only=True)
+    checkpointer._verified.clear()
+    assert not checkpointer.verify(1)  # the checksums recomputed on the host see the change
+    assert created == []
+    assert os.listdir(os.path.join(workdir, DAMAGED_DIR))[0].startswith("1-")
+    monkeypatch.undo()
+    checkpointer.close()
+
+
+def test_verification_groups_arrays_by_the_largest_array():
+    from contrastive_jax.train.checkpoint import _byte_groups
+
+    class Meta:
+        def __init__(self, shape):
+            self.shape, self.dtype = shape, np.float32
+
+    stored = {("a",): Meta((100,)), ("b",): Meta((30,)), ("c",): Meta((50,)), ("d",): Meta((40,)),
+              ("e",): Meta(())}
+    assert _byte_groups(stored) == [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
