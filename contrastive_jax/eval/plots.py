@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import sklearn.metrics
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -33,6 +34,7 @@ def confusion_matrix(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> 
     """Counts ``C[t, p] = #{i : labels_i = t, pred_i = p}``: int [N], int [N] -> int64 [K, K].
 
     Rows are true classes, columns predicted classes; ``trace(C) / N`` is the accuracy.
+    ``sklearn.metrics.confusion_matrix`` with every class listed, after checking the inputs.
     """
     pred = np.asarray(pred)
     labels = np.asarray(labels)
@@ -44,9 +46,10 @@ def confusion_matrix(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> 
         min(pred.min(), labels.min()) < 0 or max(pred.max(), labels.max()) >= num_classes
     ):
         raise ValueError(f"`pred` and `labels` must lie in [0, {num_classes})")
-    flat = labels.astype(np.int64) * num_classes + pred.astype(np.int64)
-    return np.bincount(flat, minlength=num_classes * num_classes).reshape(
-        num_classes, num_classes
+    if not pred.size:
+        return np.zeros((num_classes, num_classes), np.int64)
+    return sklearn.metrics.confusion_matrix(labels, pred, labels=np.arange(num_classes)).astype(
+        np.int64
     )
 
 

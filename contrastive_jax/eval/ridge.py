@@ -9,16 +9,14 @@ standardised features and classify by the largest regressed score. With the trai
     b = mean(Y)                                      [K]   (X_s has zero mean)
     scores(x) = ((x - mu) / sigma) W + b
 
-which is ``sklearn.linear_model.Ridge(alpha=lambda, fit_intercept=True)`` after
-``StandardScaler()``. Everything runs in float64 numpy/scipy; the Gram matrix is accumulated
-over row chunks, so memory is O(F^2 + chunk * F) beyond the features themselves.
+The fit is scikit-learn's: ``StandardScaler()`` then ``Ridge(alpha=lambda,
+fit_intercept=True)``, in float64 (memory: the features as float64 plus the F x F Gram).
 
 Regularisation is chosen per sample: ``lambda = alpha * N`` with ``alpha`` from ``alphas``,
 which keeps the strength of the penalty relative to the data term (``X_s^T X_s / N`` has unit
 diagonal) when the fit is repeated on a different number of rows. Unless ``alpha`` is given,
 ``alpha`` maximises accuracy on a random held-out ``val_fraction`` of the training rows (fit
-on the rest, one eigendecomposition for the whole grid; ties go to the larger ``alpha``), and
-the probe is then refit on all training rows.
+on the rest; ties go to the larger ``alpha``), and the probe is then refit on all training rows.
 """
 
 from __future__ import annotations
@@ -27,12 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
+from sklearn.linear_model import Ridge
+from sklearn.preprocessing import StandardScaler
 
 #: Default grid of per-sample penalties ``alpha = lambda / N``.
 DEFAULT_ALPHAS: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
-
-_ROWS_PER_CHUNK = 8192
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ class RidgeProbe:
 
     Attributes:
       weight: float64 [F, K], acting on standardised features.
-      bias: float64 [K], the class frequencies of the training rows.
+      bias: float64 [K], the intercept: the class frequencies of the training rows.
       mean: float64 [F], train feature mean.
       std: float64 [F], train feature standard deviation (1 for constant features).
       alpha: per-sample penalty used for the final fit.
@@ -58,26 +55,13 @@ class RidgeProbe:
     val_accuracy: dict[float, float]
 
 
-def _moments(
-    x: np.ndarray, y: np.ndarray, num_classes: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, std, standardised Gram ``X_s^T X_s``, ``X_s^T Y_c`` and ``mean(Y)`` (float64)."""
-    n, f = x.shape
-    mean = np.zeros(f)
-    for start in range(0, n, _ROWS_PER_CHUNK):
-        mean += x[start : start + _ROWS_PER_CHUNK].sum(axis=0, dtype=np.float64)
-    mean /= n
-    y_mean = np.bincount(y, minlength=num_classes) / n
-    gram = np.zeros((f, f))
-    cross = np.zeros((f, num_classes))
-    for start in range(0, n, _ROWS_PER_CHUNK):
-        xc = x[start : start + _ROWS_PER_CHUNK].astype(np.float64) - mean
-        yc = np.eye(num_classes)[y[start : start + _ROWS_PER_CHUNK]] - y_mean
-        gram += xc.T @ xc
-        cross += xc.T @ yc
-    std = np.sqrt(np.diag(gram) / n)
-    std = np.where(std > 0, std, 1.0)
-    return mean, std, gram / np.outer(std, std), cross / std[:, None], y_mean
+def _fit(
+    scaled: np.ndarray, y: np.ndarray, num_classes: int, alpha: float
+) -> Ridge:
+    """``Ridge(alpha * N)`` on standardised features [N, F] and one-hot targets of ``y``."""
+    return Ridge(alpha=alpha * scaled.shape[0], fit_intercept=True).fit(
+        scaled, np.eye(num_classes)[y]
+    )
 
 
 def fit_ridge_probe(
@@ -90,7 +74,7 @@ def fit_ridge_probe(
     val_fraction: float = 0.1,
     seed: int = 0,
 ) -> RidgeProbe:
-    """Fits the ridge probe ``W = (X_s^T X_s + alpha N I)^{-1} X_s^T Y_c`` (module docstring).
+    """Fits the ridge probe ``W = (X_s^T X_s + alpha N I)^{-1} X_s^T Y_c`` with scikit-learn.
 
     Args:
       train_x: float [N, F] features.
@@ -125,19 +109,25 @@ def fit_ridge_probe(
         perm = np.random.default_rng(seed).permutation(n)
         n_val = round(val_fraction * n)
         val, fit = np.sort(perm[:n_val]), np.sort(perm[n_val:])
-        mean, std, gram, cross, y_mean = _moments(train_x[fit], train_y[fit], num_classes)
-        evals, evecs = scipy.linalg.eigh(gram)
-        proj = evecs.T @ cross
-        z = ((train_x[val].astype(np.float64) - mean) / std) @ evecs
+        scaler = StandardScaler().fit(train_x[fit].astype(np.float64))
+        fit_x = scaler.transform(train_x[fit].astype(np.float64))
+        val_x = scaler.transform(train_x[val].astype(np.float64))
         for a in grid:
-            pred = np.argmax(z @ (proj / (evals + a * len(fit))[:, None]) + y_mean, axis=1)
+            pred = np.argmax(_fit(fit_x, train_y[fit], num_classes, a).predict(val_x), axis=1)
             val_accuracy[float(a)] = float(np.mean(pred == train_y[val]))
         alpha = max(grid, key=lambda a: (val_accuracy[float(a)], a))
 
-    mean, std, gram, cross, y_mean = _moments(train_x, train_y, num_classes)
-    lam = float(alpha) * n
-    weight = scipy.linalg.solve(gram + lam * np.eye(gram.shape[0]), cross, assume_a="pos")
-    return RidgeProbe(weight, y_mean, mean, std, float(alpha), lam, val_accuracy)
+    scaler = StandardScaler().fit(train_x.astype(np.float64))
+    model = _fit(scaler.transform(train_x.astype(np.float64)), train_y, num_classes, alpha)
+    return RidgeProbe(
+        weight=model.coef_.T,
+        bias=model.intercept_,
+        mean=scaler.mean_,
+        std=scaler.scale_,
+        alpha=float(alpha),
+        lam=float(alpha) * n,
+        val_accuracy=val_accuracy,
+    )
 
 
 def ridge_scores(probe: RidgeProbe, x: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from sklearn.linear_model import Ridge
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from contrastive_jax.eval import fit_ridge_probe, ridge, ridge_scores
+from contrastive_jax.eval import fit_ridge_probe, ridge_scores
 
 
 def data(n=300, f=20, k=4, seed=0):
@@ -20,8 +20,7 @@ def data(n=300, f=20, k=4, seed=0):
 
 
 @pytest.mark.parametrize("alpha", [1e-3, 0.3])
-def test_matches_sklearn_ridge(alpha, monkeypatch):
-    monkeypatch.setattr(ridge, "_ROWS_PER_CHUNK", 64)  # exercise chunked accumulation
+def test_matches_sklearn_ridge(alpha):
     x, y = data()
     probe = fit_ridge_probe(x[:200], y[:200], num_classes=4, alpha=alpha)
     assert probe.lam == pytest.approx(alpha * 200)
@@ -66,3 +65,18 @@ def test_ties_choose_the_larger_penalty():
     probe = fit_ridge_probe(x, y, num_classes=3, alphas=(1e-3, 1e-2, 1e-1))
     assert set(probe.val_accuracy.values()) == {1.0}
     assert probe.alpha == 1e-1
+
+
+def test_matches_the_closed_form():
+    """W = (X_s^T X_s + alpha N I)^{-1} X_s^T Y_c and b = mean(Y), in numpy."""
+    x, y = data(n=200, f=12, k=3, seed=5)
+    x = x.astype(np.float64)
+    probe = fit_ridge_probe(x, y, num_classes=3, alpha=0.05)
+    mean, std = x.mean(0), x.std(0)
+    std = np.where(std > 0, std, 1.0)
+    xs = (x - mean) / std
+    onehot = np.eye(3)[y]
+    w = np.linalg.solve(xs.T @ xs + 0.05 * 200 * np.eye(12), xs.T @ (onehot - onehot.mean(0)))
+    np.testing.assert_allclose(probe.weight, w, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(probe.bias, np.bincount(y, minlength=3) / 200, atol=1e-9)
+    np.testing.assert_allclose(probe.std, std, rtol=1e-12)
