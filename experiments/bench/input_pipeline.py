@@ -1,7 +1,10 @@
-"""Input-pipeline throughput next to the train step's consumption rate (issue 3).
+"""Input-pipeline throughput: next to the train step, and across storage formats.
 
     XLA_FLAGS= python experiments/bench/input_pipeline.py                   # CIFAR-10 folder
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset digits --batches 50
+    XLA_FLAGS= python experiments/bench/input_pipeline.py --formats --workdir /tmp/bench_input
+
+Default mode (pipeline against train step):
 
 Measured in one process, one after the other on the same cores:
 
@@ -16,15 +19,41 @@ Measured in one process, one after the other on the same cores:
 ``pipeline / train step`` > 1 means the pipeline is not the bottleneck. Both
 share this machine's cores in a real run, so the ratio measured here, each
 stage alone, is an upper bound on the headroom.
+
+``--formats`` mode (storage formats side by side): the same synthetic JPEG
+images stored three ways - a TFDS dataset in TFRecord files, the same in
+ArrayRecord files (written by ``contrastive_jax.data.prepare``) and the image
+folder they were written from - read by ``make_pretrain_iterator`` (streamed:
+``in_memory=False``) at two settings:
+
+* 224: images of variable size (sides 200-500 px, about ImageNet's), SimCLR
+  ImageNet augmentation (random resized crop of the original image, JPEGs
+  decoded inside the crop window), 224 x 224 views;
+* 32: 32 x 32 images, SimCLR CIFAR augmentation.
+
+For each it reports two-view images per second of wall time and per
+CPU-second of this process (user + system time of all its threads, from
+``resource.getrusage``): the second is the rate one host core sustains, and
+stays meaningful when other jobs share the cores. Then the peak resident
+memory (``VmHWM``) of a fresh process that builds the source and draws
+``--rss_batches`` batches, for the 32 px dataset at ``--rss_examples`` and 4x
+as many examples: streaming means it does not grow with the dataset.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 
 import jax
+import numpy as np
 
 from contrastive_jax import data
 from contrastive_jax.parallel import make_mesh, replicated
@@ -67,14 +96,164 @@ def train_step_rate(config, batches: list[dict], steps: int, num_classes: int) -
     return batch_size / statistics.median(times)
 
 
+# --------------------------------------------------------------------------- formats mode
+
+FORMATS = ("tfrecord", "array_record", "folder")
+
+
+def write_folder(root: str, count: int, size: int, seed: int = 0) -> str:
+    """``count`` JPEGs in ``root/train/c{0..9}/``: smooth random images (upsampled noise,
+    closer to a photograph's compressibility than white noise), quality 90.
+
+    ``size`` 32: all 32 x 32; otherwise sides uniform in [200, 500].
+    """
+    from contrastive_jax.data._tf import tf
+
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        folder = os.path.join(root, "train", f"c{i % 10}")
+        os.makedirs(folder, exist_ok=True)
+        h, w = (32, 32) if size == 32 else rng.integers(200, 501, 2)
+        coarse = rng.uniform(0, 255, (max(2, h // 8), max(2, w // 8), 3)).astype(np.float32)
+        image = tf.image.resize(coarse, [h, w], method="bicubic")
+        image = tf.cast(tf.clip_by_value(image + rng.normal(0, 8, (h, w, 3)), 0, 255), tf.uint8)
+        tf.io.write_file(os.path.join(folder, f"{i:06d}.jpg"), tf.io.encode_jpeg(image, quality=90))
+    return root
+
+
+def build_datasets(workdir: str, count: int, size: int) -> dict[str, tuple[str, str]]:
+    """The three stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
+    import tensorflow_datasets as tfds
+
+    from contrastive_jax.data import prepare, sources
+
+    tag = f"s{size}_n{count}"
+    root = os.path.join(workdir, tag)
+    folder = os.path.join(root, "folder")
+    tfrecord_dir, array_dir = os.path.join(root, "tfrecord"), os.path.join(root, "array_record")
+    name = f"bench_{tag}"
+    if not os.path.isdir(os.path.join(array_dir, name)):
+        shutil.rmtree(root, ignore_errors=True)
+        write_folder(folder, count, size)
+        prepare.from_image_folder(folder, name, array_dir)
+        listed = sources.image_folder_source(folder, stats=((0.0,) * 3, (1.0,) * 3))
+        train = listed.split("train")
+        tfds.dataset_builders.store_as_tfds_dataset(
+            name=name,
+            version="1.0.0",
+            features=tfds.features.FeaturesDict({
+                "image": tfds.features.Image(shape=(None, None, 3)),
+                "label": tfds.features.ClassLabel(names=list(listed.class_names)),
+            }),
+            split_datasets={"train": [
+                (i, {"image": str(p), "label": int(k)})
+                for i, (p, k) in enumerate(zip(train.paths, train.labels, strict=True))
+            ]},
+            data_dir=tfrecord_dir,
+            file_format="tfrecord",
+        )
+    return {"tfrecord": (name, tfrecord_dir), "array_record": (name, array_dir),
+            "folder": (f"folder:{folder}", None)}
+
+
+def format_config(dataset: str, data_dir: str | None, size: int, batch: int):
+    config = data.default_data_config()
+    config.dataset = dataset
+    config.data_dir = data_dir
+    config.image_size = size
+    config.augmentation = "simclr_imagenet" if size > 32 else "simclr_cifar"
+    config.global_batch_size = batch
+    config.in_memory = False
+    config.mean, config.std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)  # no statistics pass
+    return config
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def format_rate(config, batches: int) -> tuple[float, float]:
+    """(two-view images per wall second, per CPU-second) after a warm-up batch."""
+    iterator = data.make_pretrain_iterator(config, seed=0, start_step=0)
+    next(iterator)
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    for _ in range(batches):
+        next(iterator)
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    images = batches * config.global_batch_size
+    return images / wall, images / cpu
+
+
+def peak_rss(dataset: str, data_dir: str | None, batches: int, batch: int) -> float:
+    """Peak RSS (MiB) of a fresh process that loads the source and draws ``batches`` batches."""
+    probe = json.dumps([dataset, data_dir, batches, batch])
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--rss_probe", probe],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def rss_probe(probe: str) -> None:
+    """The child of :func:`peak_rss`: prints its VmHWM in MiB."""
+    dataset, data_dir, batches, batch = json.loads(probe)
+    iterator = data.make_pretrain_iterator(format_config(dataset, data_dir, 32, batch), seed=0)
+    for _ in range(batches):
+        next(iterator)
+    with open("/proc/self/status", encoding="utf-8") as f:
+        hwm = next(line for line in f if line.startswith("VmHWM"))
+    print(json.dumps(int(hwm.split()[1]) / 1024))
+
+
+def compare_formats(args) -> None:
+    cores = len(os.sched_getaffinity(0))
+    print(f"{cores} host cores, load average {os.getloadavg()[0]:.1f} at start")
+    rows = []
+    for size, count in ((224, args.examples_224), (32, args.examples_32)):
+        stores = build_datasets(args.workdir, count, size)
+        for fmt in FORMATS:
+            dataset, data_dir = stores[fmt]
+            wall, per_cpu = format_rate(format_config(dataset, data_dir, size, args.batch),
+                                        args.batches)
+            rows.append((size, fmt, wall, per_cpu))
+            print(f"{size:>4} px  {fmt:<13} {wall:8.1f} images/s  {per_cpu:8.1f} images/CPU-s",
+                  flush=True)
+    print("\n| size | format | two-view images/s | images per CPU-second (one core) |")
+    print("|---|---|---|---|")
+    for size, fmt, wall, per_cpu in rows:
+        print(f"| {size} | {fmt} | {wall:.1f} | {per_cpu:.1f} |")
+    print(f"\npeak RSS, 32 px, {args.rss_batches} batches of {args.batch}:")
+    print("| format | examples | peak RSS MiB |\n|---|---|---|")
+    for count in (args.rss_examples, 4 * args.rss_examples):
+        stores = build_datasets(args.workdir, count, 32)
+        for fmt in FORMATS:
+            rss = peak_rss(*stores[fmt], args.rss_batches, args.batch)
+            print(f"| {fmt} | {count} | {rss:.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--formats", action="store_true",
+                        help="compare TFRecord, ArrayRecord and image folder (see the docstring)")
+    parser.add_argument("--workdir", default="/tmp/contrastive_jax_bench_input",
+                        help="--formats: where the synthetic datasets are written (kept)")
+    parser.add_argument("--examples_224", type=int, default=512, help="--formats: 224 px images")
+    parser.add_argument("--examples_32", type=int, default=4096, help="--formats: 32 px images")
+    parser.add_argument("--rss_examples", type=int, default=4096,
+                        help="--formats: 1x dataset size of the memory comparison")
+    parser.add_argument("--rss_batches", type=int, default=30, help="--formats: batches drawn")
+    parser.add_argument("--rss_probe", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dataset", default="cifar10", help="data.dataset (default cifar10)")
     parser.add_argument("--batch", type=int, default=256, help="global batch (images)")
     parser.add_argument("--batches", type=int, default=20, help="pipeline batches timed")
     parser.add_argument("--steps", type=int, default=3, help="train steps timed")
     parser.add_argument("--width", type=float, default=1.0, help="ResNet-18 width multiplier")
     args = parser.parse_args()
+    if args.rss_probe:
+        rss_probe(args.rss_probe)
+        return
+    if args.formats:
+        compare_formats(args)
+        return
 
     config = default_config()
     config.dataset = args.dataset
