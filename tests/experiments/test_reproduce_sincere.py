@@ -18,7 +18,6 @@ import pytest
 from tests.experiments.scripts import REPRODUCE, load_script
 
 # The reproduction scripts' own checks run with their --quick modes in `make test-all`.
-pytestmark = pytest.mark.slow
 
 SCRIPT = REPRODUCE / "sincere.py"
 

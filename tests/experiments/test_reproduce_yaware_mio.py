@@ -23,7 +23,6 @@ from contrastive_jax import losses
 from tests.experiments.scripts import REPRODUCE, load_script
 
 # The reproduction scripts' own checks run with their --quick modes in `make test-all`.
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
