@@ -1,0 +1,133 @@
+"""Parity with the reference PyTorch SupCon/SINCERE code (``experiments/parity``).
+
+Skipped without PyTorch (``pip install -e '.[parity]'``) or without the reference checkouts
+(HobbitLong/SupContrast and tufts-ml/SupContrast, found where
+``experiments.parity.reference`` looks by default). The converter tests take seconds; the step
+parity is ``slow`` (``make test-all``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from experiments.parity import model as parity_model  # noqa: E402
+from experiments.parity import reference  # noqa: E402
+
+if not (reference.DEFAULT_SUPCON_DIR / "losses.py").is_file():
+    pytest.skip(
+        f"reference checkout not found at {reference.DEFAULT_SUPCON_DIR}", allow_module_level=True
+    )
+
+
+@pytest.fixture(scope="module")
+def reference_model():
+    resnet_big, _ = reference.load_supcon()
+    torch.manual_seed(0)
+    ref = resnet_big.SupConResNet(name="resnet18", head="mlp", feat_dim=128)
+    with torch.no_grad():
+        for m in ref.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.copy_(1.0 + 0.1 * torch.randn_like(m.weight))
+                m.bias.copy_(0.1 * torch.randn_like(m.bias))
+                m.running_mean.copy_(0.1 * torch.randn_like(m.running_mean))
+                m.running_var.copy_(0.5 + torch.rand_like(m.running_var))
+    return ref
+
+
+def test_converter_copies_every_tensor_in_our_layout(reference_model):
+    ours = parity_model.build_parity_model(seed=1)
+    state = reference_model.state_dict()
+    parity_model.load_torch_state_dict(ours, state)
+    entries = parity_model.parameter_map(ours)
+    # Every state-dict entry but the BN step counters is mapped, each onto a distinct variable.
+    assert {k for k, _, _ in entries} == {k for k in state if not k.endswith("num_batches_tracked")}
+    assert len({path for _, path, _ in entries}) == len(entries)
+    for key, path, kind in entries:
+        ours_value = np.asarray(parity_model.get_path(ours, path)[...])
+        np.testing.assert_array_equal(
+            parity_model.to_torch_layout(ours_value, kind), state[key].numpy(), err_msg=key
+        )
+    # Spot-check the layouts explicitly: conv [O, I, kh, kw] -> [kh, kw, I, O], linear transposed.
+    w = state["encoder.layer2.0.shortcut.0.weight"].numpy()
+    np.testing.assert_array_equal(
+        np.asarray(ours.encoder.blocks[2].shortcut.conv.kernel[...]), w.transpose(2, 3, 1, 0)
+    )
+    np.testing.assert_array_equal(
+        np.asarray(ours.head.fc1.kernel[...]), state["head.0.weight"].numpy().T
+    )
+    np.testing.assert_array_equal(
+        np.asarray(ours.encoder.bn1.var[...]), state["encoder.bn1.running_var"].numpy()
+    )
+
+
+def test_converted_model_computes_the_reference_forward(reference_model):
+    import jax.numpy as jnp
+
+    ours = parity_model.build_parity_model(seed=1)
+    parity_model.load_torch_state_dict(ours, reference_model.state_dict())
+    ours.eval()
+    ref = reference_model.eval()
+    x = np.random.default_rng(0).standard_normal((4, 16, 16, 3)).astype(np.float32)
+    with torch.no_grad():
+        xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+        features_ref = ref.encoder(xt).numpy()
+        z_ref = ref(xt).numpy()
+    features, projections = ours(jnp.asarray(x))
+    z = np.asarray(projections) / np.linalg.norm(np.asarray(projections), axis=1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(features), features_ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(z, z_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_converter_rejects_mismatched_state_dicts(reference_model):
+    ours = parity_model.build_parity_model(seed=1)
+    state = dict(reference_model.state_dict())
+    missing = {k: v for k, v in state.items() if k != "head.2.bias"}
+    with pytest.raises(ValueError, match="missing keys.*head.2.bias"):
+        parity_model.load_torch_state_dict(ours, missing)
+    extra = dict(state, **{"head.4.weight": state["head.2.weight"]})
+    with pytest.raises(ValueError, match="unexpected keys.*head.4.weight"):
+        parity_model.load_torch_state_dict(ours, extra)
+    wrong = dict(state, **{"head.2.weight": torch.zeros(64, 512)})
+    with pytest.raises(ValueError, match="head.2.weight"):
+        parity_model.load_torch_state_dict(ours, wrong)
+
+
+def test_converter_accepts_data_parallel_prefix(reference_model):
+    ours = parity_model.build_parity_model(seed=1)
+    state = {
+        k.replace("encoder.", "encoder.module.", 1): v
+        for k, v in reference_model.state_dict().items()
+    }
+    parity_model.load_torch_state_dict(ours, state)
+    np.testing.assert_array_equal(
+        np.asarray(ours.encoder.conv1.kernel[...]),
+        state["encoder.module.conv1.weight"].numpy().transpose(2, 3, 1, 0),
+    )
+
+
+@pytest.mark.slow
+def test_step_parity_small_batch():
+    from experiments.parity import step
+
+    summary = step.run(batch_size=8, image_size=16, num_classes=4, steps=1, seed=0)
+    # Forward and losses: float32 round-off.
+    assert summary["features"] < 1e-4
+    assert summary["projections"] < 1e-4
+    assert summary["loss"] < 1e-5
+    for mode in ("train", "eval"):
+        record = summary["modes"][mode]["steps"][0]
+        for name in ("supcon", "sincere"):
+            # Gradients: within a small multiple of the reference's own float32 error (measured
+            # against the reference in float64), over all parameters and per tensor.
+            ours = record[f"{name}_gradients_ours_vs_ref64_global"]
+            theirs = record[f"{name}_gradients_ref32_vs_ref64_global"]
+            assert ours < max(20 * theirs, 1e-4), (mode, name, ours, theirs)
+            assert record[f"{name}_gradients"] < 0.5, (mode, name)
+        assert record["updated_parameters"] < 1e-3, mode
+    train = summary["modes"]["train"]["steps"][0]
+    assert train["running_mean"] < 1e-4
+    # Running variances differ only by PyTorch's unbiased (n / (n - 1)) batch variance.
+    assert train["running_var_unbiased_corrected"] < 1e-4
