@@ -433,16 +433,3 @@ def global_mean(total: Array, anchor_ok: Array, axis_name: str | None) -> Array:
     total = _core.differentiable_psum(total, axis_name)
     count = _core.psum_if(jnp.sum(anchor_ok.astype(jnp.float32)), axis_name)
     return total / jnp.maximum(count, 1.0)
-
-
-def map_row_blocks(fn: Callable[[Any, Any], Any], row_data: Any, col_data: Any,
-                   block: int) -> Any:
-    """``fn(rows [b, ...], cols [m, ...]) -> [b, ...]`` over blocks of rows, restacked to [n, ...].
-
-    For label-only statistics (pair counts) that need no embeddings; memory O(block·m).
-    """
-    n = jax.tree.leaves(row_data)[0].shape[0]
-    block = min(block, n)
-    num_blocks = -(-n // block)
-    blocks = _to_blocks(row_data, block, num_blocks)
-    return _unblock(jax.lax.map(lambda rows: fn(rows, col_data), blocks), n)

@@ -111,20 +111,49 @@ def mio(
     return binary + jnp.asarray(l2_weight, jnp.float32) * l2
 
 
-def _pair_masks(labels, index, anchor_valid, candidate_labels, candidate_valid):
-    """Positive and negative pair masks [b, m] of valid anchors (rows with a positive)."""
+def _pair_masks(labels, index, anchor_ok, candidate_labels, candidate_valid):
+    """Positive and negative pair masks [b, m] of the anchors with ``anchor_ok``."""
     same = labels[:, None] == candidate_labels[None, :]
-    live = candidate_valid[None, :]
+    live = candidate_valid[None, :] & anchor_ok[:, None]
     is_self = index[:, None] == jnp.arange(candidate_labels.shape[0])[None, :]
-    positives = same & ~is_self & live
-    anchor_ok = anchor_valid & jnp.any(positives, axis=1)
-    return positives & anchor_ok[:, None], ~same & live & anchor_ok[:, None]
+    return same & ~is_self & live, ~same & live
 
 
-def _pair_counts(rows, cols):
-    """Positive and negative pairs per anchor row: int32 [b, 2]."""
-    positives, negatives = _pair_masks(*rows, *cols)
-    return jnp.stack([jnp.sum(positives, axis=1), jnp.sum(negatives, axis=1)], axis=1)
+@jax.custom_vjp
+def _binary_rows(logits, positives, negatives, inv_pos, inv_neg):
+    """``sum_j inv_pos softplus(-x_ij) [pos] + inv_neg softplus(x_ij) [neg]`` per row [b].
+
+    One exp per entry, ``e = exp(-|x|)``, shared by both softplus terms
+    (``softplus(±x) = max(±x, 0) + log1p(e)``) and by the gradient
+    (``sigmoid(x) = [x >= 0 ? 1 : e] / (1 + e)``).
+    """
+    return _binary_rows_fwd(logits, positives, negatives, inv_pos, inv_neg)[0]
+
+
+def _binary_rows_fwd(logits, positives, negatives, inv_pos, inv_neg):
+    small = jnp.exp(-jnp.abs(logits))
+    log_term = jnp.log1p(small)
+    on_pos = jnp.sum(jnp.where(positives, jnp.maximum(-logits, 0.0) + log_term, 0.0), axis=1)
+    on_neg = jnp.sum(jnp.where(negatives, jnp.maximum(logits, 0.0) + log_term, 0.0), axis=1)
+    residuals = (logits, small, positives, negatives, inv_pos, inv_neg, on_pos, on_neg)
+    return inv_pos * on_pos + inv_neg * on_neg, residuals
+
+
+def _binary_rows_bwd(residuals, cotangent):
+    logits, small, positives, negatives, inv_pos, inv_neg, on_pos, on_neg = residuals
+    sigmoid = jnp.where(logits >= 0, 1.0, small) / (1.0 + small)
+    # d softplus(-x) = sigmoid(x) - 1, d softplus(x) = sigmoid(x).
+    grad = jnp.where(positives, inv_pos * (sigmoid - 1.0), jnp.where(negatives, inv_neg * sigmoid, 0.0))
+    return (
+        cotangent[:, None] * grad,
+        None,
+        None,
+        jnp.sum(cotangent * on_pos),
+        jnp.sum(cotangent * on_neg),
+    )
+
+
+_binary_rows.defvjp(_binary_rows_fwd, _binary_rows_bwd)
 
 
 def _mio_block(dots, params, rows, cols):
@@ -133,50 +162,61 @@ def _mio_block(dots, params, rows, cols):
     the loss.
 
     ``(dots [b, m] cosines, (tau, 1/T_P, 1/T_N, l2_weight / (D T_P)),
-    (labels, global index, valid, squared norm) [b], (labels, valid, squared norm) [m])``
-    -> (contribution [b], None).
+    (labels, global index, anchor_ok, squared norm) [b], (labels, valid, squared norm)
+    [m])`` -> (contribution [b], None).
     """
     temperature, inv_pos, inv_neg, l2_scale = params
-    labels, index, anchor_valid, sq_norm = rows
+    labels, index, anchor_ok, sq_norm = rows
     candidate_labels, candidate_valid, candidate_sq_norm = cols
     positives, negatives = _pair_masks(
-        labels, index, anchor_valid, candidate_labels, candidate_valid
+        labels, index, anchor_ok, candidate_labels, candidate_valid
     )
-    logits = dots / temperature
-    sq_dist = sq_norm[:, None] + candidate_sq_norm[None, :] - 2.0 * dots
-    on_pos = inv_pos * jax.nn.softplus(-logits) + l2_scale * sq_dist
-    on_neg = inv_neg * jax.nn.softplus(logits)
-    terms = jnp.where(positives, on_pos, 0.0) + jnp.where(negatives, on_neg, 0.0)
-    return jnp.sum(terms, axis=1), None
+    binary = _binary_rows(dots / temperature, positives, negatives, inv_pos, inv_neg)
+    # sum_{pos} ||z_i - z_j||² = |P_i| ||z_i||² + sum_{pos} (||z_j||² - 2 z_i . z_j).
+    num_pos = jnp.sum(positives, axis=1).astype(jnp.float32)
+    on_pos = jnp.sum(
+        jnp.where(positives, candidate_sq_norm[None, :] - 2.0 * dots, 0.0), axis=1
+    )
+    return binary + l2_scale * (num_pos * sq_norm + on_pos), None
 
 
 def _mio_streamed(embeddings, labels, temperature, l2_weight, valid, axis_name, block):
-    """MIO streamed over blocks of ``block`` anchor rows, after a pass counting pairs."""
+    """MIO streamed over blocks of ``block`` anchor rows; the global pair counts come
+    from the class sizes of the gathered labels (no pass over pairs)."""
+    n = embeddings.shape[0]
     rows = blockwise.gather_rows(embeddings, labels, valid, axis_name)
-    counts = blockwise.map_row_blocks(
-        _pair_counts,
-        (labels, rows.index, rows.anchor_valid),
-        (rows.candidate_data, rows.candidate_valid),
-        block,
-    )
-    totals = _core.psum_if(jnp.sum(counts.astype(jnp.float32), axis=0), axis_name)
-    inv_pos, inv_neg = 1.0 / jnp.maximum(totals[0], 1.0), 1.0 / jnp.maximum(totals[1], 1.0)
+    m = rows.candidates.shape[0]
+    _, class_ids = jnp.unique(rows.candidate_data, return_inverse=True, size=m)
+    class_ids = class_ids.reshape(m)
+    live = rows.candidate_valid.astype(jnp.float32)
+    class_size = jax.ops.segment_sum(live, class_ids, num_segments=m)[class_ids]
+    # Every valid row with another row of its label is an anchor with n_c - 1
+    # positives and M - n_c negatives; the counts are global on every device.
+    row_ok = rows.candidate_valid & (class_size >= 2)
+    total_pos = jnp.sum(jnp.where(row_ok, class_size - 1.0, 0.0))
+    total_neg = jnp.sum(jnp.where(row_ok, jnp.sum(live) - class_size, 0.0))
+    inv_pos, inv_neg = 1.0 / jnp.maximum(total_pos, 1.0), 1.0 / jnp.maximum(total_neg, 1.0)
     params = tuple(
-        blockwise.like_anchors(p, rows.anchors)
-        for p in (
-            temperature,
-            inv_pos,
-            inv_neg,
-            jnp.asarray(l2_weight, jnp.float32) * inv_pos / embeddings.shape[1],
-        )
+        blockwise.like_anchors(jax.lax.stop_gradient(p), rows.anchors)
+        for p in (inv_pos, inv_neg)
     )
+    params = (
+        blockwise.like_anchors(temperature, rows.anchors),
+        *params,
+        blockwise.like_anchors(
+            jnp.asarray(l2_weight, jnp.float32) * jax.lax.stop_gradient(inv_pos)
+            / embeddings.shape[1],
+            rows.anchors,
+        ),
+    )
+    anchor_ok = jax.lax.dynamic_slice_in_dim(row_ok, _core.local_row_offset(n, axis_name), n)
     sq_norm = jnp.sum(jnp.square(rows.anchors), axis=1)
     total, _ = blockwise.stream_rows(
         _mio_block,
         rows.anchors,
         rows.candidates,
         params,
-        (labels, rows.index, rows.anchor_valid, sq_norm),
+        (labels, rows.index, anchor_ok, sq_norm),
         (rows.candidate_data, rows.candidate_valid, _core.all_gather_rows(sq_norm, axis_name)),
         block,
     )
