@@ -14,9 +14,12 @@ Quick use::
 
 Modules: :mod:`.config` (the data config), :mod:`.base` (the source
 interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS),
-:mod:`.digits`, :mod:`.synthetic`, :mod:`.augment` (TF augmentations and
-presets), :mod:`.pipeline` (tf.data iterators, global arrays) and
-:mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
+:mod:`.records` (the ArrayRecord / TFRecord files of a prepared TFDS dataset,
+streamed), :mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an
+image folder or a TFRecord dataset to ArrayRecord), :mod:`.digits`,
+:mod:`.synthetic`, :mod:`.augment` (TF augmentations and presets),
+:mod:`.pipeline` (tf.data iterators, global arrays) and :mod:`.mixing` (JAX
+label smoothing / MixUp / CutMix).
 
 Importing this package imports TensorFlow and hides every GPU and TPU from
 it, so decoding and augmentation stay on the host CPU.
@@ -42,6 +45,7 @@ from contrastive_jax.data.pipeline import (
     make_global_batch,
     make_pretrain_iterator,
 )
+from contrastive_jax.data.records import CorruptRecordError, RecordSet
 from contrastive_jax.data.sources import (
     DEFAULT_CIFAR10_DIR,
     DatasetNotPreparedError,
@@ -55,10 +59,12 @@ __all__ = [
     "PRESET_NAMES",
     "AugmentConfig",
     "CorruptImageError",
+    "CorruptRecordError",
     "DatasetNotPreparedError",
     "EvalIterator",
     "MixSample",
     "PretrainIterator",
+    "RecordSet",
     "Source",
     "Split",
     "apply_mix",
