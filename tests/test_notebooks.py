@@ -108,6 +108,8 @@ def test_notebook_runs(path, tmp_path):
     runner = _runner()
     env = {
         "CONTRASTIVE_JAX_CHECKPOINT": str(tmp_path / "quickstart"),
+        # Notebook 03's CIFAR-10 images: the copy beside the checkout that tests may use.
+        "CONTRASTIVE_JAX_CIFAR10_DIR": str(NOTEBOOK_DIR.parents[1] / "shared" / "data" / "cifar10"),
         "CONTRASTIVE_JAX_QUICKSTART_FLAGS": "--config.train.total_steps=30 --config.optimizer.warmup_epochs=1",
     }
     nb = runner.execute(path, timeout=900, env=env)
