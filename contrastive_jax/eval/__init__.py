@@ -2,6 +2,7 @@
 
 Everything here takes frozen features (numpy or JAX arrays [N, F]) and labels, never models;
 ``python -m contrastive_jax.linear_eval`` extracts the features and calls these functions.
+Needs the ``train`` extra (``pip install 'contrastive_jax[train]'``).
 
 * :mod:`.linear`: SGD linear probe with the SupCon/SINCERE schedule (Feeney & Hughes 2023, Sec. 4.3).
 * :mod:`.knn`: weighted kNN (Wu et al. 2018), k = 20, tau = 0.07.

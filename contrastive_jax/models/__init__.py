@@ -1,4 +1,7 @@
-"""Encoders (ResNet, ViT), projection/classification heads and their factories (Flax NNX)."""
+"""Encoders (ResNet, ViT), projection/classification heads and their factories (Flax NNX).
+
+Needs the ``train`` extra (``pip install 'contrastive_jax[train]'``).
+"""
 
 from contrastive_jax._extras import require
 
