@@ -59,6 +59,8 @@ def test_losses_and_metrics_work_without_the_train_extra():
         "contrastive_jax.eval",
         "contrastive_jax.pretrain",
         "contrastive_jax.quickstart",
+        "contrastive_jax.linear_eval",
+        "contrastive_jax.evaluate",
     ],
 )
 def test_a_part_that_needs_the_train_extra_names_it(module):
