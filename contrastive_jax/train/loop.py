@@ -507,6 +507,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
     timing = {"trace_seconds": 0.0, "compile_seconds": 0.0, "first_step_seconds": 0.0,
               "compile_cache_hits": 0}
     step_call = 0.0  # host seconds inside the step call (dispatch), after the first step
+    check_seconds = 0.0  # host seconds at log and checkpoint steps (waiting, logging, saving)
     last: dict[str, float] = {}
     pending_stop = None  # multi-process: the previous step's agreed stop flag, on the devices
     profiling = False
@@ -555,6 +556,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
             is_checkpoint = done % config.train.checkpoint_every == 0 or done == total_steps
             if not (is_log or is_checkpoint or preempted):
                 continue
+            checked = time.perf_counter()
             values, skipped = read_guard(done, logged)
             if is_log:
                 last = dict(values)
@@ -572,6 +574,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
             if preempted:
                 checkpointer.flush()
                 raise Preempted(done)
+            check_seconds += time.perf_counter() - checked
+        loop_end = time.perf_counter()
         checkpointer.flush()
     except BaseException:
         # Stopping on an error: a failing close (e.g. the metric files on the same
@@ -602,8 +606,13 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         "images_per_s_per_device": timed * global_batch / max(finished - clock, 1e-9)
         / jax.device_count(),
         **timing,
+        # Host time per step, after the first: drawing and transferring the input;
+        # inside the step call (dispatch); and all of the host's work outside the
+        # step call and outside log/checkpoint steps (input, bookkeeping).
         "input_seconds_per_step": batches.seconds / max(steps_run, 1),
         "step_call_seconds_per_step": step_call / max(timed, 1),
+        "host_seconds_per_step": (loop_end - clock - check_seconds - step_call) / max(timed, 1),
+        "check_seconds": check_seconds,
         "compilation_cache_dir": cache_dir,
         "collapse_warning": collapse.warned,
     }

@@ -50,14 +50,15 @@ def test_skip_nonfinite_finishes_and_logs_the_count(tmp_path, env):
 
 def test_failing_checkpoint_write_exits_with_74(tmp_path):
     # A full disk needs a small filesystem (mount needs root); a file-size limit
-    # makes the same write fail (EFBIG instead of ENOSPC). No compilation cache here:
-    # its entries would hit the limit too.
+    # makes the same write fail (EFBIG instead of ENOSPC). No compilation cache here
+    # (the default one is turned off too): its entries would hit the limit.
     def limit_file_size():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (96 << 10, 96 << 10))  # Orbax files: ~100-250 KB
 
     workdir = str(tmp_path / "full")
-    proc = runs.start_pretrain(workdir, *FLAGS, preexec_fn=limit_file_size)
+    proc = runs.start_pretrain(workdir, *FLAGS, "--config.train.compilation_cache_dir=",
+                               preexec_fn=limit_file_size)
     code = proc.wait(timeout=1200)
     log = runs.log_text(workdir)
     assert code == 74, log
