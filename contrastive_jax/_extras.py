@@ -1,6 +1,6 @@
 """Import guards for the optional parts of the package.
 
-The core install (``pip install contrastive_jax``) has what :mod:`contrastive_jax.losses` and
+The core install (no extra) has what :mod:`contrastive_jax.losses` and
 :mod:`contrastive_jax.metrics` need. Models, data, training and evaluation need the ``train``
 extra; each of those packages calls :func:`require` first, so a missing library is reported
 with the extra that installs it instead of a bare ``ModuleNotFoundError``.
