@@ -398,22 +398,33 @@ def _nw_bwd(distance, num_classes, block, residuals, d_prototypes):
 nw_projection.defvjp(_nw_fwd, _nw_bwd)
 
 
+#: Class sums of the Nadaraya–Watson pass are products with a one-hot [m, K] matrix
+#: up to this many classes (a [b, m] x [m, K] product costs K/D of the Gram
+#: matrix's), segment sums (scatters, O(b·m) whatever K) above.
+ONEHOT_MAX_CLASSES = 256
+
+
 def _class_onehot(class_ids: Array, num_classes: int, m: int) -> Array | None:
-    """One-hot [m, K] for class sums as products when it is small (<= 64 MiB), else None."""
-    if m * num_classes * 4 > 64 * 2**20:
+    """One-hot [m, K] for class sums as products when K is small, else None."""
+    if num_classes > ONEHOT_MAX_CLASSES or m * num_classes * 4 > 64 * 2**20:
         return None
     return jax.nn.one_hot(class_ids, num_classes, dtype=jnp.float32)
 
 
 def _nw_prototypes_of(
-    z: Array, valid: Array, class_ids: Array, num_classes: int, bandwidth, distance: str
+    z: Array, valid: Array, class_ids: Array, num_classes: int, bandwidth, distance: str,
+    block: int | None = None,
 ) -> Array:
-    """:func:`nw_projection` with its block size and class-sum form chosen: [K, D]."""
+    """:func:`nw_projection` with its class-sum form and block size chosen: [K, D].
+
+    ``block`` (the loss's anchor block, if streamed) caps the automatic block size.
+    """
     m, d = z.shape
     h = jnp.asarray(bandwidth, jnp.float32) + jnp.zeros_like(z[0, 0])
+    rows = _nw_block_size(distance, m, d)
     return nw_projection(
         z, h, valid, class_ids, _class_onehot(class_ids, num_classes, m), distance,
-        num_classes, _nw_block_size(distance, m, d),
+        num_classes, rows if block is None else min(rows, block),
     )
 
 
@@ -614,7 +625,7 @@ def _projection_loss(
         sums = jax.ops.segment_sum(jnp.where(z_valid[:, None], z, 0.0), class_ids, num_segments=k)
         prototypes = _core.safe_divide(sums, counts.astype(jnp.float32)[:, None])
     elif kind.startswith("soft"):
-        prototypes = _nw_prototypes_of(z, z_valid, class_ids, k, bandwidth, distance)
+        prototypes = _nw_prototypes_of(z, z_valid, class_ids, k, bandwidth, distance, block)
     else:
         prototypes = _class_medians(
             z, z_valid, class_ids, counts.astype(jnp.float32), median_mode

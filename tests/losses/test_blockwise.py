@@ -1,12 +1,15 @@
-"""Streamed (row-block) losses equal the dense ones (spec/sincere-supcon.md T12, issue 7).
+"""Streamed (row-block) losses equal the dense ones (issues 7 and 21).
 
 Every streamed loss is checked against its dense form in value and gradient
 (rtol 1e-5, float32), with padded rows, singleton classes and block sizes that
 do not divide the batch, with and without ``axis_name``; the streamed gradient
-must also keep memory O(N·block).
+must also keep memory O(N·block). The blockwise Nadaraya–Watson projection of
+SoftSupCon/SoftNCE is checked against the dense [N, N] soft labels.
 """
 
 from __future__ import annotations
+
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -14,10 +17,13 @@ import numpy as np
 import pytest
 
 from contrastive_jax import losses
-from contrastive_jax.losses import blockwise
+from contrastive_jax.losses import _core, blockwise
 from tests.losses.multidevice import assert_multidevice_matches
 
 N = 24
+
+
+METADATA_LOSSES = ("y_aware_infonce", "conditional_alignment", "conditional_uniformity")
 
 
 def _labelled_batch(name: str, seed: int = 31):
@@ -26,23 +32,50 @@ def _labelled_batch(name: str, seed: int = 31):
     z = jnp.asarray(rng.normal(size=(N, 5)), jnp.float32)
     if name == "nt_xent":
         second = jnp.asarray(rng.permutation(np.repeat(np.arange(N // 2), 2)))
-    elif name == "y_aware_infonce":
+    elif name in METADATA_LOSSES or name == "global_uniformity":
         second = jnp.asarray(rng.normal(size=(N, 2)), jnp.float32)
+        second = second.at[3].set(second[4])  # tied metadata: a zero repulsion weight
     else:
         second = jnp.asarray(rng.integers(0, 4, N)).at[7].set(99)  # a singleton class
     valid = jnp.asarray(rng.random(N) > 0.25)
     return z, second, valid
 
 
-STREAMED = ["supcon", "sincere", "nt_xent", "y_aware_infonce", "mio"]
-HPARAMS = {"y_aware_infonce": {"sigma": 0.7}, "mio": {"l2_weight": 0.5}}
+def _loss(name: str):
+    """The registered loss with a uniform ``(embeddings, second, **kwargs)`` signature."""
+    fn = losses.get(name.split("-")[0])
+    if name == "global_uniformity":
+        return lambda x, second, **kwargs: fn(x, **kwargs)
+    return fn
+
+
+STREAMED = [
+    "supcon", "sincere", "nt_xent", "y_aware_infonce", "mio", "projnce", "soft_supcon-l1",
+    "soft_supcon-l2", "soft_supcon-cosine", "soft_nce-l1", "soft_nce-cosine", "med_supcon",
+    "med_nce", "conditional_alignment", "global_uniformity", "conditional_uniformity",
+]
+HPARAMS = {
+    "y_aware_infonce": {"sigma": 0.7},
+    "conditional_alignment": {"sigma": 0.7},
+    "conditional_uniformity": {"sigma": 0.7},
+    "mio": {"l2_weight": 0.5},
+    "projnce": {"beta": 1.5},
+    "soft_supcon-l1": {"distance": "l1", "bandwidth": 1.6},
+    "soft_supcon-l2": {"distance": "l2", "bandwidth": 0.8},
+    "soft_supcon-cosine": {"distance": "cosine", "bandwidth": 0.4},
+    "soft_nce-l1": {"distance": "l1", "bandwidth": 1.6},
+    "soft_nce-cosine": {"distance": "cosine", "bandwidth": 0.4},
+    "med_nce": {"median_mode": "average"},
+}
+#: Losses that take ``num_classes`` (a static bound on the labels: same value).
+CLASS_LOSSES = ("projnce", "soft_supcon", "soft_nce", "med_supcon", "med_nce")
 
 
 @pytest.mark.parametrize("name", STREAMED)
 def test_streamed_matches_dense_value_and_gradient(name):
     """Blocks of 1 and 5 (not dividing N) rows = dense, also d/dtau."""
     z, second, valid = _labelled_batch(name)
-    fn = losses.get(name)
+    fn = _loss(name)
 
     def f(x, tau, bs):
         return fn(x, second, temperature=tau, valid=valid, block_size=bs, **HPARAMS.get(name, {}))
@@ -81,7 +114,7 @@ def test_soft_target_infonce_streamed_matches_dense():
             np.testing.assert_allclose(g, dg, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", ["supcon", "sincere", "y_aware_infonce", "mio"])
+@pytest.mark.parametrize("name", [name for name in STREAMED if name != "nt_xent"])
 def test_streamed_multidevice_matches_single_device(name):
     """Local anchors streamed against the gathered batch on 8 devices = one device."""
     z, second, _ = _labelled_batch(name, seed=22)
@@ -90,9 +123,68 @@ def test_streamed_multidevice_matches_single_device(name):
     valid = np.ones(32, bool)
     valid[[0, 9, 10, 11]] = False  # uneven valid counts across devices
     assert_multidevice_matches(
-        losses.get(name), z, second, valid=valid, temperature=0.1, block_size=3,
+        _loss(name), z, second, valid=valid, temperature=0.1, block_size=3,
         **HPARAMS.get(name, {}),
     )
+
+
+@pytest.mark.parametrize("name", ["projnce", "soft_supcon-cosine", "med_supcon", "med_nce"])
+def test_num_classes_gives_the_same_value_and_gradient(name):
+    """Labels as class slots (``num_classes``) = distinct-label indices, dense and streamed."""
+    z, labels, valid = _labelled_batch(name)
+    labels = labels.at[7].set(9)  # still a singleton class, now inside [0, 10)
+    fn = _loss(name)
+
+    def f(x, bs, k):
+        return fn(x, labels, valid=valid, block_size=bs, num_classes=k, **HPARAMS.get(name, {}))
+
+    grad_fn = jax.jit(jax.value_and_grad(f), static_argnums=(1, 2))
+    ref_value, ref_grad = grad_fn(z, None, None)
+    for block in (None, 5):
+        value, grad = grad_fn(z, block, 10)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_num_classes_is_checked():
+    z, labels = jnp.ones((4, 3)), jnp.array([0, 0, 1, 1])
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="num_classes"):
+            losses.projnce(z, labels, num_classes=bad)
+    with pytest.raises(ValueError, match=r"labels.*\[0, num_classes=1\)"):
+        losses.med_nce(z, labels, num_classes=1)
+
+
+@pytest.mark.parametrize("distance", ["l1", "l2", "cosine"])
+def test_blockwise_nadaraya_watson_matches_dense_soft_labels(distance):
+    """The projection over row blocks (custom VJP) = Eq. (18) from the dense [m, m]
+    soft labels of Eq. (17), in value and in the gradient into rows and bandwidth,
+    with padding, a singleton class, duplicated rows and blocks not dividing m."""
+    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    z, labels, valid = _labelled_batch("projnce", seed=3)
+    z = _core.l2_normalize(z.at[5].set(z[6]))  # a duplicated row: zero distance
+    lb = pn._labelled_batch(z, labels, 0.1, valid, None)
+    weights = jax.random.normal(jax.random.PRNGKey(0), (N, z.shape[1]))
+
+    def dense(x, h):
+        batch = lb._replace(batch=lb.batch._replace(candidates=x))
+        return jnp.sum(weights * pn._nw_prototypes(pn._nw_soft_labels(batch, h, distance), batch))
+
+    def blocked(x, h, block):
+        onehot = jax.nn.one_hot(lb.class_ids, N) if block == 5 else None
+        g = pn.nw_projection(x, h, valid, lb.class_ids, onehot, distance, N, block)
+        return jnp.sum(weights * g)
+
+    h = 1.6 if distance == "l1" else 0.6
+    ref_value, ref_grads = jax.value_and_grad(dense, argnums=(0, 1))(lb.batch.candidates, h)
+    assert np.abs(ref_grads[1]) > 1e-3  # the bandwidth matters on this batch
+    for block in (1, 5, N):
+        value, grads = jax.jit(jax.value_and_grad(blocked, argnums=(0, 1)), static_argnums=2)(
+            lb.batch.candidates, jnp.float32(h), block
+        )
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+        np.testing.assert_allclose(grads[0], ref_grads[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(grads[1], ref_grads[1], rtol=1e-5)
 
 
 def test_soft_target_infonce_multidevice_matches_single_device():
@@ -137,23 +229,44 @@ def _temp_bytes(fn, *args) -> int:
     return compiled.memory_analysis().temp_size_in_bytes
 
 
-@pytest.mark.parametrize("name", ["supcon", "sincere", "y_aware_infonce"])
-def test_streamed_gradient_does_not_hold_the_n_by_n_matrix(name):
+@pytest.mark.parametrize(
+    "name",
+    ["supcon", "sincere", "y_aware_infonce", "projnce", "soft_supcon-cosine", "med_nce",
+     "global_uniformity", "conditional_uniformity", "mio"],
+)
+def test_streamed_gradient_does_not_hold_the_n_by_n_matrix(name, monkeypatch):
     """Compiled temporaries of value_and_grad: dense holds several N² arrays, the
     streamed form stays well under one."""
     n, block = 2048, 64
     rng = np.random.default_rng(0)
     z = jnp.asarray(rng.normal(size=(n, 16)), jnp.float32)
-    second = (
-        jnp.asarray(rng.normal(size=(n,)), jnp.float32)
-        if name == "y_aware_infonce"
-        else jnp.arange(n) // 2
-    )
-    fn = losses.get(name)
+    if name in METADATA_LOSSES or name == "global_uniformity":
+        second = jnp.asarray(rng.normal(size=(n,)), jnp.float32)
+    else:
+        second = jnp.arange(n) // 2
+    fn = _loss(name)
+    kwargs = dict(HPARAMS.get(name, {}))
+    if name.split("-")[0] in CLASS_LOSSES:
+        kwargs["num_classes"] = n // 2
 
     def grad(bs):
-        return jax.value_and_grad(lambda x: fn(x, second, block_size=bs))
+        return jax.value_and_grad(lambda x: fn(x, second, block_size=bs, **kwargs))
 
     one_matrix = n * n * 4
-    assert _temp_bytes(grad(None), z) > one_matrix
+    with monkeypatch.context() as patch:
+        patch.setattr(blockwise, "BLOCKWISE_THRESHOLD", n)  # block_size=None: dense
+        assert _temp_bytes(grad(None), z) > one_matrix
     assert _temp_bytes(grad(block), z) < one_matrix // 4
+
+
+def test_soft_l1_projection_does_not_hold_n_by_n_by_d():
+    """SoftNCE with the l1 distance: the Nadaraya–Watson pass keeps one [block, D, m]
+    slab of coordinate differences, far below the [N, N, D] array (here 1 GiB)."""
+    n, d = 4096, 16
+    z = jnp.asarray(np.random.default_rng(0).normal(size=(n, d)), jnp.float32)
+    labels = jnp.arange(n) % 10
+
+    def f(x):
+        return losses.soft_nce(x, labels, distance="l1", num_classes=10)
+
+    assert _temp_bytes(jax.value_and_grad(f), z) < n * n * d * 4 // 8
