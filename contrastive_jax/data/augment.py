@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable
 
 from contrastive_jax.data._tf import tf
+from contrastive_jax.errors import ConfigError
 
 Seed = tf.Tensor  # int32/int64 [2]
 
@@ -129,14 +130,27 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
         solarize_prob=(0.0, 0.2),
     ),
     "mio": _mio,
-    # Digits proxy (spec/yaware-mio.md §A12.1): shift by up to a quarter of the
-    # side, gain U(0.6, 1.4), noise N(0, 0.1); no flip, no colour.
+    # Plain digits proxy (the digit fills the 16x16 canvas at full contrast):
+    # shift by up to a quarter of the side, gain U(0.6, 1.4), noise N(0, 0.1);
+    # no flip, no colour.
     "digits": lambda size: AugmentConfig(
         crop_scale=None,
         pad_fraction=0.25,
         flip_prob=0.0,
         gain=(0.6, 1.4),
         noise_std=(0.1, 0.1),
+    ),
+    # Cluttered digits: the labelled digit covers a quarter of the canvas at
+    # 2/3 contrast beside a distractor and the canvas's own noise, so the plain
+    # preset stalls contrastive training in its collapsed start
+    # (docs/collapse.md). Half the shift (an eighth of the side), gain
+    # U(0.8, 1.2) and noise N(0, 0.05).
+    "digits_cluttered": lambda size: AugmentConfig(
+        crop_scale=None,
+        pad_fraction=0.125,
+        flip_prob=0.0,
+        gain=(0.8, 1.2),
+        noise_std=(0.05, 0.05),
     ),
     # Brain-phantom proxy (spec/yaware-mio.md §A12.2, "as in [8]"): pad 2 of 32
     # and crop, cutout of a quarter side (p = 0.5), blur sigma U(0.1, 1),
@@ -165,12 +179,12 @@ def augmentation_preset(name: str, image_size: int) -> AugmentConfig:
 
     Names: ``simclr_cifar``, ``supcon_cifar``, ``simclr_imagenet``,
     ``byol_imagenet``, ``mio`` (MIO Table 3; blur and solarisation only above
-    32 px), ``digits``, ``phantoms``, the linear-probe recipes
+    32 px), ``digits``, ``digits_cluttered``, ``phantoms``, the linear-probe recipes
     ``supcon_linear`` and ``mio_linear`` (use them with ``num_views = 1``) and
     ``none``.
     """
     if name not in _PRESETS:
-        raise ValueError(f"unknown augmentation preset {name!r}; choose one of {PRESET_NAMES}")
+        raise ConfigError(f"unknown augmentation preset {name!r}; choose one of {PRESET_NAMES}")
     return _PRESETS[name](image_size)
 
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from contrastive_jax.errors import ConfigError
+
 if TYPE_CHECKING:
     from contrastive_jax.data.records import RecordSet
 
@@ -97,7 +99,7 @@ class Split:
     def take(self, rows: np.ndarray) -> Split:
         """The examples at positions ``rows`` (int [M]), keeping their ids."""
         if self.records is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.records.dataset} is streamed from its records; a subset of it "
                 "(train_subset) needs its labels in memory: prepare the subset as its own dataset"
             )
@@ -112,7 +114,7 @@ class Split:
     def with_labels(self, labels: np.ndarray) -> Split:
         """The same examples with other labels (int [N])."""
         if self.records is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.records.dataset} is streamed from its records; its labels cannot be "
                 "replaced (label_noise needs a dataset held in memory or an image folder)"
             )
@@ -147,7 +149,7 @@ class Source:
     def split(self, name: str) -> Split:
         """The split called ``name``; ``ValueError`` naming the available ones otherwise."""
         if name not in self.splits:
-            raise ValueError(
+            raise ConfigError(
                 f"dataset {self.name!r} has no split {name!r}; available: {sorted(self.splits)}"
             )
         return self.splits[name]

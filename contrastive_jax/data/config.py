@@ -30,7 +30,8 @@ def default_data_config() -> ml_collections.ConfigDict:
         (224 for datasets of variable-size images).
       num_views: V augmented views per example in pretraining batches.
       augmentation: preset name (:data:`.augment.PRESET_NAMES`) or ``"auto"``:
-        ``digits`` for the digits sources, ``phantoms`` for phantoms,
+        ``digits`` / ``digits_cluttered`` for those sources (each its own preset),
+        ``phantoms`` for phantoms,
         ``simclr_cifar`` for other images of side <= 32, else
         ``simclr_imagenet``.
       global_batch_size: examples per pretraining step over all processes;

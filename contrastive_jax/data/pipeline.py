@@ -82,6 +82,7 @@ from contrastive_jax.data.augment import (
 from contrastive_jax.data.base import Source, Split
 from contrastive_jax.data.records import RecordSet
 from contrastive_jax.data.sources import decode_image_file, load_source, symmetric_label_noise
+from contrastive_jax.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
 
@@ -100,7 +101,7 @@ def resolve_image_size(config: ml_collections.ConfigDict, source: Source) -> int
     if h is None and w is None:
         return DEFAULT_VARIABLE_SIZE
     if h is None or h != w:
-        raise ValueError(
+        raise ConfigError(
             f"dataset {source.name!r} has images of shape {source.image_shape}; set config.image_size"
         )
     return int(h)
@@ -124,7 +125,7 @@ def resolve_augmentation(
     name = config.augmentation
     if name == "auto":
         if source.name in ("digits", "digits_cluttered"):
-            name = "digits"
+            name = source.name  # each digits source has its own preset
         elif source.name == "phantoms":
             name = "phantoms"
         else:
@@ -136,13 +137,13 @@ def _process(process_index: int | None, process_count: int | None) -> tuple[int,
     index = jax.process_index() if process_index is None else process_index
     count = jax.process_count() if process_count is None else process_count
     if not 0 <= index < count:
-        raise ValueError(f"process_index {index} not in [0, {count})")
+        raise ConfigError(f"process_index {index} not in [0, {count})")
     return index, count
 
 
 def _per_process(batch_size: int, process_count: int, what: str) -> int:
     if batch_size < 1 or batch_size % process_count:
-        raise ValueError(
+        raise ConfigError(
             f"{what}={batch_size} must be a positive multiple of the process count {process_count}"
         )
     return batch_size // process_count
@@ -282,7 +283,7 @@ def lane_stream(
     """
     n = records.num_examples // lanes
     if n < 1:
-        raise ValueError(f"{records.dataset}: {records.num_examples} examples for {lanes} lanes")
+        raise ConfigError(f"{records.dataset}: {records.num_examples} examples for {lanes} lanes")
     epoch_records = records.stream(lane * n, (lane + 1) * n)
 
     def epoch(e: tf.Tensor) -> tf.data.Dataset:
@@ -337,12 +338,12 @@ class PretrainIterator(Iterator[Batch]):
         )
         self.steps_per_epoch = train.num_examples // self.global_batch_size
         if self.steps_per_epoch < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"global_batch_size={self.global_batch_size} exceeds the {train.num_examples} "
                 f"training examples of {self.source.name!r}"
             )
         if start_step < 0:
-            raise ValueError(f"start_step must be >= 0, got {start_step}")
+            raise ConfigError(f"start_step must be >= 0, got {start_step}")
         self._seed = int(seed)
         self.step = int(start_step)
         self._process_count = process_count
@@ -351,7 +352,7 @@ class PretrainIterator(Iterator[Batch]):
         if self.streamed:
             self.lanes = int(config.get("stream_lanes") or default_lanes(self.global_batch_size))
             if self.global_batch_size % self.lanes or self.lanes % process_count:
-                raise ValueError(
+                raise ConfigError(
                     f"config.data.stream_lanes={self.lanes} must divide global_batch_size="
                     f"{self.global_batch_size} and be a multiple of the process count "
                     f"{process_count} (TFRecord streams)"
@@ -360,7 +361,7 @@ class PretrainIterator(Iterator[Batch]):
                 self.global_batch_size // self.lanes
             )
             if self.steps_per_epoch < 1:
-                raise ValueError(
+                raise ConfigError(
                     f"global_batch_size={self.global_batch_size} exceeds the {train.num_examples} "
                     f"training examples of {self.source.name!r}"
                 )

@@ -32,6 +32,7 @@ import numpy as np
 
 from contrastive_jax.data._tf import tf
 from contrastive_jax.data.base import CorruptImageError
+from contrastive_jax.errors import InputError
 
 #: TFDS's names of the two formats this module reads.
 ARRAY_RECORD = "array_record"
@@ -79,11 +80,11 @@ class RecordSet:
         label_key: str = "label",
     ) -> None:
         if file_format not in FORMATS:
-            raise ValueError(
+            raise InputError(
                 f"{dataset}: cannot read files of format {file_format!r}; formats: {FORMATS}"
             )
         if not spans:
-            raise ValueError(f"{dataset}: the split has no files")
+            raise InputError(f"{dataset}: the split has no files")
         self.dataset = dataset
         self.file_format = file_format
         self.spans = tuple(spans)

@@ -47,6 +47,7 @@ import numpy as np
 from contrastive_jax.data import digits, synthetic
 from contrastive_jax.data import records as records_lib
 from contrastive_jax.data.base import CorruptImageError, Source, Split, channel_stats
+from contrastive_jax.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def class_balanced_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarra
     """
     classes = np.unique(labels)
     if not 1 <= size <= len(labels):
-        raise ValueError(f"train_subset must be in [1, {len(labels)}], got {size}")
+        raise ConfigError(f"train_subset must be in [1, {len(labels)}], got {size}")
     rng = np.random.default_rng([seed, 1])
     per_class = np.full(len(classes), size // len(classes))
     per_class[rng.permutation(len(classes))[: size % len(classes)]] += 1
@@ -106,7 +107,7 @@ def class_balanced_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarra
     for k, count in zip(classes, per_class, strict=True):
         members = np.flatnonzero(labels == k)
         if count > len(members):
-            raise ValueError(
+            raise ConfigError(
                 f"train_subset={size} needs {count} examples of class {k}, which has {len(members)}"
             )
         rows.append(rng.choice(members, size=count, replace=False))
@@ -133,7 +134,7 @@ def symmetric_label_noise(
       int64 [N] noisy labels.
     """
     if not 0.0 <= prob <= 1.0:
-        raise ValueError(f"label_noise must be in [0, 1], got {prob}")
+        raise ConfigError(f"label_noise must be in [0, 1], got {prob}")
     rng = np.random.default_rng([seed, 2])
     replace = rng.random(len(labels)) < prob
     random_labels = rng.integers(0, num_classes, len(labels))
@@ -203,7 +204,7 @@ def image_folder_source(
     from contrastive_jax.data._tf import tf
 
     if not os.path.isdir(root):
-        raise ValueError(f"image folder {root!r} does not exist or is not a directory")
+        raise InputError(f"image folder {root!r} does not exist or is not a directory")
     builder = tfds.ImageFolder(root)
     label_feature = builder.info.features["label"]
     splits = {}
@@ -226,7 +227,7 @@ def image_folder_source(
             )
         splits[split] = Split(labels=np.array(labels), paths=np.array(paths))
     if "train" not in splits:
-        raise ValueError(f"image folder {root} has no 'train' split; found {sorted(splits)}")
+        raise InputError(f"image folder {root} has no 'train' split; found {sorted(splits)}")
     train_paths = splits["train"].paths
     shapes = {decode_image_file(p).shape for p in train_paths[:8]}
     image_shape = shapes.pop() if len(shapes) == 1 else (None, None, 3)
@@ -279,7 +280,7 @@ def _tfds_builder(name: str, data_dir: str | None, download: bool):
     except tfds.core.registered.DatasetNotFoundError as e:
         if data_dir is not None:
             raise not_prepared(data_dir) from e
-        raise ValueError(
+        raise InputError(
             f"unknown dataset {name!r}: not a built-in name (digits, digits_cluttered, phantoms, "
             "image_folder) nor a TFDS dataset; a dataset prepared in a data directory needs "
             "config.data_dir"
@@ -333,7 +334,7 @@ def tfds_source(
     features = builder.info.features
     missing = [k for k in ("image", "label") if k not in features]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"TFDS dataset {name!r} has no {' and no '.join(repr(k) for k in missing)} feature; "
             f"its features: {sorted(features.keys())}. Pretraining and evaluation need an "
             "'image' and an integer class 'label'."
@@ -343,7 +344,7 @@ def tfds_source(
     chosen = {"train": "train", "test": "test" if "test" in available else "validation"}
     chosen = {k: v for k, v in chosen.items() if v in available}
     if "train" not in chosen:
-        raise ValueError(
+        raise InputError(
             f"TFDS dataset {name!r} has no 'train' split; its splits: {sorted(available.keys())}"
         )
     fixed = None not in shape[:2]
@@ -353,7 +354,7 @@ def tfds_source(
     if in_memory is None:
         in_memory = fixed and total <= MAX_IN_MEMORY_BYTES
     elif in_memory and not fixed:
-        raise ValueError(f"TFDS dataset {name!r} has variable-size images {shape}; stream it")
+        raise ConfigError(f"TFDS dataset {name!r} has variable-size images {shape}; stream it")
     label_feature = features["label"]
     if in_memory:
         splits = {}
@@ -456,7 +457,7 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
     """
     name = config.dataset
     if (config.mean is None) != (config.std is None):
-        raise ValueError("set both config.mean and config.std, or neither")
+        raise ConfigError("set both config.mean and config.std, or neither")
     stats = None if config.mean is None else (tuple(config.mean), tuple(config.std))
     data_dir = config.data_dir
     if name in ("digits", "digits_cluttered"):
@@ -478,14 +479,14 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
     elif name.startswith(FOLDER_PREFIX):
         folder = name[len(FOLDER_PREFIX):]
         if not folder:
-            raise ValueError(f"dataset {name!r} names no folder; write {FOLDER_PREFIX}PATH")
+            raise ConfigError(f"dataset {name!r} names no folder; write {FOLDER_PREFIX}PATH")
         known = os.path.basename(os.path.normpath(folder))  # folder:.../cifar10 -> CIFAR stats
         source = image_folder_source(
             folder, name=known if known in KNOWN_STATS else "image_folder", stats=stats
         )
     elif name == "image_folder":
         if data_dir is None:
-            raise ValueError(
+            raise ConfigError(
                 "dataset 'image_folder' needs config.data_dir (<root>/<split>/<class>/)"
             )
         source = image_folder_source(data_dir, stats=stats)
