@@ -21,8 +21,13 @@ so value and gradient cost three [n, m, D] products (S, G C, Gᵀ A), the minimu
 for an O(n·m) memory-free backward; the undifferentiated call costs one. The
 backward rule only scales the stored [n, D] and [m, D] gradients by the
 (scalar) cotangent. A column-streamed variant with an online log-sum-exp and a
-recomputing backward (spec/sincere-supcon.md §5) needs four products for
-SupCon and five for SINCERE.
+recomputing backward needs four products for SupCon and five for SINCERE.
+
+Losses with class prototypes (the ProjNCE family) pass a second candidate
+matrix, the [K, D] projections, and get both products per block.
+``stream_rows_logsumexp`` does the same for a log-sum-exp over rows
+(conditional uniformity), with an online maximum across blocks. Derivations:
+``docs/losses.md``.
 """
 
 from __future__ import annotations

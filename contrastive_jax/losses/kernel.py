@@ -1,8 +1,8 @@
-"""y-Aware InfoNCE, conditional alignment and global / conditional uniformity (seed 003,
-Dufumier et al., "Conditional Alignment and Uniformity for Contrastive Learning with
-Continuous Proxy Labels").
+"""y-Aware InfoNCE, conditional alignment and global / conditional uniformity (Dufumier,
+Gori, Victor, Grigis & Duchesnay 2021, "Conditional Alignment and Uniformity for
+Contrastive Learning with Continuous Proxy Labels", arXiv:2111.05643).
 
-Notation (spec/yaware-mio.md §0, §A2–A6): rows are L2-normalised,
+Notation (the paper's Section 2; conventions in ``docs/losses.md``): rows are L2-normalised,
 ``S_ab = z_a . z_b / tau``; ``y_a`` in R^p is the metadata of row a (both views of
 an image are two rows with the same metadata); the RBF kernel is
 ``w_ab = exp(-||y_a - y_b||² / (2 sigma²))`` (no prefactor, so ``||w||_inf = 1``);
@@ -20,7 +20,7 @@ an image are two rows with the same metadata); the RBF kernel is
   ``axis_name`` and never differentiated (``stop_gradient``).
 
 The kernel has one isotropic bandwidth ``sigma``; for a diagonal bandwidth per
-metadata column (spec §A2) divide each column by its own sigma and pass
+metadata column divide each column by its own sigma and pass
 ``sigma=1``.
 """
 
@@ -35,7 +35,8 @@ from contrastive_jax.losses import _core, blockwise
 
 Array = jax.Array
 
-#: Rows of conditional uniformity with ``1 - Ẑ_i`` below this are dropped (spec §A6).
+#: Rows of conditional uniformity with ``1 - Ẑ_i`` below this are dropped (their
+#: weights ``(1 - w_ij) / (1 - Ẑ_i)`` would divide by about zero).
 UNIFORMITY_EPS = 1e-6
 
 
@@ -80,7 +81,7 @@ def _scaled(sq_dist: Array, sigma: float | Array) -> Array:
 
 
 def kernel_targets(sq_dist: Array, others: Array, sigma: float | Array) -> Array:
-    """Soft targets ``P_ab = softmax_{b in O(a)}(-d²_ab / (2 sigma²))`` (spec §A3): [n, m].
+    """Soft targets ``P_ab = softmax_{b in O(a)}(-d²_ab / (2 sigma²))`` (Eq. 1's weights): [n, m].
 
     The row's smallest distance is subtracted before scaling, so the nearest
     other row has log-weight exactly 0 and the rest at most 0 (clamped at
@@ -102,10 +103,10 @@ def kernel_targets(sq_dist: Array, others: Array, sigma: float | Array) -> Array
 def conditional_uniformity_weights(
     sq_dist: Array, anchor_valid: Array, candidate_valid: Array, sigma: float | Array
 ) -> tuple[Array, Array]:
-    """Repulsion weights ``Q_ij = (1 - w_ij) / (1 - Ẑ_i)`` of conditional uniformity (§A6).
+    """Repulsion weights ``Q_ij = (1 - w_ij) / (1 - Ẑ_i)`` of conditional uniformity (Eq. 4).
 
     ``Ẑ_i = (1/M) sum_j w_ij`` over the M valid rows of the batch, j = i included
-    (spec Part C #2), so ``sum_j Q_ij = M`` on every kept row. ``1 - w`` is
+    (``docs/losses.md``), so ``sum_j Q_ij = M`` on every kept row. ``1 - w`` is
     ``-expm1(-d²/(2 sigma²))`` and ``1 - Ẑ_i`` is the mean of those, so neither
     loses precision when w is close to 1. Rows with ``1 - Ẑ_i < UNIFORMITY_EPS``
     (every valid row within ~sigma of y_i, e.g. all metadata equal) and padded
@@ -212,21 +213,20 @@ def y_aware_infonce(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """y-Aware InfoNCE (Dufumier et al. 2021, ref. [8] of seed 003; seed 003 Eq. 1).
+    """y-Aware InfoNCE: InfoNCE whose positives are weighted by an RBF kernel on metadata.
 
-    For anchor a and its ``N_a`` other rows:
+    For anchor a and its ``N_a`` other valid rows ``O(a)``::
 
-    ``l_a = -(1/N_a) sum_{k in O(a)} (w_ak / Ẑ_a) log( e^{S_ak} / M_a )``
-    ``    = -sum_{k in O(a)} P_ak (S_ak - LSE_{j in O(a)} S_aj) - log N_a``
+      l_a = -(1/N_a) sum_{k in O(a)} (w_ak / Ẑ_a) log( e^{S_ak} / M_a )
+          = -sum_{k in O(a)} P_ak (S_ak - LSE_{j in O(a)} S_aj) - log N_a
 
-    with ``M_a = (1/N_a) sum_{j in O(a)} e^{S_aj}``,
-    ``Ẑ_a = (1/N_a) sum_{j in O(a)} w_aj`` and ``P_ak = w_ak / (N_a Ẑ_a)``,
-    averaged over valid anchors. Paper form (spec §A3, Part C #1): the constant
-    ``-log N_a`` from the 1/N inside the log is kept and the loss is the mean over
-    anchors (the official code divides by B instead and has no -log N). As sigma
-    -> 0 with distinct metadata per image this is NT-Xent - log N; with tied
-    metadata it is SupCon L_out - log N over the tie groups. The anchor's other
-    view has the largest weight (w = 1); no explicit positive mask is needed.
+    with ``w_ak = exp(-||y_a - y_k||² / (2 sigma²))``,
+    ``M_a = (1/N_a) sum_{j in O(a)} e^{S_aj}``, ``Ẑ_a = (1/N_a) sum_{j in O(a)} w_aj``
+    and ``P_ak = w_ak / (N_a Ẑ_a)``, averaged over valid anchors. The constant
+    ``-log N_a`` from the 1/N inside the log is kept and the loss is the mean
+    over anchors (the official code divides by B instead and has no -log N).
+    As sigma -> 0 with distinct metadata per image this is NT-Xent - log N; with
+    tied metadata it is SupCon L_out - log N over the tie groups.
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
@@ -236,13 +236,28 @@ def y_aware_infonce(
       sigma: RBF bandwidth > 0 in metadata units (5 years of age in the official code).
       axis_name: mesh/pmap axis to gather rows and metadata over (see ``_core``).
       valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(block·N)
-        memory instead of O(N²), see ``blockwise``; each row's kernel targets
-        and log-sum-exp are exact within its block); None chooses the dense
-        form up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient, see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> age = jnp.array([20.0, 22.0, 60.0, 61.0])
+      >>> round(float(losses.y_aware_infonce(z, age, temperature=0.5, sigma=5.0)), 4)
+      -0.6684
+
+    References:
+      Benoit Dufumier et al. (2021). Contrastive Learning with Continuous Proxy
+      Meta-Data for 3D MRI Classification. MICCAI 2021, arXiv:2106.08808.
+      Benoit Dufumier, Pietro Gori, Julie Victor, Antoine Grigis and Edouard
+      Duchesnay (2021). Conditional Alignment and Uniformity for Contrastive
+      Learning with Continuous Proxy Labels. Med-NeurIPS workshop,
+      arXiv:2111.05643 (HAL hal-03523114), Eq. (1).
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
@@ -345,13 +360,15 @@ def conditional_alignment(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """Conditional alignment, the first term of seed 003 Eq. (2) (population form Eq. 3).
+    """Conditional alignment: minus the kernel-weighted mean similarity to the other rows.
 
-    ``l_a = -(1/N_a) sum_{k in O(a)} (w_ak / Ẑ_a) S_ak = -sum_{k in O(a)} P_ak S_ak``,
+    ::
 
-    averaged over valid anchors. Sign convention (spec §A4): the loss to
-    minimise, i.e. minus the kernel-weighted mean similarity (1/tau included).
-    ``y_aware_infonce = conditional_alignment + global_uniformity`` exactly.
+      l_a = -(1/N_a) sum_{k in O(a)} (w_ak / Ẑ_a) S_ak = -sum_{k in O(a)} P_ak S_ak,
+
+    averaged over valid anchors: the first term of Eq. (2), signed as a loss to
+    minimise (1/tau included). ``y_aware_infonce = conditional_alignment +
+    global_uniformity`` holds exactly on every batch.
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
@@ -360,9 +377,27 @@ def conditional_alignment(
       sigma: RBF bandwidth > 0.
       axis_name: mesh/pmap axis to gather rows and metadata over.
       valid: optional bool [N]; False rows are padding.
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient, see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> age = jnp.array([20.0, 22.0, 60.0, 61.0])
+      >>> round(float(losses.conditional_alignment(z, age, temperature=0.5, sigma=5.0)), 4)
+      -1.6
+
+    References:
+      Benoit Dufumier, Pietro Gori, Julie Victor, Antoine Grigis and Edouard
+      Duchesnay (2021). Conditional Alignment and Uniformity for Contrastive
+      Learning with Continuous Proxy Labels. Med-NeurIPS workshop,
+      arXiv:2111.05643 (HAL hal-03523114), Eq. (2) (finite
+      batch) and Eq. (3) (population form).
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
@@ -381,21 +416,40 @@ def global_uniformity(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """Global uniformity, the second term of seed 003 Eq. (2) (spec §A5).
+    """Global uniformity: per-anchor log of the mean exponentiated similarity to the others.
 
-    ``l_a = log( (1/N_a) sum_{j in O(a)} e^{S_aj} ) = LSE_{j in O(a)} S_aj - log N_a``,
+    ::
 
-    averaged over valid anchors (``N_a >= 1``): the log sits per anchor, inside
-    the mean, unlike the pooled Wang–Isola form. No metadata.
+      l_a = log( (1/N_a) sum_{j in O(a)} e^{S_aj} ) = LSE_{j in O(a)} S_aj - log N_a,
+
+    averaged over valid anchors (``N_a >= 1``): the second term of Eq. (2). The
+    log sits per anchor, inside the mean, unlike the pooled Wang–Isola form. No
+    metadata.
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       temperature: tau > 0.
       axis_name: mesh/pmap axis to gather rows over.
       valid: optional bool [N]; False rows are padding.
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient, see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> round(float(losses.global_uniformity(z, temperature=0.5)), 4)
+      0.9316
+
+    References:
+      Benoit Dufumier, Pietro Gori, Julie Victor, Antoine Grigis and Edouard
+      Duchesnay (2021). Conditional Alignment and Uniformity for Contrastive
+      Learning with Continuous Proxy Labels. Med-NeurIPS workshop,
+      arXiv:2111.05643 (HAL hal-03523114), Eq. (2).
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
@@ -416,25 +470,29 @@ def conditional_uniformity(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """Conditional uniformity, the estimator of seed 003 Eq. (4) (spec §A6).
+    """Conditional uniformity: log of the mean of ``e^{S_ij}`` weighted by metadata dissimilarity.
 
-    ``L = log( sum_{i,j} Q_ij e^{S_ij} / sum_{i,j} Q_ij )``,
-    ``Q_ij = (||w||_inf - w_ij) / (||w||_inf - Ẑ_i)``, ``||w||_inf = 1``,
+    ::
 
-    over all valid i, j of the global batch, diagonal included (its weight is 0).
-    ``Ẑ_i`` is the in-batch mean of ``w_ij`` with j = i included (spec Part C #2),
-    so ``sum Q = M²`` and this equals the paper's ``log (1/M²) sum Q e^S`` on a
-    full batch; the self-normalised form stays exact when rows are padded or
-    dropped. (In this form the other reading of Ẑ, a mean over the M - 1 rows
-    j != i, rescales every Q by M / (M - 1) and leaves the value unchanged.) Only pairs with different metadata repel; rows whose
-    ``1 - Ẑ_i < UNIFORMITY_EPS`` are dropped, and with no row left (e.g. all
-    metadata equal, or nothing valid) the loss is 0 with zero gradient.
+      L = log( sum_{i,j} Q_ij e^{S_ij} / sum_{i,j} Q_ij ),
+      Q_ij = (||w||_inf - w_ij) / (||w||_inf - Ẑ_i),  ||w||_inf = 1,
 
-    Not a mean over anchors: it is the log of one global weighted mean, so under
+    over all valid i, j of the global batch, diagonal included (its weight is
+    0). ``Ẑ_i`` is the in-batch mean of ``w_ij`` with j = i included, so
+    ``sum_j Q_ij = M`` on every kept row and this equals the paper's
+    ``log (1/M²) sum Q e^S`` on a full batch; the self-normalised form stays
+    exact when rows are padded or dropped (reading Ẑ as a mean over j != i
+    rescales every Q by M / (M - 1) and leaves the value unchanged). Only pairs
+    with different metadata repel; rows whose ``1 - Ẑ_i < UNIFORMITY_EPS`` are
+    dropped, and with no row left (e.g. all metadata equal, or nothing valid)
+    the loss is 0 with zero gradient.
+
+    Not a mean over anchors but the log of one global weighted mean: under
     ``axis_name`` the numerator and the weight total are summed over devices
-    before the log (spec §A8b), with a global max-shift for stability. The
-    combined objective of seed 003 (spec §A7) is
-    ``conditional_alignment + lam * conditional_uniformity`` with lam = 1.
+    before the log, with a global max-shift; streamed, the log-sum-exp over rows
+    runs online over the blocks (``blockwise.stream_rows_logsumexp``). The
+    paper's combined objective is ``conditional_alignment + lam *
+    conditional_uniformity`` with lam = 1.
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
@@ -443,9 +501,26 @@ def conditional_uniformity(
       sigma: RBF bandwidth > 0.
       axis_name: mesh/pmap axis to gather rows and metadata over.
       valid: optional bool [N]; False rows are padding.
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient, see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, identical on every device.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> age = jnp.array([20.0, 22.0, 60.0, 61.0])
+      >>> round(float(losses.conditional_uniformity(z, age, temperature=0.5, sigma=5.0)), 4)
+      0.3977
+
+    References:
+      Benoit Dufumier, Pietro Gori, Julie Victor, Antoine Grigis and Edouard
+      Duchesnay (2021). Conditional Alignment and Uniformity for Contrastive
+      Learning with Continuous Proxy Labels. Med-NeurIPS workshop,
+      arXiv:2111.05643 (HAL hal-03523114), Eq. (4).
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:

@@ -1,7 +1,8 @@
-"""MIO: class-balanced binary contrastive loss (seed 004, Manna, Bhattacharya & Pal,
-"MIO: Mutual Information Optimization using Self-Supervised Binary Contrastive Learning").
+"""MIO: class-balanced binary contrastive loss (Manna, Bhattacharya & Pal, "MIO: Mutual
+Information Optimization using Self-Supervised Binary Contrastive Learning",
+arXiv:2111.12664).
 
-Notation (spec/yaware-mio.md §0, §B2–B3): rows are L2-normalised,
+Notation (the paper's Section 3; conventions in ``docs/losses.md``): rows are L2-normalised,
 ``C_ab = z_a . z_b`` (cosine), ``sigma`` the logistic function. Positive pairs
 are the ordered pairs (a, b), b != a, with the same label (the other view of the
 image in the two-view layout); negative pairs are the ordered pairs with
@@ -40,48 +41,61 @@ def mio(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """MIO loss L_O (seed 004 Eqs. 4–5) plus its L2 regulariser (Eq. 39) at the official scale.
+    """MIO: every ordered pair is a logistic classification, same label vs different label.
 
-    ``L_O = -(1/T_P) sum_{(a,b) in Pos} log sigma(C_ab/tau)``
-    ``      - (1/T_N) sum_{(a,b) in Neg} log(1 - sigma(C_ab/tau))``
-    ``    = mean_{Pos} softplus(-C_ab/tau) + mean_{Neg} softplus(C_ab/tau)``
+    ::
+
+      L_O = -(1/T_P) sum_{(a,b) in Pos} log sigma(C_ab / tau)
+            - (1/T_N) sum_{(a,b) in Neg} log(1 - sigma(C_ab / tau))
+          = mean_{Pos} softplus(-C_ab / tau) + mean_{Neg} softplus(C_ab / tau)
+      loss = L_O + l2_weight * (1/D) mean_{(a,b) in Pos} ||z_a - z_b||²
 
     a class-balanced binary cross-entropy with logits (the official code's two
-    ``BCEWithLogitsLoss`` means). T_P and T_N are the numbers of ordered positive
-    and negative pairs of the global batch: T_P = 2B and T_N = 4B² - 4B for B
-    images with two views (Eq. 5), where this equals Eq. (5)'s per-anchor form.
-    Spec §B2/§B7: the means run over pairs, not over anchors, with global
-    counts; with uneven groups or padding that weights pairs equally, not anchors.
+    ``BCEWithLogitsLoss`` means). T_P and T_N are the numbers of ordered
+    positive and negative pairs of the global batch: T_P = 2B and
+    T_N = 4B² - 4B for B images with two views (Eq. 5), where this equals
+    Eq. (5)'s per-anchor form. The means run over pairs, not over anchors, with
+    global counts; with uneven groups or padding that weights pairs equally.
     Pairs are taken from valid anchors only: an anchor without a positive (a
     singleton label) or a padded row contributes no pair, and padded rows are
     never candidates. With no negative pair (a single image) that term is 0;
     with no positive pair the loss is 0.
 
-    L2 regulariser (spec §B3, mode ``official_mse``): the official code's
-    ``mse_loss(ẑ¹, ẑ²)`` on normalised rows, i.e. the mean over the B x D
-    elements, written over positive pairs so it needs only the labels:
-
-    ``R = (1/D) mean_{(a,b) in Pos} ||ẑ_a - ẑ_b||²``  (= (1/D) mean(2 - 2 C_pos) for unit rows)
-
-    so ``loss = L_O + l2_weight * R``, with ``R <= 4/D``. Models (C)/(D) of the
-    paper use ``l2_weight = 1``; (A)/(B) use 0 (the default). The paper's literal
-    sum over pairs of unnormalised z is B·D times larger and is not implemented.
+    The L2 term is the official code's ``mse_loss(ẑ¹, ẑ²)`` on normalised
+    rows (the mean over the B x D elements), written over positive pairs so it
+    needs only the labels; it is at most 4/D. Models (C)/(D) of the paper use
+    ``l2_weight = 1``; (A)/(B) use 0 (the default). Eq. (39)'s literal sum over
+    pairs of unnormalised z is B·D times larger and is not implemented.
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] instance ids (both views of an image share the id); more
         than two rows per id act as several positives.
-      temperature: tau > 0 (0.5 in seed 004, for positives and negatives).
+      temperature: tau > 0 (0.5 in the paper, for positives and negatives).
       l2_weight: lambda >= 0 of the L2 regulariser.
       axis_name: mesh/pmap axis to gather rows and labels over (see ``_core``).
       valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(block·N)
-        memory instead of O(N²), see ``blockwise``; a label-only pass counts the
-        global pairs first); None chooses the dense form up to
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient, see ``blockwise``; the global pair counts come
+        from the label counts); None chooses the dense form up to
         ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
 
     Returns:
       float32 scalar, identical on every device.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> ids = jnp.array([0, 0, 1, 1])
+      >>> round(float(losses.mio(z, ids, temperature=0.5)), 4)
+      0.9621
+
+    References:
+      Siladitya Manna, Saumik Bhattacharya and Umapada Pal (2021). MIO: Mutual
+      Information Optimization using Self-Supervised Binary Contrastive
+      Learning. arXiv:2111.12664, Eqs. (4)-(5) (L_O), Eq. (39) (the L2 term);
+      Table 4.
     """
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])

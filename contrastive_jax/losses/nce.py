@@ -1,9 +1,10 @@
-"""NT-Xent (SimCLR InfoNCE), SupCon (Khosla et al. L_out) and SINCERE (seed 000).
+"""NT-Xent (SimCLR's InfoNCE), SupCon (Khosla et al.'s L_out) and SINCERE (Feeney & Hughes).
 
-Notation (spec/sincere-supcon.md §0): ``S_tj = z_t . z_j / tau`` for unit rows,
-``P_t`` the positives of anchor t (same label, not t), ``N_t`` its negatives
-(other label), ``A_t = P_t ∪ N_t``. Every loss is the mean over valid anchors
-(``|P_t| >= 1`` and not padded) of the global batch.
+Notation (as in Feeney & Hughes, arXiv:2309.14277, Section 3; see also
+``docs/losses.md``): ``S_tj = z_t . z_j / tau`` for unit rows, ``P_t`` the
+positives of anchor t (same label, not t), ``N_t`` its negatives (other label),
+``A_t = P_t ∪ N_t``. Every loss is the mean over valid anchors (``|P_t| >= 1``
+and not padded) of the global batch.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from contrastive_jax.losses import _core, blockwise
 Array = jax.Array
 
 def supcon_per_anchor(logits: Array, positives: Array, candidates: Array) -> Array:
-    """Per-anchor SupCon L_out from logits (seed 000 Eq. 3, second line).
+    """Per-anchor SupCon L_out from logits (Feeney & Hughes, Eq. 3).
 
     ``l_t = LSE_{a in A_t} S_ta - mean_{p in P_t} S_tp``.
 
@@ -34,7 +35,7 @@ def supcon_per_anchor(logits: Array, positives: Array, candidates: Array) -> Arr
 
 
 def sincere_per_anchor(logits: Array, positives: Array, negatives: Array) -> Array:
-    """Per-anchor SINCERE from logits (seed 000 Eq. 12, softplus form).
+    """Per-anchor SINCERE from logits (Feeney & Hughes, Eq. 12, softplus form).
 
     ``l_t = mean_{p in P_t} softplus(LSE_{j in N_t} S_tj - S_tp)``: for the pair
     (t, p) the denominator is ``{p} ∪ N_t``. An anchor without negatives gets
@@ -69,7 +70,7 @@ def _sincere_rows_fwd(logits, positives, negatives):
 
 
 def _sincere_rows_bwd(residuals, cotangent):
-    """Eq. (13) at the logit level (spec §3.3): ``-c σ(L_t - S_tp) / |P_t|`` on positives,
+    """Eq. (13) at the logit level: ``-c σ(L_t - S_tp) / |P_t|`` on positives,
     ``c a_t e^{S_tj - L_t} / |P_t|`` on negatives, ``a_t = sum_p σ(L_t - S_tp)``."""
     gap, small, positives, negatives, count = residuals
     on_positives = jnp.where(positives, jnp.where(gap >= 0, 1.0, small) / (1.0 + small), 0.0)
@@ -165,10 +166,14 @@ def supcon(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """Supervised contrastive loss, L_out form (Khosla et al. 2020; seed 000 Eq. 3).
+    """Supervised contrastive loss, L_out form: mean over positives outside the log.
 
-    ``l_t = -(1/|P_t|) sum_{p in P_t} log( e^{S_tp} / sum_{a in A_t} e^{S_ta} )``
-    ``    = LSE_{a in A_t} S_ta - mean_{p in P_t} S_tp``,
+    For anchor t with positives ``P_t`` and candidates ``A_t`` (every other valid
+    row)::
+
+      l_t = -(1/|P_t|) sum_{p in P_t} log( e^{S_tp} / sum_{a in A_t} e^{S_ta} )
+          = LSE_{a in A_t} S_ta - mean_{p in P_t} S_tp,
+
     averaged over valid anchors (``|P_t| >= 1``). No ``base_temperature``
     rescaling: the temperature divides once.
 
@@ -184,6 +189,21 @@ def supcon(
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> labels = jnp.array([0, 0, 1, 1])
+      >>> round(float(losses.supcon(z, labels, temperature=0.5)), 4)
+      0.4302
+
+    References:
+      Prannay Khosla et al. (2020). Supervised Contrastive Learning.
+      arXiv:2004.11362, Eq. (2) (L_out).
+      Patrick Feeney and Michael C. Hughes (2023). SINCERE: Supervised
+      Information Noise-Contrastive Estimation REvisited. arXiv:2309.14277,
+      Eq. (3) (the form used here); Tables 1-2 (SupCon baseline).
     """
     return _label_loss(
         "supcon", embeddings, labels, temperature, valid, axis_name, block_size
@@ -199,18 +219,19 @@ def nt_xent(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """NT-Xent / InfoNCE in SimCLR's two-view form (Chen et al. 2020; seed 000 §1.2).
+    """NT-Xent / InfoNCE in SimCLR's two-view form: each view's positive is its other view.
 
-    ``l_i = -S_{i,p(i)} + log sum_{j != i} e^{S_ij}``, averaged over all anchors,
-    where ``p(i)`` is the other row with the same instance id. The denominator
-    runs over every other row, the positive included.
+    ::
 
-    Implemented as SupCon over instance ids, which is the same function when
-    every id occurs twice (spec/sincere-supcon.md T2) and is layout-free (any
-    row order). With more than two views per id this is the multi-positive
-    (SupCon) generalisation. Under ``axis_name`` the ids must be globally
-    unique (e.g. the global example index), else images on different devices
-    become false positives.
+      l_i = -S_{i,p(i)} + log sum_{j != i} e^{S_ij},
+
+    averaged over all anchors, where ``p(i)`` is the other row with the same
+    instance id; the denominator runs over every other row, the positive
+    included. Implemented as SupCon over instance ids, which is the same function
+    when every id occurs twice and is layout-free (any row order). With more
+    than two views per id this is the multi-positive (SupCon) generalisation.
+    Under ``axis_name`` the ids must be globally unique (e.g. the global example
+    index), else images on different devices become false positives.
 
     Args:
       embeddings: float [N, D], both views of each image as separate rows.
@@ -225,6 +246,19 @@ def nt_xent(
     Returns:
       float32 scalar. (SimCLR's TF code reports twice this value: the sum of
       the two directions' means.)
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> ids = jnp.array([0, 0, 1, 1])
+      >>> round(float(losses.nt_xent(z, ids, temperature=0.5)), 4)
+      0.4302
+
+    References:
+      Ting Chen, Simon Kornblith, Mohammad Norouzi and Geoffrey Hinton (2020).
+      A Simple Framework for Contrastive Learning of Visual Representations.
+      arXiv:2002.05709, Eq. (1) (NT-Xent).
     """
     return supcon(
         embeddings,
@@ -245,18 +279,21 @@ def sincere(
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
-    """SINCERE: supervised InfoNCE revisited (Feeney & Hughes; seed 000 Eq. 12).
+    """SINCERE: supervised InfoNCE whose denominators hold one positive and the negatives.
 
-    ``l_t = -(1/|P_t|) sum_{p in P_t} log( e^{S_tp} / (e^{S_tp} + sum_{j in N_t} e^{S_tj}) )``
-    ``    = mean_{p in P_t} softplus( LSE_{j in N_t} S_tj - S_tp )``,
+    ::
+
+      l_t = -(1/|P_t|) sum_{p in P_t} log( e^{S_tp} / (e^{S_tp} + sum_{j in N_t} e^{S_tj}) )
+          = mean_{p in P_t} softplus( LSE_{j in N_t} S_tj - S_tp ),
+
     averaged over valid anchors. Same-class rows never sit in a denominator
     without the numerator, so the gradient never pushes an anchor away from a
-    positive (Eq. 13: the coefficient on every z_p is <= 0).
+    positive (the coefficient on every z_p is <= 0, Eq. 13).
 
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
-      temperature: tau > 0 (0.1 in seed 000).
+      temperature: tau > 0 (0.1 in the paper).
       axis_name: mesh/pmap axis to gather negatives over.
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(block·N)
@@ -265,6 +302,21 @@ def sincere(
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> labels = jnp.array([0, 0, 0, 1])
+      >>> round(float(losses.sincere(z, labels, temperature=0.5)), 4)
+      0.5777
+      >>> round(float(losses.supcon(z, labels, temperature=0.5)), 4)  # positives repel
+      1.1625
+
+    References:
+      Patrick Feeney and Michael C. Hughes (2023). SINCERE: Supervised
+      Information Noise-Contrastive Estimation REvisited. arXiv:2309.14277,
+      Eq. (12) (the loss), Eq. (13) (its gradient); Tables 1-2.
     """
     return _label_loss(
         "sincere", embeddings, labels, temperature, valid, axis_name, block_size

@@ -1,32 +1,39 @@
-"""ProjNCE and its Nadaraya–Watson and median variants (seed 001, Jeong & Hero,
-"Generalizing Supervised Contrastive Learning: A Projection Perspective").
+"""ProjNCE and its Nadaraya–Watson and median variants (Jeong & Hero 2025,
+"Generalizing Supervised Contrastive Learning: A Projection Perspective",
+arXiv:2506.09810).
 
-Notation (spec/projnce.md §0): rows are L2-normalised, ``S_ik = z_i . z_k / tau``,
-``P⁻(i)`` the other rows with the anchor's label, ``n_c`` the number of valid rows
-of class c in the global batch and ``m_ic = n_c - 1[c = c_i]``. A projection
-``g(c)`` maps a class to a vector built from the batch (class mean, NW
-projection or coordinate-wise median), never renormalised (spec §5 A12).
+Notation (the paper's Section 2; conventions and derivations in
+``docs/losses.md``): rows are L2-normalised, ``S_ik = z_i . z_k / tau``,
+``P⁻(i)`` the other rows with the anchor's label, ``n_c`` the number of valid
+rows of class c in the global batch and ``m_ic = n_c - 1[c = c_i]``. A
+projection ``g(c)`` maps a class to a vector built from the batch (class mean,
+NW projection or coordinate-wise median), never renormalised.
 
-Two loss shapes share these projections (spec §1.13):
+Two loss shapes share these projections (Section 3 of the paper):
 
 * SupCon type (ProjNCE, SoftSupCon, MedSupCon): ``g₋ = f``, the SupCon
   denominator ``log sum_{k != i} e^{S_ik}``, plus the adjustment term of Eq. (10)
-  ``R_i = sum_{k != i} e^{z_i . g₊(c_k) / tau} / sum_{k != i} e^{S_ik}``
-  (leave-one-out over rows, spec §5 A3), computed in log space and averaged over
-  the same anchors as the rest of the loss.
+  ``R_i = sum_{k != i} e^{z_i . g₊(c_k) / tau} / sum_{k != i} e^{S_ik}
+  = sum_c m_ic e^{z_i . g₊(c) / tau} / sum_{k != i} e^{S_ik}`` (leave-one-out
+  over rows), computed in log space and averaged over the same anchors as the
+  rest of the loss.
 * NCE type (SoftNCE, MedNCE): ``g₊ = g₋ = g``, so ``R ≡ 1`` and there is no R;
   the denominator runs over every valid row j, the anchor included:
   ``log sum_j e^{z_i . g(c_j) / tau} = log sum_c n_c e^{z_i . g(c) / tau}``.
 
-The number of classes is not an argument: labels are mapped to dense indices
-among the distinct labels of the global batch (at most m of them), class
-statistics are segment sums over those indices, and the sums over k in R and
-in the NCE denominator run over the columns (rows of the global batch), each
-column carrying its class's prototype. Every anchor needs ``|P⁻(i)| >= 1``
-(spec §1.14 item 1, also for the class-level prototypes). Under ``axis_name``
-embeddings and labels are all-gathered and every class statistic is computed
-from the gathered global batch, with gradients flowing into remote rows through
-the gather.
+Classes: by default labels are mapped to dense indices among the distinct
+labels of the global batch (at most m of them, so class statistics are [m, D]);
+with ``num_classes`` the labels themselves index [num_classes, D] statistics,
+which makes the streamed path's class products [block, num_classes]. Every
+anchor needs ``|P⁻(i)| >= 1``. Under ``axis_name`` embeddings and labels are
+all-gathered and every class statistic is computed from the gathered global
+batch, with gradients flowing into remote rows through the gather.
+
+Above ``blockwise.BLOCKWISE_THRESHOLD`` rows (or with ``block_size``) the losses
+stream over anchor blocks with a fused gradient (``blockwise.stream_rows``,
+with the rows and the [K, D] projections as candidates), and the
+Nadaraya–Watson projection is computed over row blocks with a recomputing
+custom VJP (:func:`nw_projection`), so no [N, N] or [N, N, D] array exists.
 """
 
 from __future__ import annotations
@@ -123,7 +130,7 @@ def _class_means(lb: _LabelledBatch) -> Array:
 
 
 def _squared_scaled_distance(z: Array, distance: str, bandwidth: float | Array) -> Array:
-    """``t_jl² = (d(z_j, z_l) / h)²`` for unit rows z [m, D] -> [m, m] (spec §1.7).
+    """``t_jl² = (d(z_j, z_l) / h)²`` for unit rows z [m, D] -> [m, m] (dense reference).
 
     ``l1``: ``sum |u - v|`` (subgradient 0 at u = v). ``l2``: the kernel needs
     ``d² = sum (u - v)²`` only, so no square root (whose gradient is NaN at 0) is
@@ -145,6 +152,9 @@ def _nw_soft_labels(
     lb: _LabelledBatch, bandwidth: float | Array, distance: str
 ) -> Array:
     """Nadaraya–Watson soft labels, Eq. (17): float32 [m, m] (rows j, class indices c).
+
+    Dense reference (O(m² D) memory for ``l1``) for tests; the losses use the
+    blockwise :func:`nw_projection`.
 
     ``NW(c; z_j) = sum_l K(t_jl) 1[c_l = c] / sum_l K(t_jl)`` with
     ``K(t) = max(0, 1 - t²)`` and the reference set D = the valid rows of the
@@ -172,7 +182,7 @@ def _nw_prototypes(soft_labels: Array, lb: _LabelledBatch) -> Array:
 
 
 def _median_prototypes(lb: _LabelledBatch, median_mode: str) -> Array:
-    """Coordinate-wise class median over the valid rows, self included (§1.10): [m, D].
+    """Coordinate-wise class median over the valid rows, self included: [m, D].
 
     See :func:`_class_medians`; rows of absent class indices are 0.
     """
@@ -723,12 +733,12 @@ def projnce(
       >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
       >>> labels = jnp.array([0, 0, 1, 1])
       >>> round(float(losses.projnce(z, labels, temperature=0.5)), 4)
-      PROJNCE_VALUE
+      1.5243
 
     References:
-      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
-      Learning: A Projection Perspective. arXiv:2506.09810. Definition 2.3 and Eq. (12) (the loss), Eq. (10) (the
-      leave-one-out R); Table 1 (CIFAR with label noise).
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
+      A Projection Perspective. arXiv:2506.09810. Definition 2.3 and Eq. (12) (the
+      loss), Eq. (10) (the leave-one-out R); Table 1 (CIFAR with label noise).
     """
     _core.check_nonnegative(beta, "beta")
     return _projection_loss("projnce", embeddings, labels, temperature, valid, axis_name,
@@ -791,12 +801,13 @@ def soft_supcon(
       >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
       >>> labels = jnp.array([0, 0, 1, 1])
       >>> round(float(losses.soft_supcon(z, labels, temperature=0.5, bandwidth=1.5)), 4)
-      SOFT_SUPCON_VALUE
+      1.371
 
     References:
-      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
-      Learning: A Projection Perspective. arXiv:2506.09810. Definition 3.1 and Eq. (14) (SoftSupCon), Eqs. (17)-(18)
-      (the Nadaraya–Watson soft labels and projection); Tables 2-3.
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
+      A Projection Perspective. arXiv:2506.09810. Definition 3.1 and Eq. (14)
+      (SoftSupCon), Eqs. (17)-(18) (the Nadaraya–Watson soft labels and projection);
+      Tables 2-3.
     """
     _check_choice(distance, _DISTANCES, "distance")
     _core.check_positive(bandwidth, "bandwidth")
@@ -854,12 +865,12 @@ def soft_nce(
       >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
       >>> labels = jnp.array([0, 0, 1, 1])
       >>> round(float(losses.soft_nce(z, labels, temperature=0.5, distance="cosine")), 4)
-      SOFT_NCE_VALUE
+      1.011
 
     References:
-      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
-      Learning: A Projection Perspective. arXiv:2506.09810. Definition 3.2 and Eq. (15) (SoftNCE), Eqs. (17)-(18);
-      Tables 2-3.
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
+      A Projection Perspective. arXiv:2506.09810. Definition 3.2 and Eq. (15) (SoftNCE),
+      Eqs. (17)-(18); Tables 2-3.
     """
     _check_choice(distance, _DISTANCES, "distance")
     _core.check_positive(bandwidth, "bandwidth")
@@ -915,12 +926,12 @@ def med_supcon(
       >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
       >>> labels = jnp.array([0, 0, 1, 1])
       >>> round(float(losses.med_supcon(z, labels, temperature=0.5)), 4)
-      MED_SUPCON_VALUE
+      1.2966
 
     References:
-      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
-      Learning: A Projection Perspective. arXiv:2506.09810. Section 3.3 (median projections) and Appendix C, Eq. (33)
-      with the projection replaced by the median; Table 1.
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
+      A Projection Perspective. arXiv:2506.09810. Section 3.3 (median projections) and
+      Appendix C, Eq. (33) with the projection replaced by the median; Table 1.
     """
     _check_choice(median_mode, _MEDIAN_MODES, "median_mode")
     return _projection_loss("med_supcon", embeddings, labels, temperature, valid, axis_name,
@@ -972,12 +983,12 @@ def med_nce(
       >>> z = jnp.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
       >>> labels = jnp.array([0, 0, 1, 1])
       >>> round(float(losses.med_nce(z, labels, temperature=0.5)), 4)
-      MED_NCE_VALUE
+      0.8278
 
     References:
-      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive
-      Learning: A Projection Perspective. arXiv:2506.09810. Section 3.3 and Appendix C, Eq. (34) with the projection
-      replaced by the median.
+      Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
+      A Projection Perspective. arXiv:2506.09810. Section 3.3 and Appendix C, Eq. (34)
+      with the projection replaced by the median.
     """
     _check_choice(median_mode, _MEDIAN_MODES, "median_mode")
     return _projection_loss("med_nce", embeddings, labels, temperature, valid, axis_name,
