@@ -21,10 +21,18 @@ float32, in training mode (batch statistics) and in evaluation mode (running sta
   ``decay_norm_and_bias=True`` (every parameter decayed) and a constant learning rate;
 * in training mode, the running BN statistics after each forward pass.
 
+Gradients are also compared with the reference run in float64 at the same weights
+(``*_ref32_vs_ref64``: the reference's own float32 error; ``*_ours_vs_ref64``: ours), the
+yardstick of float32 tolerance for the ill-conditioned gradients of a BatchNorm network, and
+our optimiser is fed the reference's gradients (``optimizer_update``), which isolates the
+optimiser's conventions from gradient round-off.
+
 The relative difference of two arrays is ``max|ours - ref| / max|ref|`` (per tensor; the
-maximum over tensors for gradients and parameters). The last line printed is a JSON object with
-the largest relative difference of the losses, the gradients and the updated parameters
-(``loss``, ``gradients``, ``updated_parameters``) and the details.
+maximum over tensors for gradients and parameters; ``*_global`` is ``||ours - ref||_2 /
+||ref||_2`` over all tensors). The last line printed is a JSON object with the largest relative
+difference over both modes at the first step of the losses, the gradients and the updated
+parameters (``loss``, ``gradients``, ``updated_parameters``), ``optimizer_update`` over every
+step, and the per-mode, per-step details.
 """
 
 from __future__ import annotations
@@ -151,6 +159,16 @@ def _value(leaf: Any) -> np.ndarray:
     return np.asarray(leaf[...] if isinstance(leaf, nnx.Variable) else leaf)
 
 
+def _as_ours(template: Any, entries: list, arrays: list[np.ndarray]) -> Any:
+    """A copy of the nnx.State ``template`` holding PyTorch-layout ``arrays`` (one per entry)."""
+    state = jax.tree.map(lambda x: x, template)
+    for (_, path, kind), array in zip(entries, arrays, strict=True):
+        parity_model.get_path(state, path)[...] = jnp.asarray(
+            parity_model.from_torch_layout(array, kind)
+        )
+    return state
+
+
 def _global_relative(ours: list[np.ndarray], ref: list[np.ndarray]) -> float:
     """``||ours - ref||_2 / ||ref||_2`` over all tensors concatenated."""
     num = sum(float(np.sum((np.asarray(a, np.float64) - np.asarray(r, np.float64)) ** 2))
@@ -237,6 +255,9 @@ def run_mode(
         global_batch_size=len(labels),
     )
     opt_state = tx.init(params)
+    # Our optimiser fed the reference's own gradients and parameters: isolates the optimiser
+    # conventions (weight-decay mask, momentum, learning rate) from gradient round-off.
+    opt_state_refgrad = tx.init(params)
     labels2 = np.concatenate([labels, labels])
     x_ours = jnp.asarray(images)
     x_ref = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
@@ -279,6 +300,7 @@ def run_mode(
         )
         # Reference float32: one forward, both losses, gradients of both from the same graph.
         ref_params = [named_params[e[0]] for e in param_entries]
+        ref_before = _as_ours(params, param_entries, [p.detach().numpy() for p in ref_params])
         ref_opt.zero_grad()
         grads32 = _reference_grads(
             ref_model, x_ref, y_ref, y2_ref, supcon_ref, sincere_ref, ref_params, b
@@ -292,6 +314,8 @@ def run_mode(
         (supcon_ours, (features, z, new_stats)), g_supcon = grad_fns["supcon"](params, batch_stats)
         (sincere_ours, _), g_sincere = grad_fns["sincere"](params, batch_stats)
         new_params, opt_state = apply(g_supcon, opt_state, params)
+        ref_grads_ours = _as_ours(params, param_entries, [g.numpy() for g in grads32["supcon"]])
+        refgrad_params, opt_state_refgrad = apply(ref_grads_ours, opt_state_refgrad, ref_before)
 
         record["features"] = relative_difference(features, grads32["features"])
         record["projections"] = relative_difference(z, grads32["projections"])
@@ -331,6 +355,15 @@ def run_mode(
         worst = max(update_diffs, key=update_diffs.get)
         record["parameter_updates"] = update_diffs[worst]
         record["parameter_updates_worst"] = worst
+        optimizer_diffs = {}
+        for e in param_entries:
+            new = _value(parity_model.get_path(refgrad_params, e[1]))
+            old = _value(parity_model.get_path(ref_before, e[1]))
+            ref_update = parity_model.from_torch_layout(ref_state[e[0]], e[2]) - old
+            optimizer_diffs[e[0]] = relative_difference(new - old, ref_update)
+        worst = max(optimizer_diffs, key=optimizer_diffs.get)
+        record["optimizer_update"] = optimizer_diffs[worst]
+        record["optimizer_update_worst"] = worst
         if mode == "train":
             mean_diffs, var_diffs, var_unbiased = [], [], []
             for key, path, _ in stat_entries:
@@ -409,8 +442,14 @@ def run(
     with jax.default_matmul_precision("highest"):
         modes = {m: run_mode(m, ref, ours, refs, images, labels, **kwargs) for m in ("train", "eval")}
 
-    def worst(*keys):
-        return max(r[k] for m in modes.values() for r in m["steps"] for k in keys)
+    def worst(*keys, all_steps=False):
+        """The largest value of ``keys`` over both modes, at step 0 (the one-step comparison;
+        later steps start from parameters that already differ by step 0's round-off) or over
+        every step."""
+        return max(
+            r[k] for m in modes.values() for r in (m["steps"] if all_steps else m["steps"][:1])
+            for k in keys
+        )
 
     return {
         "loss": worst("supcon_loss", "sincere_loss"),
@@ -430,6 +469,7 @@ def run(
         ),
         "updated_parameters": worst("updated_parameters"),
         "parameter_updates": worst("parameter_updates"),
+        "optimizer_update": worst("optimizer_update", all_steps=True),
         "features": worst("features"),
         "projections": worst("projections"),
         "setup": {
@@ -456,7 +496,7 @@ def _table(summary: dict[str, Any]) -> str:
     for name in ("supcon", "sincere"):
         for suffix in ("", "_ours_vs_ref64", "_ref32_vs_ref64"):
             keys += [f"{name}_gradients{suffix}", f"{name}_gradients{suffix}_global"]
-    keys += ["updated_parameters", "parameter_updates", "running_mean", "running_var",
+    keys += ["updated_parameters", "parameter_updates", "optimizer_update", "running_mean", "running_var",
              "running_var_unbiased_corrected"]
     lines = [f"{'quantity':42s}" + "".join(
         f"{m + ' step ' + str(r['step']):>16s}" for m in summary["modes"]
