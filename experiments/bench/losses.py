@@ -1,25 +1,32 @@
-"""Speed and peak memory of the NCE-family losses, dense and streamed (issue 7).
+"""Speed and peak memory of every loss, dense and streamed (issues 7 and 21).
 
     XLA_FLAGS= python experiments/bench/losses.py                 # full table (long)
     XLA_FLAGS= python experiments/bench/losses.py --quick         # smoke test, seconds
     XLA_FLAGS= python experiments/bench/losses.py --sizes 8192 --losses supcon,sincere
+    XLA_FLAGS= python experiments/bench/losses.py --sizes 65536 --memory-only \
+        --losses supcon,projnce --variants block,classes       # one call per case
 
 For each N (D = 128) one process times, side by side and in interleaved rounds
 (median of ``--repeats``), ``jax.value_and_grad`` of every case and one
 ``z @ z.T`` product, and prints each time and its ratio to the product. Cases
 ``loss:variant``: ``dense`` (the [N, N] path, forced at every N), ``block``
 (streamed, ``blockwise.BLOCK_ELEMENTS // N`` anchor rows per block) or
-``block<rows>``, ``auto`` (``block_size=None``: what a caller gets, dense up to
-``blockwise.BLOCKWISE_THRESHOLD`` rows), ``naive`` (the formula written the
-obvious way, jitted) and ``optax`` (``optax.losses.ntxent``). A second table
-gives, for the dense, streamed and automatic paths, the per-round ratio of
-their time to the naive one's (median and interquartile range over rounds: a
-ratio of the times of the same round, so load that hits both cancels). Then
-each case runs once more in its own subprocess, which reports its peak
-resident memory (``VmHWM``, which includes the ~0.3 GiB of the Python/JAX
-runtime). A case whose compiled
-arguments and temporaries exceed half the available memory is reported as
-``does not fit`` and not run.
+``block<rows>``, ``classes`` (streamed with ``num_classes=100``, the losses with
+class projections), ``auto`` (``block_size=None``: what a caller gets, dense up
+to ``blockwise.BLOCKWISE_THRESHOLD`` rows; the same program as ``block`` above
+it), ``naive`` (the formula written the obvious way, jitted) and ``optax``
+(``optax.losses.ntxent``). ``soft_supcon`` and ``soft_nce`` use their default
+ℓ1 distance; ``soft_supcon_cosine`` and ``soft_nce_cosine`` are the same losses
+with ``distance="cosine"`` (a matrix-product kernel). A second table gives, for
+the dense, streamed and automatic paths, the per-round ratio of their time to
+the naive one's (median and interquartile range over rounds: a ratio of the
+times of the same round, so load that hits both cancels). Then each case runs
+once more in its own subprocess, which reports its peak resident memory
+(``VmHWM``, which includes the ~0.3 GiB of the Python/JAX runtime). A case whose
+compiled arguments and temporaries exceed half the available memory is
+reported as ``does not fit`` and not run. ``--memory-only`` skips the timing
+rounds: each case runs once in its own subprocess, which also times one
+``z @ z.T`` and reports the ratio of the two single calls.
 """
 
 from __future__ import annotations
@@ -37,7 +44,18 @@ import numpy as np
 D = 128
 TEMPERATURE = 0.1
 SIZES = (2048, 8192, 32768, 65536)
-LOSSES = ("supcon", "sincere", "nt_xent", "y_aware_infonce", "mio", "soft_target_infonce")
+LOSSES = (
+    "supcon", "sincere", "nt_xent", "projnce", "soft_supcon", "soft_nce", "med_supcon",
+    "med_nce", "y_aware_infonce", "conditional_alignment", "conditional_uniformity",
+    "global_uniformity", "mio", "soft_target_infonce", "soft_target_cross_entropy",
+    "soft_supcon_cosine", "soft_nce_cosine",
+)
+#: Losses with class projections: they take ``num_classes`` (the ``classes`` variant).
+CLASS_LOSSES = ("projnce", "soft_supcon", "soft_nce", "med_supcon", "med_nce")
+#: Metadata (continuous proxy label) losses.
+METADATA_LOSSES = ("y_aware_infonce", "conditional_alignment", "conditional_uniformity")
+#: Losses without an [N, N] form: no streamed variant.
+NOT_STREAMED = ("soft_target_cross_entropy",)
 #: Classes of the supervised losses' labels (CIFAR-100-like); NT-Xent uses pairs.
 NUM_CLASSES = 100
 
@@ -56,12 +74,12 @@ def _inputs(name: str, n: int):
     import jax.numpy as jnp
 
     key_z, key_second = jax.random.split(jax.random.PRNGKey(0))
-    if name == "soft_target_infonce":
+    if name.startswith("soft_target"):
         logits = jax.random.normal(key_z, (n, D), jnp.float32)
         targets = jax.nn.softmax(3.0 * jax.random.normal(key_second, (n, D), jnp.float32))
         return logits, targets
     z = jax.random.normal(key_z, (n, D), jnp.float32)
-    if name == "y_aware_infonce":
+    if name in METADATA_LOSSES or name == "global_uniformity":
         return z, jax.random.uniform(key_second, (n,), jnp.float32, 20.0, 80.0)
     if name in ("nt_xent", "mio", "optax_ntxent"):
         return z, jnp.arange(n) // 2
@@ -113,15 +131,26 @@ def case_fn(case: str, n: int) -> tuple[Callable, tuple]:
     else:
         if variant in ("dense", "auto"):
             block = None
-        elif variant == "block":
+        elif variant in ("block", "classes"):
             block = max(8, blockwise.BLOCK_ELEMENTS // n)
         else:
             block = int(variant.removeprefix("block"))
-        kwargs = {} if name == "soft_target_infonce" else {"temperature": TEMPERATURE}
-        loss = losses.get(name)
+        loss_name, _, distance = name.partition("_cosine")
+        loss = losses.get(loss_name)
+        kwargs = {} if name.startswith("soft_target") else {"temperature": TEMPERATURE}
+        if name not in NOT_STREAMED:
+            kwargs["block_size"] = block
+        if name.endswith("_cosine"):
+            kwargs["distance"] = "cosine"
+        if variant == "classes":
+            kwargs["num_classes"] = NUM_CLASSES
 
-        def fn(x, y):
-            return loss(x, y, block_size=block, **kwargs)
+        if name == "global_uniformity":
+            def fn(x, y):
+                return loss(x, **kwargs)
+        else:
+            def fn(x, y):
+                return loss(x, y, **kwargs)
 
         if variant == "dense":
             # block_size=None is dense only up to the threshold: force the [N, N] path.
@@ -182,8 +211,9 @@ def paired_ratio(times: list[float], reference: list[float]) -> str:
     return f"{mid:.2f} [{low:.2f}-{high:.2f}]"
 
 
-def child(case: str, n: int) -> None:
-    """Runs one (compiled) case once in this process; prints its time and peak memory as JSON."""
+def child(case: str, n: int, with_matmul: bool = False) -> None:
+    """Runs one (compiled) case once in this process; prints its time and peak memory as
+    JSON (and, ``with_matmul``, the time of one ``z @ z.T`` run after it)."""
     fn, args = case_fn(case, n)
     fn = fn.lower(*args).compile() if hasattr(fn, "lower") else fn
     if not fits(fn, args):
@@ -192,8 +222,15 @@ def child(case: str, n: int) -> None:
     start = time.perf_counter()
     _block(fn(*args))
     seconds = time.perf_counter() - start
-    print(json.dumps({"case": case, "n": n, "status": "ok", "seconds": seconds,
-                      "peak_mib": _peak_rss_kib() / 1024}))
+    result = {"case": case, "n": n, "status": "ok", "seconds": seconds,
+              "peak_mib": _peak_rss_kib() / 1024}
+    if with_matmul:
+        matmul, (z,) = case_fn("matmul", n)
+        _block(matmul(z))
+        start = time.perf_counter()
+        _block(matmul(z))
+        result["matmul_seconds"] = time.perf_counter() - start
+    print(json.dumps(result))
 
 
 def _peak_rss_kib() -> int:
@@ -207,29 +244,63 @@ def _peak_rss_kib() -> int:
     raise RuntimeError("VmHWM not found in /proc/self/status")
 
 
-def peak_memory(case: str, n: int) -> str:
+def run_child(case: str, n: int, with_matmul: bool = False) -> dict:
+    """:func:`child` in a fresh process: its JSON result, or ``{"status": "failed ..."}``."""
     env = dict(os.environ, XLA_FLAGS="", TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu")
+    command = [sys.executable, __file__, "--child", case, "--sizes", str(n)]
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", case, "--sizes", str(n)],
+        command + (["--memory-only"] if with_matmul else []),
         capture_output=True, text=True, env=env, check=False,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        return f"failed (exit {proc.returncode})"
-    result = json.loads(lines[-1])
+        return {"status": f"failed (exit {proc.returncode})"}
+    return json.loads(lines[-1])
+
+
+def peak_memory(case: str, n: int) -> str:
+    result = run_child(case, n)
     return result["status"] if result["status"] != "ok" else f"{result['peak_mib']:.0f} MiB"
 
 
-def cases_for(losses: list[str], blocks: list[int] = ()) -> list[str]:
+#: Variants of ``cases_for`` unless told otherwise.
+DEFAULT_VARIANTS = ("dense", "block", "classes", "auto", "naive", "optax")
+
+
+def cases_for(losses: list[str], blocks: list[int] = (),
+              variants: tuple[str, ...] = DEFAULT_VARIANTS) -> list[str]:
+    """The cases ``loss:variant`` of these losses: each variant the loss has."""
     cases = []
     for name in losses:
-        cases += [f"{name}:dense", f"{name}:block", f"{name}:auto",
-                  *(f"{name}:block{b}" for b in blocks)]
-        if name in ("supcon", "sincere", "nt_xent"):
-            cases.append(f"{name}:naive")
-        if name == "nt_xent":
-            cases.append("nt_xent:optax")
+        streamed = name not in NOT_STREAMED
+        has = {
+            "dense": True,
+            "block": streamed,
+            "classes": name.removesuffix("_cosine") in CLASS_LOSSES,
+            "auto": streamed,
+            "naive": name in ("supcon", "sincere", "nt_xent"),
+            "optax": name == "nt_xent",
+        }
+        for variant in variants:
+            if has.get(variant, False):
+                cases.append(f"{name}:{variant}")
+            if variant == "block" and streamed:
+                cases += [f"{name}:block{b}" for b in blocks]
     return cases
+
+
+def memory_only(cases: list[str], n: int) -> None:
+    """One call per case, each in its own process, with a ``z @ z.T`` timed after it."""
+    print("\n| N | case | value_and_grad s (one call) | ratio to z@z.T (one call each) "
+          "| peak memory |\n|---|---|---|---|---|")
+    for case in cases:
+        result = run_child(case, n, with_matmul=True)
+        if result["status"] != "ok":
+            print(f"| {n} | {case} | - | - | {result['status']} |", flush=True)
+            continue
+        ratio = result["seconds"] / result["matmul_seconds"]
+        print(f"| {n} | {case} | {result['seconds']:.3g} | {ratio:.2f} "
+              f"| {result['peak_mib']:.0f} MiB |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -239,7 +310,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--blocks", default="",
                         help="extra streamed cases with these block heights, e.g. 128,512")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help="variants of each loss to run (those it has)")
     parser.add_argument("--no-memory", action="store_true", help="skip the subprocesses")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="no timing rounds: one call per case in its own process")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: N=256, SupCon and NT-Xent, one repeat")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -248,11 +323,17 @@ def main(argv: list[str] | None = None) -> None:
         args.sizes, args.losses, args.repeats = "256", "supcon,nt_xent", 1
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.child:
-        child(args.child, sizes[0])
+        child(args.child, sizes[0], with_matmul=args.memory_only)
         return
     import jax
 
-    cases = cases_for(args.losses.split(","), [int(b) for b in args.blocks.split(",") if b])
+    cases = cases_for(args.losses.split(","), [int(b) for b in args.blocks.split(",") if b],
+                      tuple(args.variants.split(",")))
+    if args.memory_only:
+        print(f"# jax {jax.__version__}, {os.cpu_count()} CPUs, D={D}")
+        for n in sizes:
+            memory_only(cases, n)
+        return
     print(f"# jax {jax.__version__}, {os.cpu_count()} CPUs, D={D}, "
           f"median of {args.repeats} interleaved rounds; ratio = time / time(z @ z.T)")
     print("| N | case | value_and_grad s | ratio to z@z.T | peak memory |")

@@ -43,3 +43,28 @@ def test_peak_memory_subprocess(bench, monkeypatch):
     monkeypatch.setattr(bench, "_available_bytes", lambda: 1024)
     fn, args = bench.case_fn("supcon:dense", 64)
     assert not bench.fits(fn, args)
+
+
+def test_default_losses_cover_every_registered_loss(bench):
+    from contrastive_jax import losses
+
+    cases = bench.cases_for(list(bench.LOSSES))
+    names = {case.split(":")[0].removesuffix("_cosine") for case in cases}
+    assert names == set(losses.names())
+    # Every loss with an [N, N] form has a dense and a streamed case.
+    for name in set(losses.names()) - set(bench.NOT_STREAMED):
+        assert f"{name}:dense" in cases and f"{name}:block" in cases
+    assert "projnce:classes" in cases and "supcon:classes" not in cases
+
+
+def test_memory_only_mode_reports_one_call_per_case(bench, capsys):
+    bench.main(["--sizes", "64", "--losses", "projnce,global_uniformity", "--memory-only",
+                "--variants", "block,classes"])
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| 64 |")]
+    assert [row.split("|")[2].strip() for row in rows] == [
+        "projnce:block", "projnce:classes", "global_uniformity:block"
+    ]
+    for row in rows:
+        _, _, _, seconds, ratio, memory, _ = row.split("|")
+        assert float(seconds) > 0 and float(ratio) > 0
+        assert re.fullmatch(r"\d+ MiB", memory.strip())
