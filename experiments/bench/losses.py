@@ -26,7 +26,8 @@ once more in its own subprocess, which reports its peak resident memory
 compiled arguments and temporaries exceed half the available memory is
 reported as ``does not fit`` and not run. ``--memory-only`` skips the timing
 rounds: each case runs once in its own subprocess, which also times one
-``z @ z.T`` and reports the ratio of the two single calls.
+``z @ z.T`` (when its [N, N] output takes under a quarter of the available
+memory) and reports the ratio of the two single calls.
 """
 
 from __future__ import annotations
@@ -213,7 +214,8 @@ def paired_ratio(times: list[float], reference: list[float]) -> str:
 
 def child(case: str, n: int, with_matmul: bool = False) -> None:
     """Runs one (compiled) case once in this process; prints its time and peak memory as
-    JSON (and, ``with_matmul``, the time of one ``z @ z.T`` run after it)."""
+    JSON (and, ``with_matmul``, the time of one ``z @ z.T`` run after it, if its
+    [N, N] output fits)."""
     fn, args = case_fn(case, n)
     fn = fn.lower(*args).compile() if hasattr(fn, "lower") else fn
     if not fits(fn, args):
@@ -224,7 +226,7 @@ def child(case: str, n: int, with_matmul: bool = False) -> None:
     seconds = time.perf_counter() - start
     result = {"case": case, "n": n, "status": "ok", "seconds": seconds,
               "peak_mib": _peak_rss_kib() / 1024}
-    if with_matmul:
+    if with_matmul and 4 * n * n < 0.25 * _available_bytes():
         matmul, (z,) = case_fn("matmul", n)
         _block(matmul(z))
         start = time.perf_counter()
@@ -298,8 +300,9 @@ def memory_only(cases: list[str], n: int) -> None:
         if result["status"] != "ok":
             print(f"| {n} | {case} | - | - | {result['status']} |", flush=True)
             continue
-        ratio = result["seconds"] / result["matmul_seconds"]
-        print(f"| {n} | {case} | {result['seconds']:.3g} | {ratio:.2f} "
+        matmul = result.get("matmul_seconds")
+        ratio = "-" if matmul is None else f"{result['seconds'] / matmul:.2f}"
+        print(f"| {n} | {case} | {result['seconds']:.3g} | {ratio} "
               f"| {result['peak_mib']:.0f} MiB |", flush=True)
 
 
