@@ -40,8 +40,8 @@ Head config fields (defaults from :func:`default_head_config`):
 ============================  =========================================================
 
 Fields a model does not use are ignored (e.g. ``stem`` for a ViT); a field not in
-the table raises ``ValueError``, and so does a missing required or invalid value,
-naming the field. Missing fields take their defaults, so any attribute-access
+the table raises :class:`~contrastive_jax.errors.ConfigError` (a ``ValueError``),
+and so does a missing required or invalid value, naming the field. Missing fields take their defaults, so any attribute-access
 object (or mapping) holding a subset of the fields works.
 """
 
@@ -55,6 +55,7 @@ import ml_collections
 from flax import nnx
 from ml_collections import config_dict
 
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.models.heads import LinearHead, MLPHead
 from contrastive_jax.models.resnet import ResNet
 from contrastive_jax.models.vit import VIT_VARIANTS, VisionTransformer
@@ -102,20 +103,20 @@ def _resolve(config: Any, defaults: ml_collections.ConfigDict, kind: str) -> dic
     fields = dict(config.items()) if hasattr(config, "items") else dict(vars(config))
     unknown = sorted(set(fields) - set(defaults.keys()))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"unknown {kind} config field(s) {unknown}; known fields: {sorted(defaults.keys())}"
         )
     values = defaults.to_dict()
     values.update(fields)
     choices = ENCODER_NAMES if kind == "encoder" else HEAD_NAMES
     if values["name"] not in choices:
-        raise ValueError(f"{kind} config.name must be one of {choices}, got {values['name']!r}")
+        raise ConfigError(f"{kind} config.name must be one of {choices}, got {values['name']!r}")
     if values["dtype"] not in DTYPES:
-        raise ValueError(
+        raise ConfigError(
             f"{kind} config.dtype must be one of {tuple(DTYPES)}, got {values['dtype']!r}"
         )
     if values["bn_axis_name"] is not None and not isinstance(values["bn_axis_name"], str):
-        raise ValueError(
+        raise ConfigError(
             f"{kind} config.bn_axis_name must be a string or None, got {values['bn_axis_name']!r}"
         )
     return values
@@ -128,11 +129,11 @@ def create_encoder(config: Any, *, rngs: nnx.Rngs) -> nnx.Module:
     [B, encoder.num_features] and is in training mode.
 
     Raises:
-      ValueError: unknown name or field, or an invalid value; the message names the field.
+      ConfigError: unknown name or field, or an invalid value; the message names the field.
     """
     c = _resolve(config, default_encoder_config(), "encoder")
     if not isinstance(c["zero_init_residual"], bool):
-        raise ValueError(
+        raise ConfigError(
             f"encoder config.zero_init_residual must be a bool, got {c['zero_init_residual']!r}"
         )
     dtype = DTYPES[c["dtype"]]
@@ -161,7 +162,7 @@ def create_encoder(config: Any, *, rngs: nnx.Rngs) -> nnx.Module:
             rngs=rngs,
         )
     except ValueError as e:
-        raise ValueError(f"encoder config.{e}") from e
+        raise ConfigError(f"encoder config.{e}") from e
 
 
 def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
@@ -171,7 +172,8 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
     for the classifier) and is in training mode.
 
     Raises:
-      ValueError: unknown name or field, or an invalid value; the message names the field.
+      ConfigError: unknown name or field, or an invalid value; the message names the field.
+      ValueError: ``in_features`` is not a positive integer (a caller's error, not a config's).
     """
     if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features < 1:
         raise ValueError(f"in_features must be a positive integer, got {in_features!r}")
@@ -194,9 +196,9 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
             return LinearHead(in_features, c["out_features"], dtype=dtype, rngs=rngs)
         num_classes = c["num_classes"]
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"num_classes must be a positive integer for the classifier head, got {num_classes!r}"
             )
         return LinearHead(in_features, num_classes, dtype=dtype, rngs=rngs)
     except ValueError as e:
-        raise ValueError(f"head config.{e}") from e
+        raise ConfigError(f"head config.{e}") from e

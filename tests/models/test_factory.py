@@ -1,5 +1,5 @@
 """create_encoder / create_head from ConfigDicts: defaults, every name, partial and
-non-ConfigDict configs, ValueErrors naming the field, and ContrastiveModel."""
+non-ConfigDict configs, ConfigErrors naming the field, and ContrastiveModel."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.models import (
     ENCODER_NAMES,
     HEAD_NAMES,
@@ -139,7 +140,7 @@ def test_partial_and_attribute_configs():
     ],
 )
 def test_bad_encoder_config_raises_naming_the_field(fields, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         create_encoder(types.SimpleNamespace(**fields), rngs=nnx.Rngs(0))
 
 
@@ -158,7 +159,7 @@ def test_bad_encoder_config_raises_naming_the_field(fields, match):
     ],
 )
 def test_bad_head_config_raises_naming_the_field(fields, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         create_head(types.SimpleNamespace(**fields), 64, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="in_features"):
         create_head(default_head_config(), 0, rngs=nnx.Rngs(0))
