@@ -11,17 +11,18 @@ that works on the frozen features:
 
 * a linear classifier trained with the SupCon/SINCERE protocol (SGD momentum
   0.9, batch 512, learning rate warmed up 0.05 -> ``base_lr`` over 10 epochs
-  then cosine-annealed; seed 000 §4.3, spec/sincere-supcon.md §7.2), reported
-  as top-1 and top-5 test accuracy with 95 % percentile-bootstrap intervals
-  over 1,000 resamples of the test set (seed 000 §4.2);
+  then cosine-annealed; SINCERE, Feeney & Hughes 2023, arXiv:2309.14277,
+  Section 4.3), reported as top-1 and top-5 test accuracy with 95 %
+  percentile-bootstrap intervals over 1,000 resamples of the test set (SINCERE
+  Section 4.2; docs/reproductions.md, "SINCERE protocol");
 * a weighted kNN classifier (k = 20, cosine, temperature 0.07; Wu et al. 2018);
 * a closed-form ridge probe with its penalty chosen on a held-out 10 %.
 
 With ``output_dir`` it also draws, for the test set: the linear probe's
 confusion matrix, the class-by-class mean cosine similarity of the
-projection-head outputs (the space the loss shaped; seed 000 Fig. 2) and the
-within- vs between-class cosine-similarity histograms of the last class (seed
-000 Fig. 3 shows "truck", CIFAR-10's last). With ``pixel_baseline`` the same
+projection-head outputs (the space the loss shaped; SINCERE Fig. 2) and the
+within- vs between-class cosine-similarity histograms of the last class
+(SINCERE Fig. 3 shows "truck", CIFAR-10's last). With ``pixel_baseline`` the same
 probes run on the raw (normalised, flattened) test images, the reference a
 learned representation has to beat.
 

@@ -113,7 +113,7 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
     "simclr_cifar": lambda size: AugmentConfig(
         crop_scale=(0.08, 1.0), jitter=simclr_jitter(0.5), grayscale_prob=0.2
     ),
-    # SupContrast CIFAR pipeline (spec/sincere-supcon.md §7.1).
+    # SupContrast CIFAR pipeline (Khosla et al. 2020's code, which SINCERE follows).
     "supcon_cifar": lambda size: AugmentConfig(
         crop_scale=(0.2, 1.0), jitter=(0.4, 0.4, 0.4, 0.1), grayscale_prob=0.2
     ),
@@ -152,7 +152,8 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
         gain=(0.8, 1.2),
         noise_std=(0.05, 0.05),
     ),
-    # Brain-phantom proxy (spec/yaware-mio.md §A12.2, "as in [8]"): pad 2 of 32
+    # Brain-phantom proxy (docs/reproductions.md; the augmentations the conditional
+    # alignment/uniformity paper takes "as in [8]"): pad 2 of 32
     # and crop, cutout of a quarter side (p = 0.5), blur sigma U(0.1, 1),
     # noise sigma U(0, 0.05), flip.
     "phantoms": lambda size: AugmentConfig(
@@ -164,7 +165,7 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
         noise_std=(0.0, 0.05),
     ),
     # Augmented linear-probe training (one view): SupContrast's crop (0.2, 1) +
-    # flip, and MIO's crop (0.8, 1) alone (spec/yaware-mio.md §B8).
+    # flip, and MIO's crop (0.8, 1) alone (MIO, arXiv:2111.12664, Table 3).
     "supcon_linear": lambda size: AugmentConfig(crop_scale=(0.2, 1.0)),
     "mio_linear": lambda size: AugmentConfig(crop_scale=(0.8, 1.0), flip_prob=0.0),
     # No augmentation: every view is the (resized) image.

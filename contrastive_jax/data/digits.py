@@ -3,7 +3,7 @@
 ``sklearn.datasets.load_digits``: 1,797 images of 8x8 pixels with 17 grey
 levels (0..16), 10 classes. The split is a deterministic stratified 80/20
 split (``train_test_split(stratify=labels, random_state=0)``): 1,437 training
-and 360 test images, as in spec/yaware-mio.md §A12.1.
+and 360 test images (docs/reproductions.md, "Built-in digits").
 
 Two variants, both 16x16 RGB uint8 (grey repeated on three channels so every
 model and augmentation preset works unchanged):
@@ -12,7 +12,7 @@ model and augmentation preset works unchanged):
   neighbour, so no grey level is invented), scaled to 0..255
   (``round(v * 255 / 16)``). It nearly saturates (raw pixels reach ~0.97
   accuracy): a fast smoke test, the default of the quickstart and of tests.
-* ``digits_cluttered``: spec §A12.1's harder variant. The 8x8 digit (values in
+* ``digits_cluttered``: the harder variant of docs/reproductions.md. The 8x8 digit (values in
   [0, 1]) is placed at a random offset of a 16x16 canvas, combined by ``max``
   with a distractor digit of the same split at 0.5 contrast at another random
   offset, plus N(0, 0.05) noise, clipped to [0, 1.5] and stored as

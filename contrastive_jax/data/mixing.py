@@ -1,7 +1,9 @@
 """Soft targets: label smoothing, MixUp and CutMix in timm's "batch" mode (pure JAX).
 
-spec/soft-target-infonce.md §1.2 and §1.4. For a local batch of B images (B
-even) and one key:
+The recipe soft-target InfoNCE (Hugger & Uhlmann 2024, arXiv:2404.14076, Section 4.1
+and App. A.4) takes from MAE fine-tuning: label smoothing (their Eq. 2) and timm's
+``Mixup`` (docs/reproductions.md, "Soft-target InfoNCE protocol"). For a local batch
+of B images (B even) and one key:
 
 1. with probability ``mixup_prob`` mixing is applied, else ``lam = 1``;
 2. if applied, CutMix with probability ``switch_prob`` (``lam ~ Beta(a_C, a_C)``),

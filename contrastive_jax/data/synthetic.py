@@ -1,4 +1,4 @@
-"""Synthetic "brain phantoms" with continuous metadata (spec/yaware-mio.md §A12.2).
+"""Synthetic "brain phantoms" with continuous metadata (docs/reproductions.md).
 
 A procedural 32x32 axial-slice generator, pure NumPy and deterministic given a
 seed: the CPU analogue of BHB-10K -> BIOBD for y-Aware experiments, where

@@ -1,6 +1,6 @@
 """Top-k accuracy and the test-set bootstrap of SINCERE (Feeney & Hughes 2023, arXiv:2309.14277).
 
-SINCERE (Feeney & Hughes, §4.2) reports "the mean of 1,000 iterations of test set
+SINCERE (Feeney & Hughes 2023, Section 4.2) reports "the mean of 1,000 iterations of test set
 bootstrapping" and calls two accuracies different only when a 95 % bootstrap interval says so
 (Foody 2009). Our default is the **paired percentile bootstrap**: both models'
 per-example correctness is resampled with the *same* indices, and the difference is

@@ -1,6 +1,6 @@
 """Linear probe on frozen features: SGD with momentum, warm-up then cosine (SupCon/SINCERE).
 
-The protocol of SINCERE (Feeney & Hughes, §4.3; spec/sincere-supcon.md §7.2, A4), inherited
+The protocol of SINCERE (Feeney & Hughes 2023, arXiv:2309.14277, Section 4.3), inherited
 from SupCon (Khosla et al. 2020): a linear layer ``logits = x W + b`` trained with softmax
 cross-entropy for 100 epochs, SGD momentum 0.9, weight decay 0, batch 512, learning rate
 warmed up linearly from 0.05 to 5 over 10 epochs, then cosine-annealed back to 0.05.
@@ -237,7 +237,7 @@ def train_linear_classifier(
 ) -> LinearClassifier:
     """Trains a linear softmax classifier on frozen features (SupCon/SINCERE linear eval).
 
-    Defaults are the SINCERE protocol (spec §7.2): 100 epochs, batch 512, SGD momentum 0.9,
+    Defaults are the SINCERE protocol (its Section 4.3): 100 epochs, batch 512, SGD momentum 0.9,
     weight decay 0, lr 0.05 -> 5 over 10 warm-up epochs, cosine back to 0.05. Parameters start
     at zero, so ``seed`` only drives the minibatch order; the result is deterministic given it.
     Weight decay is coupled L2 (added to the gradient, as PyTorch SGD) on weight and bias.
