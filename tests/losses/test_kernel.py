@@ -1,5 +1,5 @@
-"""y-Aware InfoNCE, conditional alignment, global and conditional uniformity (seed 003)
-against spec/yaware-mio.md §A2–A6 and the checkable claims of §A9."""
+"""y-Aware InfoNCE, conditional alignment, global and conditional uniformity (Dufumier et al.
+2021, arXiv:2111.05643, Eqs. 1, 2 and 4) and their checkable properties (docs/losses.md)."""
 
 from __future__ import annotations
 

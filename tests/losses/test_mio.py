@@ -1,4 +1,5 @@
-"""MIO (seed 004) against spec/yaware-mio.md §B2–B3 and the checkable claims of §B11."""
+"""MIO (Manna et al. 2021, arXiv:2111.12664): Eqs. (4)-(5), the L2 term of Eq. (39), and the
+paper's checkable claims (its Section 2.4 gradients)."""
 
 from __future__ import annotations
 
@@ -215,7 +216,7 @@ def _eq23_unit(u, b, tau):
 
 
 def _through_normalisation(z, grad_unit):
-    """∂L/∂z̃ = (I - ẑẑᵀ)(∂L/∂ẑ)/‖z̃‖ row by row (spec §B6.2, normalised case)."""
+    """∂L/∂z̃ = (I - ẑẑᵀ)(∂L/∂ẑ)/‖z̃‖ row by row (MIO Sec. 2.4.1, normalised case)."""
     z = np.asarray(z, np.float64)
     norm = np.linalg.norm(z, axis=1, keepdims=True)
     u = z / norm

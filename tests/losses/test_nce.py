@@ -1,4 +1,5 @@
-"""NT-Xent, SupCon and SINCERE against spec/sincere-supcon.md §8 (T1–T12)."""
+"""NT-Xent, SupCon and SINCERE (Feeney & Hughes 2023, arXiv:2309.14277): formulas, hand-computed
+values, gradient properties and edge cases (docs/losses.md, "NCE family")."""
 
 from __future__ import annotations
 
@@ -240,7 +241,8 @@ def test_coefficient_signs_on_positives_and_negatives(seed):
 
 
 def test_supcon_repels_a_near_duplicate_positive_worked_example():
-    """spec §3.5: SupCon scalar on z_1 is +0.4999092, SINCERE's is −9.0792e-05."""
+    """Hand-computed (SINCERE Sec. 3.3 gradients): SupCon's scalar on z_1 is +0.4999092, SINCERE's
+    −9.0792e-05."""
     logits = jnp.array([[10.0, -10.0, 0.0, 0.0]])
     pos = jnp.array([[True, True, False, False]])
     neg = ~pos

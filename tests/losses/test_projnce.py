@@ -1,4 +1,4 @@
-"""Tests of the ProjNCE family (seed 001; spec/projnce.md §4: T1–T3, T6–T9, T11–T13).
+"""Tests of the ProjNCE family (Jeong & Hero 2025, arXiv:2506.09810; docs/losses.md).
 
 Values are checked against a float64 numpy reference that writes each formula
 literally (loops over anchors, prototypes rebuilt from their definitions).
