@@ -1,4 +1,4 @@
-"""Label smoothing, MixUp and CutMix in batch mode (spec/soft-target-infonce.md §1.4, T13/T14)."""
+"""Label smoothing, MixUp and CutMix in batch mode (docs/reproductions.md, soft-target InfoNCE)."""
 
 from __future__ import annotations
 

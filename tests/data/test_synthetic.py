@@ -1,4 +1,4 @@
-"""The synthetic brain-phantom generator (spec/yaware-mio.md §A12.2)."""
+"""The synthetic brain-phantom generator (docs/reproductions.md, "Synthetic brain phantoms")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CIFAR-10 proxies of seeds 000 and 004 (``experiments/reproduce/cifar_proxy.py``).
+"""The CIFAR-10 proxies of SINCERE and MIO (``experiments/reproduce/cifar_proxy.py``).
 
 The unmarked tests check the CIFAR loader and augmentation of ``_cifar_common.py`` on a few
 hundred real images in seconds (skipped when the shared CIFAR-10 folder is absent); the ``slow``

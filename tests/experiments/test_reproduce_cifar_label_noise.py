@@ -1,4 +1,4 @@
-"""The CIFAR-10 label-noise proxy of seed 001 (``experiments/reproduce/cifar_label_noise.py``).
+"""The CIFAR-10 label-noise proxy of ProjNCE (``experiments/reproduce/cifar_label_noise.py``).
 
 The unmarked tests check the noisy labels, the probe records and the tables on synthetic records
 in seconds; the ``slow`` one runs ``--quick`` end to end, twice, to check the outputs and that

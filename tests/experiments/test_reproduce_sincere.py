@@ -1,4 +1,4 @@
-"""``experiments/reproduce/sincere.py`` (seed 000 at CPU scale).
+"""``experiments/reproduce/sincere.py`` (SINCERE, Feeney & Hughes 2023, at CPU scale).
 
 The unmarked tests check the script's building blocks in a second; the ``slow`` one runs
 ``--quick`` end to end twice (the second run must skip every finished run).
@@ -96,7 +96,7 @@ def test_quick_runs_end_to_end_and_resumes(tmp_path):
         for loss in ("sincere", "supcon"):
             for key in ("loss_initial", "loss_final", "linear_top1", "projection_mean_between"):
                 assert np.isfinite(entry[loss][key]["mean"]), (loss, key)
-        # SupCon's per-anchor loss is bounded below by log|P_t| (spec §8 T4).
+        # SupCon's per-anchor loss is bounded below by log|P_t| (docs/reproductions.md).
         assert entry["supcon"]["loss_final"]["mean"] >= entry["references"]["supcon_floor"] - 1e-6
     for name in ("fig2_similarity_b64.png", "fig3_histograms_b64.png", "table1_loss_curves.png"):
         assert (tmp_path / "results" / name).stat().st_size > 0

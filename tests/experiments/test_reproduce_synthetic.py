@@ -1,4 +1,4 @@
-"""The synthetic reproduction scripts of seeds 001 (App. D.1) and 002 (§3.1 toy).
+"""The synthetic reproduction scripts: ProjNCE App. D.1 and the soft-target InfoNCE toy (Sec. 3.1).
 
 The unmarked tests check the scripts' ground truths, data and bookkeeping in a
 few seconds without compiling anything; the ``slow`` ones train (one chunk per
@@ -41,8 +41,8 @@ def common():
     return load_script("_synthetic_common")
 
 
-def test_binary_true_mi_matches_spec(projnce_synthetic):
-    # spec/projnce.md §2.4: I(X; C) = 0.6587 nats for d_x = 5, sigma = 1.
+def test_binary_true_mi_is_0_6587_nats(projnce_synthetic):
+    # docs/reproductions.md, "ProjNCE protocol": I(X; C) = 0.6587 nats for d_x = 5, sigma = 1.
     assert projnce_synthetic.true_mi_binary() == pytest.approx(0.6587, abs=5e-5)
 
 
@@ -93,7 +93,7 @@ def test_bound_of_nce_type_adds_r_equal_one(projnce_synthetic):
 
 @pytest.mark.parametrize("construction", ["alt", "spherical"])
 def test_toy_modes_unit_norm_and_angle(toy, construction):
-    # spec/soft-target-infonce.md T17: 0 % orthonormal; angle(theta_1, theta_j) = phi; 80 % -> 18 deg.
+    # docs/reproductions.md (toy modes): 0 % orthonormal; angle(theta_1, theta_j) = phi; 80 % -> 18 deg.
     np.testing.assert_allclose(toy.modes(0, construction), np.eye(20), atol=1e-12)
     theta = toy.modes(80, construction)
     np.testing.assert_allclose(np.linalg.norm(theta, axis=1), 1.0, rtol=1e-12)

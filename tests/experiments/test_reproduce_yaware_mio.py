@@ -1,4 +1,4 @@
-"""The seed 003 (conditional uniformity) and seed 004 (MIO) reproduction scripts.
+"""The conditional alignment/uniformity (Dufumier et al. 2021) and MIO reproduction scripts.
 
 The unmarked tests check facts the scripts rely on in seconds; the ``slow`` ones run each
 script's ``--quick`` mode end to end, twice, to check that finished runs are skipped.
@@ -31,7 +31,7 @@ def cu():
 
 
 def test_delta_sigma_makes_y_aware_equal_supcon_minus_log_n(cu):
-    """The digits grid's SupCon run stands for y-Aware with a delta kernel (seed 003 §A3)."""
+    """The digits grid's SupCon run stands for y-Aware with a delta kernel (docs/reproductions.md)."""
     rng = np.random.default_rng(0)
     labels = np.tile(rng.integers(0, 4, 6), 2)
     z = jnp.asarray(rng.normal(size=(12, 5)), jnp.float32)
