@@ -1,4 +1,7 @@
-"""Reproduce seed 002 (soft-target InfoNCE, Hugger & Uhlmann) Table 1 on CIFAR-10 at CPU scale.
+"""Reproduce soft-target InfoNCE's Table 1 (Hugger & Uhlmann 2024) on CIFAR-10 at CPU scale.
+
+Paper: J. Hugger and V. Uhlmann (2024), "Towards noise contrastive estimation with soft targets for
+conditional models", arXiv:2404.14076.
 
     python experiments/reproduce/cifar_soft_target.py                  # 4 methods x seeds 0 1 2
     python experiments/reproduce/cifar_soft_target.py --seeds 0 --epochs 12
@@ -6,17 +9,17 @@
     python experiments/reproduce/cifar_soft_target.py --quick          # smoke run (< 2 min), own out dir
 
 A classifier (``_cifar_classifier.py``) is trained from scratch with four losses and compared on
-test top-1 / top-5 accuracy and calibration (spec/soft-target-infonce.md §1, §2.2, §2.4, §3):
+test top-1 / top-5 accuracy (the paper's Tables 1 and 2) and calibration (its Sec. 4.2, Fig. 4):
 
-* ``nll``: cross-entropy on the integer labels, no label smoothing, no MixUp/CutMix (§1.1);
+* ``nll``: cross-entropy on the integer labels, no label smoothing, no MixUp/CutMix (Eq. 1);
 * ``stce``: soft-target cross-entropy (``losses.soft_target_cross_entropy``, tau 1) on soft targets
   from label smoothing 0.1 + MixUp 0.8 + CutMix 1.0 (``data.mixing.mix_batch``: batch mode,
-  mixup_prob 1.0, switch_prob 0.5, partner = reversed batch) (§1.3, §1.4);
+  mixup_prob 1.0, switch_prob 0.5, partner = reversed batch) (Eqs. 2-3; docs/reproductions.md);
 * ``infonce``: hard InfoNCE, ``losses.soft_target_infonce`` fed the one-hot labels (the library has
-  no separate hard-InfoNCE entry point; the spec's repo does the same), in-batch label negatives,
-  nothing masked (§1.5);
+  no separate hard-InfoNCE entry point; the paper's code does the same), in-batch label negatives,
+  nothing masked (Eq. 5);
 * ``sti``: soft-target InfoNCE (``losses.soft_target_infonce``) on the same smoothed + mixed
-  targets as ``stce`` (§1.6).
+  targets as ``stce`` (Eq. 12).
 
 tau = 1 and eta = the empirical class frequencies of the training subset (class-balanced, so
 uniform; passed explicitly as ``class_prior``). Metrics on the test subset, no augmentation:
@@ -40,13 +43,13 @@ images) for every method, 8-12 s of compilation per method (once per process; th
 it), under 1 s of evaluation and about 2 s for the bootstraps, so about 2 min per 36-epoch run
 and 25 min for the default grid (12 runs); ``--quick`` takes about 1 min, mostly compilation.
 
-Expectation worth knowing (spec §1.5, §2.1): with in-batch label negatives, hard InfoNCE is NLL on
+Expectation worth knowing (docs/reproductions.md, "Soft-target InfoNCE protocol"): with in-batch label negatives, hard InfoNCE is NLL on
 logits shifted by ``log(n_k / eta_k)`` (``n_k`` the class counts of the batch) plus a constant;
 with B = 256 >> K = 10, ``n_k ~ B eta_k``, so ``infonce`` is close to ``nll`` by construction.
 The paired bootstrap of ECE differences resamples the test set; ECE is biased upwards on small
 samples, so those intervals are approximate.
 
-Deviations from the paper (§2.2), all for CPU scale:
+Deviations from the paper (Sec. 4.1, App. A.4), all for CPU scale:
 
 * ViT-B/16 fine-tuned from MAE weights -> the 3-conv encoder above, trained from scratch;
 * CIFAR-100 / Tiny ImageNet / ImageNet at 224x224 -> a 5,000 / 2,000-image CIFAR-10 subset at 32x32;
@@ -108,12 +111,13 @@ PAPER = {
                         "tiny_imagenet": {"sti": 7.7, "stce": 6.3}},
 }
 PAPER_TEXT = (
-    "Paper (seed 002, ViT-B/16 fine-tuned from MAE, 224x224, batch 1,024, single runs): "
-    "CIFAR-100 Table 1 top-1 NLL 90.84, STCE 90.74, InfoNCE 90.75, STI 90.80 (top-5 98.37, "
-    "98.40, 98.40, 98.51), i.e. STI - STCE +0.06, STI - NLL -0.04, InfoNCE - NLL -0.09; ECE "
-    "(15 bins) of the best models STI 2.9 % vs STCE 15.8 % on CIFAR-100, but STI 7.7 % vs "
-    "STCE 6.3 % on Tiny ImageNet. This proxy (CIFAR-10 subset, small CNN from scratch) checks "
-    "the direction of these differences, not their size.\n"
+    "Paper (Hugger & Uhlmann 2024, arXiv:2404.14076; ViT-B/16 fine-tuned from MAE, 224x224, "
+    "batch 1,024, single runs): CIFAR-100 top-1 (Table 1) NLL 90.84, STCE 90.74, InfoNCE 90.75, "
+    "STI 90.80 (top-5, Table 2: 98.37, 98.40, 98.40, 98.51), i.e. STI - STCE +0.06, STI - NLL "
+    "-0.04, InfoNCE - NLL -0.09; ECE of the best models (Sec. 4.2, Fig. 4; Fig. A.4) STI 2.9 % "
+    "vs STCE 15.8 % on CIFAR-100, but STI 7.7 % vs STCE 6.3 % on Tiny ImageNet (ours: 15 "
+    "bins). This proxy (CIFAR-10 subset, small CNN from scratch) checks the direction of these "
+    "differences, not their size.\n"
 )
 
 
@@ -315,7 +319,7 @@ def plot(results: dict[str, list[dict]], summary: dict, path: Path) -> None:
         means = [summary["methods"][m]["top1"]["mean"] for m in methods]
         axes[0].set_ylim(max(0.0, min(means) - 10), min(100.0, max(means) + 5))
     axes[0].set_title("accuracy (Table 1)")
-    axes[1].set_title("calibration (§4.2, Fig. 4)")
+    axes[1].set_title("calibration (Sec. 4.2, Fig. 4)")
     seeds = [set(summary["methods"][m]["seeds"]) for m in methods]
     common_seeds = sorted(set.intersection(*seeds)) if seeds else []
     ax = axes[2]

@@ -1,28 +1,31 @@
-"""Reproduce seed 003 (conditional alignment and uniformity) at CPU scale.
+"""Reproduce conditional alignment and uniformity (Dufumier et al. 2021) at CPU scale.
+
+Paper: B. Dufumier, P. Gori, J. Victor, A. Grigis, E. Duchesnay (2021), "Conditional Alignment and
+Uniformity for Contrastive Learning with Continuous Proxy Labels", arXiv:2111.05643.
 
     python experiments/reproduce/conditional_uniformity.py             # digits + phantoms grid
     python experiments/reproduce/conditional_uniformity.py --quick     # tiny smoke version
     python experiments/reproduce/conditional_uniformity.py --epochs 30 --seeds 0 1 2
 
-Two proxies from spec/yaware-mio.md §A12 (real CIFAR and BIOBD do not fit the budget):
+Two proxies described in docs/reproductions.md (real CIFAR and BIOBD do not fit the budget):
 
-* ``digits`` (§A12.1, the CIFAR-with-labels analogue, categorical metadata): the cluttered 16x16
+* ``digits`` (the CIFAR-with-labels analogue, categorical metadata): the cluttered 16x16
   built-in digits, a 2-conv encoder (conv3x3-32 s1, conv3x3-64 s2, ReLU, global average pool,
   h in R^64) and projector Linear(64,128)-BN-ReLU-Linear(128,64); AdamW lr 1e-3, wd 5e-5,
   batch 128 (256 views); augmentations pad-4 random crop, gain U(0.6, 1.4), N(0, 0.1) noise.
   Methods: SimCLR (NT-Xent, tau 0.5), Align-Uniform (Wang-Isola, alpha = t = 2, lambda 1),
   SupCon (tau 0.1; y-Aware InfoNCE with a delta kernel on the class label is the same loss minus
-  the constant log N, seed 003 §A3, so this run stands for both) and the proposed conditional
+  the constant log N, the remark after the paper's Eq. 1, so this run stands for both) and the proposed conditional
   alignment + conditional uniformity (delta kernel on the class label, tau 0.1, lambda 1). The
   linear probe (logistic regression on standardised frozen h; all labels and 5 per class) is run
-  at several epochs of each run: seed 003 Fig. 2's accuracy-against-epochs curves.
-* ``phantoms`` (§A12.2, the BHB-10K -> BIOBD analogue, continuous metadata): 32x32 synthetic
+  at several epochs of each run: the paper's Fig. 2 accuracy-against-epochs curves.
+* ``phantoms`` (the BHB-10K -> BIOBD analogue, continuous metadata): 32x32 synthetic
   "brain phantoms" (``contrastive_jax.data.synthetic``), pretraining on healthy subjects with
   (age, sex) metadata, kernel w_5y(age) * delta(sex), tau 0.1; encoder conv 16-32-64-128 (stride
   2), projector 128-128-64. Methods: SimCLR, y-Aware InfoNCE (global uniformity) and conditional
   alignment + conditional uniformity (lambda 1). Downstream: diagnosis on the 662-subject set,
   5-fold stratified CV logistic regression on frozen h with the training folds sub-sampled to
-  N_train in {100, 200, 400, 530} (seed 003 Fig. 3 right).
+  N_train in {100, 200, 400, 530} (the paper's Fig. 3, right).
 
 Resumable: each (task, method, seed) run writes ``runs/<task>/<method>/seed<k>.json`` when done
 and is then skipped; an unfinished run resumes from its ``.ckpt.npz`` (saved every few epochs).
@@ -88,7 +91,7 @@ class Data:
 
 
 def digits_data(cluttered: bool = True) -> Data:
-    """Built-in digits (§A12.1); metadata = one-hot class labels (delta kernel with DELTA_SIGMA)."""
+    """Built-in digits (docs/reproductions.md); metadata = one-hot class labels (delta kernel with DELTA_SIGMA)."""
     s = digits_splits(cluttered=cluttered)
     x = {k: s[k].images[..., :1].astype(np.float32) / 255.0 for k in s}
     onehot = np.eye(10, dtype=np.float32)[s["train"].labels]
@@ -96,7 +99,7 @@ def digits_data(cluttered: bool = True) -> Data:
 
 
 def phantom_data(num_train: int) -> Data:
-    """Synthetic phantoms (§A12.2); metadata = (age, SEX_SCALE * sex); test = diagnosis set."""
+    """Synthetic phantoms (docs/reproductions.md); metadata = (age, SEX_SCALE * sex); test = diagnosis set."""
     s = phantom_splits(num_train=num_train)
     x = {k: s[k].images[..., :1].astype(np.float32) / 255.0 for k in s}
     meta = s["train"].metadata * np.array([1.0, SEX_SCALE], np.float32)
@@ -112,7 +115,7 @@ class Arch:
 
     ``in_channels`` is the input's channel count (1 for the digits and phantoms, 3 for RGB).
     The projector is ``hidden_layers`` x [Linear(hidden, no bias) -> BN -> ReLU] -> Linear(out),
-    followed by BN when ``last_bn`` (seed 004's ProjectionHead); BN uses batch statistics only
+    followed by BN when ``last_bn`` (the MIO projector); BN uses batch statistics only
     (the projector is dropped after pretraining, so no running averages are needed).
     """
 
@@ -191,7 +194,7 @@ def _random_crop(key: jax.Array, x: jax.Array, pad: int) -> jax.Array:
 
 
 def augment_digits(key: jax.Array, x: jax.Array, pad: int = 4) -> jax.Array:
-    """§A12.1: pad-``pad`` random crop, gain U(0.6, 1.4), additive N(0, 0.1) noise."""
+    """Digits proxy: pad-``pad`` random crop, gain U(0.6, 1.4), additive N(0, 0.1) noise."""
     k_crop, k_gain, k_noise = jax.random.split(key, 3)
     x = _random_crop(k_crop, x, pad)
     gain = jax.random.uniform(k_gain, (x.shape[0], 1, 1, 1), minval=0.6, maxval=1.4)
@@ -210,7 +213,7 @@ def _gaussian_blur(x: jax.Array, sigma: jax.Array) -> jax.Array:
 
 
 def augment_phantoms(key: jax.Array, x: jax.Array) -> jax.Array:
-    """§A12.2 ("as in [8]"): pad-2 crop, 8x8 cutout (p 0.5), blur sigma~U(0.1, 1),
+    """Phantom proxy (the paper's "as in [8]"): pad-2 crop, 8x8 cutout (p 0.5), blur sigma~U(0.1, 1),
     noise sigma~U(0, 0.05), left-right flip (p 0.5)."""
     n, h, w, _ = x.shape
     ks = jax.random.split(key, 7)
@@ -245,7 +248,7 @@ def _align_uniform(z: jax.Array, ids, labels, meta) -> jax.Array:
 
 
 def _conditional(sigma: float) -> LossFn:
-    """Seed 003's proposed objective L^y_align + 1 * L^y_unif (spec §A7, lambda = 1)."""
+    """The paper's proposed objective L^y_align + 1 * L^y_unif (Eqs. 2 and 4, lambda = 1)."""
 
     def loss(z, ids, labels, meta):
         kw = {"temperature": 0.1, "sigma": sigma}
@@ -287,7 +290,7 @@ class Task:
 
 
 def adamw(steps_per_epoch: int, epochs: int) -> optax.GradientTransformation:
-    """Seed 003's optimiser: AdamW lr 1e-3 (constant), weight decay 5e-5 on weights only."""
+    """The paper's optimiser (its CIFAR appendix): AdamW lr 1e-3 (constant), weight decay 5e-5 on weights only."""
     del steps_per_epoch, epochs
     return optax.adamw(1e-3, weight_decay=5e-5, mask=weight_mask)
 
