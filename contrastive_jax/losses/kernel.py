@@ -308,12 +308,14 @@ def _kernel_block(kind: str):
 
 def _streamed_inputs(embeddings, metadata, temperature, sigma, valid, axis_name):
     """Checked, gathered rows and the arguments of the streamed kernel losses:
-    ``(rows, params, row_data, col_data)``; ``metadata=None`` gives a zero column."""
+    ``(rows, params, row_data, col_data)``; ``metadata=None`` gives an integer zero
+    column."""
     embeddings = _core.check_embeddings(embeddings)
     n = embeddings.shape[0]
     _core.check_positive(temperature, "temperature")
     if metadata is None:
-        metadata, sigma = jnp.zeros((n, 1), jnp.float32), 1.0
+        # An integer placeholder: not differentiated (global uniformity ignores it).
+        metadata, sigma = jnp.zeros((n, 1), jnp.int32), 1.0
     else:
         metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
         _core.check_positive(sigma, "sigma")
@@ -585,8 +587,9 @@ def _conditional_uniformity_streamed(
         col_data, block,
     )
     if axis_name is not None:
-        shift = jax.lax.stop_gradient(jax.lax.pmax(lse, axis_name))
+        shift = jax.lax.pmax(jax.lax.stop_gradient(lse), axis_name)
         lse = shift + jnp.log(_core.differentiable_psum(jnp.exp(lse - shift), axis_name))
     num_kept = _core.psum_if(jnp.sum(kept.astype(jnp.float32)), axis_name)
-    mass = col_data[2] * num_kept
+    num_valid = _core.psum_if(jnp.sum(rows.anchor_valid.astype(jnp.float32)), axis_name)
+    mass = num_valid * num_kept
     return jnp.where(mass > 0, lse - jnp.log(jnp.maximum(mass, 1.0)), 0.0)
