@@ -1,7 +1,7 @@
-"""A supervised classifier trained from scratch on the CIFAR-10 proxy data (seeds 001 and 002).
+"""A supervised classifier trained from scratch on the CIFAR-10 proxy data (ProjNCE, STI).
 
-Used by ``cifar_soft_target.py`` (seed 002, Table 1: NLL / STCE / InfoNCE / STI) and by
-``cifar_label_noise.py`` (seed 001, the cross-entropy baseline on noisy labels): the training
+Used by ``cifar_soft_target.py`` (soft-target InfoNCE, Table 1: NLL / STCE / InfoNCE / STI) and by
+``cifar_label_noise.py`` (ProjNCE, the cross-entropy baseline on noisy labels): the training
 labels are an explicit argument (they may be noisy) and the test labels a separate one; a run is
 a ``method`` name, a ``loss_fn`` and a ``mix`` flag (or batch transform), with an optional
 ``probe`` of the trained parameters.
@@ -12,15 +12,15 @@ Model (``init_classifier`` / ``classifier_logits``):
   stride-2 ReLU convolutions 32-64-128 on RGB, global average pool, h in R^128);
 * head: MLP Linear(128, 128)-ReLU-Linear(128, K) with biases, **no BatchNorm**, so a test
   prediction does not depend on the other test images of its batch (there are no running
-  statistics to keep either). The paper's head (seed 002 §2.2) is a 3-layer MLP (hidden 4096)
+  statistics to keep either). The paper's head (soft-target InfoNCE App. A.4) is a 3-layer MLP (hidden 4096)
   with BN after each hidden layer and a non-affine BN on the K class scores.
 
 Training (``train``), per step of ``Config.batch`` images (the last partial batch is dropped):
 
 1. one augmented view per image (``Config.augment``, default ``_cifar_common.augment_cifar``);
 2. optionally a batch transform ``(key, images, labels) -> (images, soft targets [B, K])``:
-   ``mix=True`` is ``paper_mix`` (``contrastive_jax.data.mixing.mix_batch`` with the spec's
-   defaults: label smoothing 0.1, MixUp 0.8, CutMix 1.0, mixup_prob 1.0, switch_prob 0.5);
+   ``mix=True`` is ``paper_mix`` (``contrastive_jax.data.mixing.mix_batch`` with the paper's
+   recipe, docs/reproductions.md: label smoothing 0.1, MixUp 0.8, CutMix 1.0, mixup_prob 1.0, switch_prob 0.5);
    without a transform the targets are the one-hot training labels;
 3. ``loss_fn(logits [B, K], labels int [B], targets float [B, K]) -> scalar`` (``labels`` are
    the un-mixed labels of the batch's images, whatever the transform did);
@@ -43,7 +43,7 @@ test NLL ``mean -log softmax(logits / tau)[y]``.
 Probabilities of the InfoNCE-type models: training scores are ``s_k = L_k / tau - log eta_k``
 and model ``log p(k|x) / eta_k`` up to a per-example constant, so ``L_k / tau`` models
 ``log p(k|x)`` up to that constant and ``softmax_k(L_k / tau)`` is the model's class posterior
-(the paper's inference model ``exp(z^T y_k / tau)``, spec §0). ``softmax_k(L_k / tau - log eta_k)``
+(the paper's inference model ``exp(z^T y_k / tau)``, its Sec. 3.2). ``softmax_k(L_k / tau - log eta_k)``
 would divide the posterior by the prior once more; for a uniform eta (the class-balanced
 subsets here) both are the same, so every method is evaluated with ``softmax(L / tau)``.
 """
@@ -110,7 +110,7 @@ class Config:
 
 
 def class_prior(labels: np.ndarray, num_classes: int) -> np.ndarray:
-    """Empirical class frequencies of int labels [N]: float32 [K] (the spec's eta)."""
+    """Empirical class frequencies of int labels [N]: float32 [K] (the paper's eta)."""
     counts = np.bincount(np.asarray(labels), minlength=num_classes)
     if counts.shape != (num_classes,):
         raise ValueError(f"labels must be in [0, {num_classes})")
@@ -119,7 +119,7 @@ def class_prior(labels: np.ndarray, num_classes: int) -> np.ndarray:
 
 @functools.cache
 def paper_mix(num_classes: int) -> BatchTransform:
-    """The seed-002 soft targets: label smoothing 0.1 + MixUp 0.8 / CutMix 1.0 (batch mode,
+    """The soft-target InfoNCE paper's soft targets: label smoothing 0.1 + MixUp 0.8 / CutMix 1.0 (batch mode,
     mixup_prob 1.0, switch_prob 0.5), ``mixing.mix_batch``'s defaults. Cached, so every run
     gets the same function (and shares the compiled step)."""
 

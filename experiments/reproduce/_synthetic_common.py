@@ -1,4 +1,4 @@
-"""Run bookkeeping shared by the synthetic reproduction scripts (seeds 001 and 002).
+"""Run bookkeeping shared by the synthetic reproduction scripts (ProjNCE and soft-target InfoNCE).
 
 A *run* is one (setting, method, seed) triple. Its result is one JSON file,
 ``<out>/runs/<setting>/<method>/seed<k>.json``, written atomically when the run

@@ -1,4 +1,7 @@
-"""Reproduce seed 001's label-noise table (ProjNCE, Table 3) on a CIFAR-10 proxy at CPU scale.
+"""Reproduce ProjNCE's label-noise table (its Table 3) on a CIFAR-10 proxy at CPU scale.
+
+Paper: M. Jeong and A. Hero (2025), "Generalizing Supervised Contrastive Learning: A Projection
+Perspective", arXiv:2506.09810.
 
     python experiments/reproduce/cifar_label_noise.py                  # full grid, seeds 0 1 2
     python experiments/reproduce/cifar_label_noise.py --methods supcon projnce --seeds 0
@@ -6,15 +9,15 @@
     python experiments/reproduce/cifar_label_noise.py --quick          # smoke run (< 2 min)
 
 The paper's Table 3 trains on STL-10 with symmetric label noise p in {0, 0.1, ..., 0.7} and reports
-linear top-1 (spec/projnce.md §3). This proxy uses p in {0, 0.2, 0.4} and the CIFAR-10 subsets,
+linear top-1 (its Table 3). This proxy uses p in {0, 0.2, 0.4} and the CIFAR-10 subsets,
 encoder, projector and augmentation of ``cifar_proxy.py`` (5,000 training / 2,000 test images at
 32x32, three stride-2 convolutions 32-64-128, projector Linear(128, 128)-BN-ReLU-Linear(128, 64),
-two views, batch 128), with the paper's tau = 0.07 for every loss and seed 003's AdamW (lr 1e-3
-constant, weight decay 5e-5 on weights) in place of the paper's AdamW lr 0.05 (the spec's digits
-proxy makes the same change: 0.05 is likely unstable at this scale). Budget: EPOCHS epochs, not
+two views, batch 128), with the paper's tau = 0.07 for every loss and the conditional-uniformity
+proxy's AdamW (lr 1e-3 constant, weight decay 5e-5 on weights; docs/reproductions.md) in place of
+the paper's AdamW lr 0.05 (likely unstable at this scale). Budget: EPOCHS epochs, not
 the paper's 500.
 
-Methods (spec/projnce.md §1):
+Methods (ProjNCE Sec. 2-3; docs/losses.md, "ProjNCE family"):
 
 * ``supcon``, ``projnce`` (beta 1) and ``med_supcon`` (lower median): supervised contrastive
   pretraining on the noisy labels;
@@ -26,16 +29,16 @@ Methods (spec/projnce.md §1):
   cross-entropy on the noisy labels (one augmented view per image, batch 256, the same AdamW and
   epochs) and scored with its own head, the paper's "CE" row.
 
-Noise: :func:`contrastive_jax.data.sources.symmetric_label_noise` (spec §5 A4: each training
+Noise: :func:`contrastive_jax.data.sources.symmetric_label_noise` (docs/reproductions.md, "ProjNCE protocol": each training
 label is replaced with probability p by a uniformly drawn class), drawn with the training seed,
 so each seed has its own noise and a method sees the same noisy labels as the others of its seed.
 
 Probe: logistic regression on standardised frozen h (``cu.logistic_scores``), scored on the test
-images, with 95 % percentile bootstrap intervals, fitted twice (an ambiguity of the paper,
-spec §5 A9):
+images, with 95 % percentile bootstrap intervals, fitted twice (an ambiguity of the paper;
+docs/reproductions.md):
 
-* ``clean``: on the clean training labels (the spec's reading of "fitting a linear classifier ...
-  with clean labels", its recommended default);
+* ``clean``: on the clean training labels (our default reading of "fitting a linear classifier ...
+  with clean labels");
 * ``noisy``: on the same noisy labels the encoder was trained with. Under the clean reading the
   paper's SimCLR row could not fall from 64.49 at p = 0 to 58.94 at p = 0.4 (its pretraining
   is label-free), so the paper's probe may have seen the noisy labels; both are reported.
@@ -232,7 +235,7 @@ def summarise(runs: dict[tuple[str, float], list[dict]], noise: tuple[float, ...
     SupCon) and a JSON summary keyed ``<probe>/<method>/p<p>``."""
     summary: dict = {}
     text = ""
-    probes = [("clean", "clean-label linear probe (spec default)"),
+    probes = [("clean", "clean-label linear probe (default)"),
               ("noisy", "noisy-label linear probe"), ("head", "CE's own head")]
     for probe, title in probes:
         rows = []

@@ -1,4 +1,6 @@
-"""Reproduce seeds 000 (SINCERE vs SupCon) and 004 (MIO) on CIFAR-10 at CPU scale.
+"""Reproduce SINCERE vs SupCon (Feeney & Hughes 2023) and MIO (Manna et al. 2021) on CIFAR-10.
+
+Both at CPU scale; the papers' full references are in docs/reproductions.md.
 
     python experiments/reproduce/cifar_proxy.py                       # both claims, seeds 0 1 2
     python experiments/reproduce/cifar_proxy.py --claims mio --seeds 0 --mio_optimizer lars
@@ -24,8 +26,8 @@ and was not better (random init 0.391, SimCLR/LARS 0.368 after 12 epochs), so ru
   probes its random-init encoder (the trained runs' starting point), so a reader can see what
   training added.
 
-``--claims sincere`` (seed 000, spec/sincere-supcon.md §7.7): SupCon and SINCERE, tau 0.1, class
-labels, seed 003's digits optimiser (AdamW lr 1e-3 constant, weight decay 5e-5 on weights), same
+``--claims sincere`` (SINCERE's Tables 1-2 and Fig. 2): SupCon and SINCERE, tau 0.1, class
+labels, the digits proxies' optimiser (AdamW lr 1e-3 constant, weight decay 5e-5 on weights), same
 encoder and projector (no BN after the output). Reported as in ``sincere.py``, whose aggregation
 and tables are reused: initial and final pretraining loss (means of the per-epoch losses over the
 first and the last fifth of the epochs) beside the constant-embedding values and SupCon's floor
@@ -34,10 +36,10 @@ projector output (BN with the test set's statistics) and for h (within = mean di
 mean off-diagonal; the paper has SupCon - SINCERE = 0.06 within and 0.11 between); linear top-1
 and top-5 with bootstrap intervals and the paired bootstrap of SINCERE - SupCon.
 
-``--claims mio`` (seed 004, spec/yaware-mio.md §B10 with CIFAR in place of the digits): SimCLR
+``--claims mio`` (MIO's Table 4; ``mio.py``'s proxy with CIFAR in place of the digits): SimCLR
 (NT-Xent) and MIO (A)-(D) with ``mio.py``'s projectors (BN after the output) and losses, tau 0.5;
 full-label and 5-shot probe accuracy with bootstrap intervals. Optimiser (``--mio_optimizer``):
-``adamw`` (default; the AdamW above, §B10's "acceptable proxy fallback") or ``lars`` (``mio.py``'s
+``adamw`` (default; the AdamW above, a fallback for the paper's LARS) or ``lars`` (``mio.py``'s
 LARS lr 1.5 and schedule). In pilots of this proxy (seed 0, SimCLR, full-label probe) LARS did
 not move the probe off the random-init encoder's 0.379 (0.373 at lr 1.5 after 10 epochs, 0.381
 after 36, 0.373 at lr 0.3 after 12), while AdamW reached 0.408 after 12 epochs and 0.440 after 36.
@@ -157,7 +159,8 @@ def summarise_sincere(results: dict[str, list[dict]], init: list[dict], referenc
     summary = sincere.aggregate(sincere_records(results, references, num_test), runs, tuple(seeds))
     text = sincere.tables(summary)
     text += ("\nPaper (CIFAR-10, ResNet-50, 1,000 epochs): SupCon - SINCERE cosine 0.06 within, "
-             "0.11 between; top-1 95.78 (SupCon) vs 95.93 (SINCERE), not significant.\n")
+             "0.11 between (Fig. 2); top-1 95.78 (SupCon) vs 95.93 (SINCERE), not significant "
+             "(Table 2).\n")
     if init:
         linear = [cu.final(r)["linear"] for r in init]
         proj = [cu.final(r)["similarity"]["projection"] for r in init]

@@ -1,20 +1,24 @@
-"""Reproduce seed 004 (MIO) at CPU scale: SimCLR vs MIO (A)-(D), plus lr and tau ablations.
+"""Reproduce MIO at CPU scale: SimCLR vs MIO (A)-(D), plus lr and tau ablations.
+
+Paper: S. Manna, S. Bhattacharya and U. Pal (2021), "MIO: Mutual Information Optimization using
+Self-Supervised Binary Contrastive Learning", arXiv:2111.12664.
 
     python experiments/reproduce/mio.py             # main grid + lr/tau ablations, 3 seeds each
     python experiments/reproduce/mio.py --quick     # tiny smoke version
     python experiments/reproduce/mio.py --epochs 10 --seeds 0 1 2 --ablation_seeds 0
 
-Proxy for 004's CIFAR-10 Table 4 (spec/yaware-mio.md §B10; CIFAR-scale ResNet-50 runs do not fit
-a 2-core CPU): the cluttered 16x16 built-in digits with the §A12.1 encoder and augmentations
+Proxy for MIO's CIFAR-10 Table 4 (docs/reproductions.md, "MIO protocol"; CIFAR-scale ResNet-50
+runs do not fit a 2-core CPU): the cluttered 16x16 built-in digits with the small encoder and
+augmentations of docs/reproductions.md
 (shared with ``conditional_uniformity.py``), batch 128 (256 views), LARS lr 1.5, momentum 0.9,
 weight decay 1e-6, BN and biases masked out of decay and trust ratio, linear warm-up over the
-first tenth of the epochs from 1e-4, then cosine towards 1e-4 over 4x the trained epochs (004's
-"slow decay": 250 of 1000 epochs). Projectors follow 004's ProjectionHead (hidden 128, output
+first tenth of the epochs from 1e-4, then cosine towards 1e-4 over 4x the trained epochs (MIO's
+"slow decay": 250 of 1000 epochs). Projectors follow MIO's projection head (hidden 128, output
 64, BN after the output): (A)/(C) one hidden layer, (B)/(D) two; (C)/(D) add the L2 term at the
 official_mse scale with lambda 1. SimCLR (NT-Xent, tau 0.5) uses projector (A), so only the loss
 differs. Probe: logistic regression on standardised frozen h, all labels and 5 per class, with
 95 % bootstrap intervals. Ablations (model A): lr in {0.3, 0.5, 1.0, 1.5, 2.0} at tau 0.5 and
-tau in {0.3, 0.5, 0.7} at lr 1.5 (004 §4 ran the tau sweep at lr 0.3).
+tau in {0.3, 0.5, 0.7} at lr 1.5 (MIO Sec. 4.1 ran the tau sweep at lr 0.3).
 
 Resumable exactly like ``conditional_uniformity.py`` (per-run JSON + checkpoint).
 """
@@ -45,7 +49,7 @@ VARIANTS = {"simclr": (1, 0.0), "mio_A": (1, 0.0), "mio_B": (2, 0.0), "mio_C": (
 
 
 def lars(lr: float):
-    """LARS factory (steps_per_epoch, epochs) -> optax transform with 004's schedule."""
+    """LARS factory (steps_per_epoch, epochs) -> optax transform with MIO's schedule."""
 
     def make(steps_per_epoch: int, epochs: int) -> optax.GradientTransformation:
         warmup = max(1, epochs // 10) * steps_per_epoch
@@ -74,7 +78,7 @@ def grid(main_seeds: list[int], ablation_seeds: list[int]) -> list[tuple[str, st
 
     Each main seed starts with ``random_init``, the probe of the encoder every run of that seed
     starts from (the floor a pretrained encoder has to beat). The lr ablation runs SimCLR beside
-    MIO (A): 004 sweeps lr for MIO only, but on this proxy SimCLR is unstable at lr 1.5, so the
+    MIO (A): the paper sweeps lr for MIO only, but on this proxy SimCLR is unstable at lr 1.5, so the
     main-grid comparison needs the matched-lr control."""
     runs = [("main", m, 1.5, 0.5, s) for s in main_seeds for m in ("random_init", *VARIANTS)]
     runs += [(f"lr{lr}", m, lr, 0.5, s) for lr in LRS if lr != 1.5 for s in ablation_seeds

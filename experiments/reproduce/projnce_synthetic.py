@@ -1,9 +1,9 @@
-"""ProjNCE (seed 001), App. D.1: mutual information of the learned embeddings on synthetic data.
+"""ProjNCE (Jeong & Hero 2025, arXiv:2506.09810), App. D.1: MI of the learned embeddings.
 
     python experiments/reproduce/projnce_synthetic.py            # full: 2 settings x 7 methods x 3 seeds
     python experiments/reproduce/projnce_synthetic.py --quick    # tiny version (< 2 min), own --out
 
-Two settings, as in App. D.1 (spec/projnce.md §2.4):
+Two settings, as in App. D.1 (our choices where it is silent: docs/reproductions.md):
 
 * ``binary``: C ~ Ber(1/2), X | C ~ N(+-1, I_5); MLP 5 -> 16 -> 16 -> 2 (ReLU),
   batch 256; true I(X; C) = 0.6587 nats.
@@ -28,8 +28,9 @@ Measured every 40 epochs (and at epoch 0) on a fresh held-out set of 12,800 samp
   it is the ProjNCE loss of the SupCon-trained encoder (SupCon plus the R it
   omits); for SoftNCE and MedNCE, R = 1 exactly, so it is ``log N - loss``. CE
   has no such bound. The library's losses drop j = i from the SupCon-type
-  denominators (spec §5 A6) and use batch statistics as projections, for which
-  the bound is only heuristic (spec T4), so it may exceed the true MI.
+  denominators (docs/reproductions.md, "ProjNCE protocol") and use batch statistics
+  as projections, for which the bound is only heuristic (Prop. 2.1 assumes the
+  population projections), so it may exceed the true MI.
 
 Resumable: each (setting, method, seed) run writes
 ``<out>/runs/<setting>/<method>/seed<k>.json`` and is skipped when that exists;
@@ -132,7 +133,7 @@ def true_mi_binary() -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Gmm:
-    """32-component GMM in R^4 and its projection W [8, 4] (spec §2.4 generator)."""
+    """32-component GMM in R^4 and its projection W [8, 4] (generator: docs/reproductions.md)."""
 
     means: np.ndarray  # [M, 4]
     chols: np.ndarray  # [M, 4, 4], Cholesky factors of K_i

@@ -1,6 +1,9 @@
-"""Reproduce SINCERE vs SupCon (seed 000) at CPU scale: Tables 1-2, Figs. 2-3, batch contrast.
+"""Reproduce SINCERE vs SupCon at CPU scale: Tables 1-2, Figs. 2-3, batch contrast.
 
-    python experiments/reproduce/sincere.py                    # built-in digits (spec §7.7 proxy)
+Paper: P. Feeney and M. C. Hughes (2023), "SINCERE: Supervised Information Noise-Contrastive
+Estimation REvisited", arXiv:2309.14277.
+
+    python experiments/reproduce/sincere.py                    # built-in digits (docs/reproductions.md)
     python experiments/reproduce/sincere.py --dataset cifar10  # CIFAR-10 16x16 (see experiments/RESULTS.md)
     python experiments/reproduce/sincere.py --quick            # plain digits, 8 steps (< 2 min idle)
     python experiments/reproduce/sincere.py --steps 600 --batches 128  # longer runs, own directories
@@ -11,13 +14,13 @@ seeds, pretrain SINCERE and SupCon with the dataset's config in ``experiments/co
 (same encoder, schedule and tau = 0.1; only the loss differs), then on the frozen network:
 
 * Table 1: mean pretraining loss over the first and the last fifth of the steps, next to the
-  reference values of spec/sincere-supcon.md §7.5: the value at constant embeddings (SupCon
+  reference values of docs/reproductions.md ("SINCERE protocol"): the value at constant embeddings (SupCon
   ``log(n - 1)``, SINCERE ``E log(1 + |N_t|)``) and SupCon's floor ``E log |P_t|``.
 * Fig. 2: class-by-class mean cosine similarity of the test set (``M_ab``, self pairs
-  excluded), of the L2-normalised projection-head output (spec §9 A5 default) and of the encoder
+  excluded), of the L2-normalised projection-head output (our default; the paper does not say) and of the encoder
   features; within = mean diagonal, between = mean off-diagonal.
 * Fig. 3: within-class vs class-vs-rest cosine histograms of class 9 (CIFAR-10's "truck").
-* Table 2: linear probe (spec §7.2 protocol) top-1/top-5 test accuracy with 95 % percentile
+* Table 2: linear probe (the paper's Sec. 4.3 protocol) top-1/top-5 test accuracy with 95 % percentile
   bootstrap intervals (1,000 resamples) and the paired bootstrap of SINCERE - SupCon.
 
 Resumable: a finished run (its per-run JSON exists) is skipped, an unfinished one resumes from
@@ -113,7 +116,7 @@ def read_losses(workdir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def loss_references(train_labels: np.ndarray, batch: int, views: int, seed: int = 0) -> dict:
-    """Reference loss values of random ``batch``-image batches (spec §7.5, §8 T4).
+    """Reference loss values of random ``batch``-image batches (docs/reproductions.md).
 
     Over 2,000 batches drawn without replacement from ``train_labels`` (n = views * batch
     embeddings each), the anchor-weighted means of ``log |P_t|`` (SupCon's floor),

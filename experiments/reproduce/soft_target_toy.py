@@ -1,15 +1,17 @@
-"""Soft-target InfoNCE (seed 002), §3.1 / App. A.1 toy: estimating a conditional model, InfoNCE vs NLL.
+"""Soft-target InfoNCE (Hugger & Uhlmann 2024, arXiv:2404.14076), Sec. 3.1 / App. A.1 toy.
+
+Estimating a conditional model, InfoNCE vs NLL (the paper's Fig. 1).
 
     python experiments/reproduce/soft_target_toy.py            # full: 2 constructions x 9 levels x 2 losses x 10 seeds
     python experiments/reproduce/soft_target_toy.py --quick    # tiny version (< 1 min), own --out
     python experiments/reproduce/soft_target_toy.py --constructions alt --levels 0 40 --losses nll
 
-Set-up (paper §3.1; unstated details from spec/soft-target-infonce.md §2.1):
+Set-up (paper Sec. 3.1 and App. A.1; our choices where it is silent: docs/reproductions.md):
 
 * GMM ``p(x) = sum_i (1/20) N(x | 10 theta_i, I_20)``, K = d = 20, ``||theta_i|| = 1``.
   Mode alignment ``perc`` in {0, 10, ..., 80} %: ``phi = (pi/2)(1 - perc/100)`` is the
-  angle between ``theta_1 = e_1`` and every other mode. ``alt`` construction (the
-  spec's default): ``theta_j = cos(phi) e_1 + sin(phi) e_j``; ``spherical``: the
+  angle between ``theta_1 = e_1`` and every other mode. ``alt`` construction (our
+  default): ``theta_j = cos(phi) e_1 + sin(phi) e_j``; ``spherical``: the
   literal 20-spherical-coordinate reading, ``theta_j[m] = sin^{m-1}(phi) cos(phi)``
   for m < j and ``theta_j[j] = sin^{j-1}(phi)``.
 * Data: 1,600 points from the GMM, subsampled with duplicates to 32,000; each
@@ -98,7 +100,7 @@ def modes(perc: float, construction: str) -> np.ndarray:
 def hard_infonce(logits: jax.Array, labels: jax.Array, prior: jax.Array) -> jax.Array:
     """Hard InfoNCE, Eq. (5), with the other batch samples' labels as negatives, tau = 1.
 
-    The O(B K) count form (spec/soft-target-infonce.md §1.5, T7): with
+    The O(B K) count form (docs/reproductions.md, "Soft-target InfoNCE protocol"): with
     ``S = L - log eta`` and ``n_k`` the batch count of class k,
     ``l_a = logsumexp_k (S[a, k] + log n_k) - S[a, k_a]``. It equals
     ``losses.soft_target_infonce(logits, one_hot(labels), class_prior=prior)``
