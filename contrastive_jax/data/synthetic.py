@@ -25,7 +25,7 @@ Splits: ``train`` is the pretraining set of healthy subjects (d = 0, label 0);
 with matched age distributions, for cross-validated probes. Metadata is
 float32 [N, 2]: (age in years, sex in {0, 1}).
 
-The spec marks this generator "design only": ``delta_d`` (default 0.6 px) is
+The generator is a design that has not been calibrated here: ``delta_d`` (default 0.6 px) is
 meant to be calibrated so that age and sex alone give AUC ~ 0.5 and a
 supervised CNN ~ 0.85.
 """

@@ -535,7 +535,7 @@ def _nce_per_anchor(name: str) -> callable:
 )
 def test_t11_nce_type_is_logit_adjusted_cross_entropy(name, hp):
     """SoftNCE/MedNCE per anchor = CE(z_i . g(c)/tau + log n_c, c_i) + log n_{c_i} over
-    the classes present, hence l_i >= log n_{c_i}. (Spec T11 omits the constant:
+    the classes present, hence l_i >= log n_{c_i}. (Stated without the constant, the identity would be wrong:
     -T_{i,c_i} + log sum_c n_c e^{T_ic} = CE + log n_{c_i}.)"""
     z, labels, valid = _small_batch(seed=12)
     tau = 0.07
