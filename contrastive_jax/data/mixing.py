@@ -22,9 +22,8 @@ of B images (B even) and one key:
 
 Defaults are the paper's recipe (alphas and smoothing from its Sec. 4.1, the
 rest timm's): ``mixup_alpha = 0.8``, ``cutmix_alpha = 1.0``, ``mixup_prob = 1.0``,
-``switch_prob = 0.5``,
-``label_smoothing = 0.1``. Everything is jit-able with static shapes (the
-CutMix box is an ``iota`` mask). Inside ``jax.shard_map`` pass ``axis_name``:
+``switch_prob = 0.5``, ``label_smoothing = 0.1``. Everything is jit-able with
+static shapes (the CutMix box is an ``iota`` mask). Inside ``jax.shard_map`` pass ``axis_name``:
 each device then mixes its own shard with ``fold_in(key, axis_index)``, as one
 DDP rank with its own RNG does.
 """
