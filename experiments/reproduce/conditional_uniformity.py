@@ -15,7 +15,7 @@ Two proxies described in docs/reproductions.md (real CIFAR and BIOBD do not fit 
   batch 128 (256 views); augmentations pad-4 random crop, gain U(0.6, 1.4), N(0, 0.1) noise.
   Methods: SimCLR (NT-Xent, tau 0.5), Align-Uniform (Wang-Isola, alpha = t = 2, lambda 1),
   SupCon (tau 0.1; y-Aware InfoNCE with a delta kernel on the class label is the same loss minus
-  the constant log N, the remark after the paper's Eq. 1, so this run stands for both) and the proposed conditional
+  the constant log N, which follows from the paper's Eq. 1, so this run stands for both) and the proposed conditional
   alignment + conditional uniformity (delta kernel on the class label, tau 0.1, lambda 1). The
   linear probe (logistic regression on standardised frozen h; all labels and 5 per class) is run
   at several epochs of each run: the paper's Fig. 2 accuracy-against-epochs curves.
