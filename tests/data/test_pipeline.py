@@ -198,6 +198,8 @@ def test_eval_iterator_process_shards(digits_source):
 def test_auto_augmentation(digits_source, image_folder):
     auto = pipeline.resolve_augmentation
     assert auto(digits_config(), digits_source, 16) == data.augmentation_preset("digits", 16)
+    cluttered = data.load_source(digits_config(dataset="digits_cluttered"))
+    assert auto(digits_config(), cluttered, 16) == data.augmentation_preset("digits_cluttered", 16)
     folder = data.load_source(digits_config(dataset="image_folder", data_dir=image_folder))
     assert auto(digits_config(), folder, 32) == data.augmentation_preset("simclr_cifar", 32)
     assert auto(digits_config(), folder, 96) == data.augmentation_preset("simclr_imagenet", 96)
