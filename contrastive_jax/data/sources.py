@@ -287,7 +287,7 @@ def _tfds_builder(name: str, data_dir: str | None, download: bool):
         ) from e
     if not builder.is_prepared():
         if not download:
-            raise not_prepared(data_dir or builder.data_dir)
+            raise not_prepared(data_dir or str(builder.data_dir_root))
         builder.download_and_prepare()
     return builder
 

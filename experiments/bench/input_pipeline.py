@@ -189,7 +189,9 @@ def peak_rss(dataset: str, data_dir: str | None, batches: int, batch: int) -> fl
     """Peak RSS (MiB) of a fresh process that loads the source and draws ``batches`` batches."""
     probe = json.dumps([dataset, data_dir, batches, batch])
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--rss_probe", probe],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"memory probe {probe} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -215,12 +217,12 @@ def compare_formats(args) -> None:
             wall, per_cpu = format_rate(format_config(dataset, data_dir, size, args.batch),
                                         args.batches)
             rows.append((size, fmt, wall, per_cpu))
-            print(f"{size:>4} px  {fmt:<13} {wall:8.1f} images/s  {per_cpu:8.1f} images/CPU-s",
+            print(f"{size:>4} px  {fmt:<13} {wall:8.2f} images/s  {per_cpu:8.2f} images/CPU-s",
                   flush=True)
     print("\n| size | format | two-view images/s | images per CPU-second (one core) |")
     print("|---|---|---|---|")
     for size, fmt, wall, per_cpu in rows:
-        print(f"| {size} | {fmt} | {wall:.1f} | {per_cpu:.1f} |")
+        print(f"| {size} | {fmt} | {wall:.2f} | {per_cpu:.2f} |")
     print(f"\npeak RSS, 32 px, {args.rss_batches} batches of {args.batch}:")
     print("| format | examples | peak RSS MiB |\n|---|---|---|")
     for count in (args.rss_examples, 4 * args.rss_examples):
