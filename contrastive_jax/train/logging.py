@@ -148,10 +148,11 @@ class CollapseDetector:
     def __init__(self, threshold: float = COLLAPSE_THRESHOLD, patience: int = COLLAPSE_PATIENCE,
                  after_step: int = 0) -> None:
         if patience < 1:
-            raise ValueError(f"collapse patience must be >= 1 log steps, got {patience}")
+            raise ValueError(f"config.train.collapse_patience must be >= 1 log steps, got {patience}")
         if not threshold <= 0:
             raise ValueError(
-                f"collapse threshold must be <= 0 (uniformity is never above 0), got {threshold}"
+                f"config.train.collapse_threshold must be <= 0 (uniformity never exceeds 0), got "
+                f"{threshold}"
             )
         self.threshold = threshold
         self.patience = patience

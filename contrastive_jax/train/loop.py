@@ -404,6 +404,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
     prefetch_depth = int(config.train.get("prefetch", 2))
     if prefetch_depth < 0:
         raise ValueError(f"config.train.prefetch must be >= 0 batches, got {prefetch_depth}")
+    collapse = CollapseDetector(
+        threshold=float(config.train.get("collapse_threshold", -0.2)),
+        patience=int(config.train.get("collapse_patience", 3)),
+        after_step=_warmup_steps(config.optimizer, steps_per_epoch),
+    )
 
     graphdef, rest, tx, schedule, state = init_state(
         config,
@@ -456,11 +461,6 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
     )
     if start_step:
         logger.message(f"resumed from the checkpoint at step {start_step} in {workdir}")
-    collapse = CollapseDetector(
-        threshold=float(config.train.get("collapse_threshold", -0.2)),
-        patience=int(config.train.get("collapse_patience", 3)),
-        after_step=_warmup_steps(config.optimizer, steps_per_epoch),
-    )
     agree_late = _several_processes()  # the stop flag read one step late, from the devices
 
     def meta(step: int, nonfinite_steps: int) -> dict:
