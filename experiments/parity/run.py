@@ -91,7 +91,8 @@ def ours_config(
     temperature (the reference's ``temperature / base_temperature`` factor is 1 at the default
     ``base_temperature = temp``); ``SGD(lr, momentum 0.9, weight_decay 1e-4)`` on every
     parameter -> ``sgd`` with ``decay_norm_and_bias=True``; cosine annealing to
-    ``lr * 0.1**3`` -> ``final_lr_factor=0.001``; the augmentation (RandomResizedCrop(size,
+    ``lr * 0.1**3`` -> ``final_lr_factor=0.001`` over the first ``epochs - 1`` epochs (see the
+    comment in the code); the augmentation (RandomResizedCrop(size,
     scale 0.2-1), flip, ColorJitter(0.4, 0.4, 0.4, 0.1) p 0.8, grayscale p 0.2) -> preset
     ``supcon_cifar``; ``Normalize(mean, std)`` -> ``data.mean``/``data.std``.
     """
@@ -121,6 +122,11 @@ def ours_config(
     opt.warmup_steps = 0
     opt.warmup_init = learning_rate
     opt.final_lr_factor = 0.001
+    # The reference sets lr(e) = cosine(e / E) once per epoch e = 1..E, so its last epoch runs at
+    # eta_min and epoch 1 already at cosine(1 / E). Our schedule decays per step from the peak;
+    # decaying over the first E - 1 epochs and holding eta_min in the last gives each epoch the
+    # reference's mean rate exactly at E = 2 (0.5 * lr, then eta_min) and approximately above.
+    opt.epochs = float(max(epochs - 1, 1))
     opt.decay_norm_and_bias = True
     config.train.epochs = epochs
     config.train.log_every = 5
