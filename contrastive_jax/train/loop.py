@@ -50,6 +50,7 @@ from flax import nnx
 
 from contrastive_jax import data as data_lib
 from contrastive_jax import models
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import objective, optim
 from contrastive_jax.train.checkpoint import (
@@ -382,20 +383,19 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFlag) -> dict:
-    workdir = _prepare_workdir(workdir)
     cache_dir = configure_compilation_cache(str(config.train.get("compilation_cache_dir", "auto")))
     terms = objective.parse_terms(config.loss)
     mesh = make_mesh()
     source = data_lib.load_source(config.data)
     global_batch = int(config.data.global_batch_size)
     if global_batch % jax.device_count():
-        raise ValueError(
+        raise ConfigError(
             f"config.data.global_batch_size={global_batch} must be divisible by the "
             f"{jax.device_count()} devices"
         )
     steps_per_epoch = source.split("train").num_examples // global_batch
     if steps_per_epoch < 1:
-        raise ValueError(
+        raise ConfigError(
             f"config.data.global_batch_size={global_batch} exceeds the "
             f"{source.split('train').num_examples} training examples of {source.name!r}"
         )
@@ -403,12 +403,15 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
     profile = _profile_range(config, total_steps)
     prefetch_depth = int(config.train.get("prefetch", 2))
     if prefetch_depth < 0:
-        raise ValueError(f"config.train.prefetch must be >= 0 batches, got {prefetch_depth}")
+        raise ConfigError(f"config.train.prefetch must be >= 0 batches, got {prefetch_depth}")
     collapse = CollapseDetector(
         threshold=float(config.train.get("collapse_threshold", -0.2)),
         patience=int(config.train.get("collapse_patience", 3)),
         after_step=_warmup_steps(config.optimizer, steps_per_epoch),
     )
+    # Only now, with the config and the data checked, is the work directory created: a run
+    # refused for its config or input leaves nothing behind.
+    workdir = _prepare_workdir(workdir)
 
     graphdef, rest, tx, schedule, state = init_state(
         config,

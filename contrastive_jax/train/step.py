@@ -47,11 +47,13 @@ class NonFinite(NamedTuple):
 
 
 def nonfinite_record(terms: list[objective.Term], count: int = 0) -> NonFinite:
-    """A fresh :class:`NonFinite` (host arrays) for the loss ``terms``, starting at ``count``."""
+    """A fresh :class:`NonFinite` (host arrays) for the loss ``terms``, starting at ``count``.
+
+    The values of "no non-finite step yet" are zeros, not NaN: with several processes
+    ``jax.device_put`` checks that every process passes equal values, and NaN never equals NaN.
+    """
     names = ["loss", *(f"loss/{t.name}" for t in terms), "grad_norm"]
-    return NonFinite(
-        np.int32(count), np.int32(0), {name: np.float32(np.nan) for name in names}
-    )
+    return NonFinite(np.int32(count), np.int32(0), {name: np.float32(0.0) for name in names})
 
 
 class TrainState(NamedTuple):
