@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from contrastive_jax._extras import require
+
+require("contrastive_jax.embed", ("ml_collections", "flax", "tensorflow"))
+
 import jax
 import ml_collections
 import numpy as np

@@ -61,6 +61,7 @@ def test_losses_and_metrics_work_without_the_train_extra():
         "contrastive_jax.quickstart",
         "contrastive_jax.linear_eval",
         "contrastive_jax.evaluate",
+        "contrastive_jax.embed",
     ],
 )
 def test_a_part_that_needs_the_train_extra_names_it(module):

@@ -47,7 +47,6 @@ from contrastive_jax.data.pipeline import (
 )
 from contrastive_jax.data.records import CorruptRecordError, RecordSet
 from contrastive_jax.data.sources import (
-    DEFAULT_CIFAR10_DIR,
     DatasetNotPreparedError,
     class_balanced_subset,
     load_source,
@@ -55,7 +54,6 @@ from contrastive_jax.data.sources import (
 )
 
 __all__ = [
-    "DEFAULT_CIFAR10_DIR",
     "PRESET_NAMES",
     "AugmentConfig",
     "CorruptImageError",

@@ -14,8 +14,7 @@ def default_data_config() -> ml_collections.ConfigDict:
         | ``"image_folder"`` | ``"folder:PATH"`` | a TFDS name (``"cifar10"``, ``"cifar100"``,
         ``"stl10"``, ``"imagenet2012"``, ...). See :mod:`.sources`.
       data_dir: image-folder root (``<root>/<split>/<class>/<image>``) or TFDS
-        data directory; None: TFDS's default (``cifar10``: the image folder
-        ``../shared/data/cifar10`` beside the project root).
+        data directory; None: TFDS's default data directory.
       download: let TFDS download an unprepared dataset (False: fail fast).
       in_memory: TFDS datasets only: True loads the splits into memory, False
         streams their prepared files; None (default) loads small fixed-size

@@ -14,9 +14,9 @@
   layout above, it is read with ``tfds.ImageFolder`` under that name;
   otherwise ``config.data_dir`` is a TFDS data directory and the dataset is
   loaded with TFDS (``download`` only when ``config.download`` is true, so an
-  unprepared dataset fails fast with a message that names it). ``cifar10``
-  without a ``data_dir`` reads the image folder ``../shared/data/cifar10``
-  next to the project root.
+  unprepared dataset fails fast with a message that names it and says what
+  to pass). Without a ``data_dir``, TFDS's own default data directory is
+  used (``~/tensorflow_datasets`` or ``$TFDS_DATA_DIR``).
 
 Image folders are listed, not decoded: the pipeline reads and decodes files
 on the fly. A file that cannot be decoded raises
@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from pathlib import Path
 
 import ml_collections
 import numpy as np
@@ -50,12 +49,6 @@ from contrastive_jax.data.base import CorruptImageError, Source, Split, channel_
 from contrastive_jax.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
-
-#: Default location of CIFAR-10 as an image folder: ``../shared/data/cifar10``
-#: relative to the project root.
-DEFAULT_CIFAR10_DIR = str(
-    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "cifar10"
-)
 
 #: ``config.dataset = "folder:PATH"`` reads the image folder at PATH.
 FOLDER_PREFIX = "folder:"
@@ -271,8 +264,7 @@ def _tfds_builder(name: str, data_dir: str | None, download: bool):
             "(config.download=False). Prepare it with `tfds build "
             f"{name} --data_dir=DIR` (or `python -m contrastive_jax.data.prepare`) and set "
             "config.data_dir=DIR, or read a folder of images: config.data_dir=<root>/<split>/"
-            f"<class>/<image> (for CIFAR-10: config.dataset='cifar10', "
-            f"config.data_dir={DEFAULT_CIFAR10_DIR!r})."
+            f"<class>/<image> (e.g. config.dataset={name!r}, config.data_dir=PATH/TO/FOLDER)."
         )
 
     try:
@@ -491,8 +483,6 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
             )
         source = image_folder_source(data_dir, stats=stats)
     else:
-        if data_dir is None and name == "cifar10":
-            data_dir = DEFAULT_CIFAR10_DIR
         if data_dir is not None and is_image_folder(data_dir):
             source = image_folder_source(data_dir, name=name, stats=stats)
         else:

@@ -81,6 +81,8 @@ def base_config(dataset: str, quick: bool) -> ml_collections.ConfigDict:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config()
+    if dataset == "cifar10" and not quick and config.data.data_dir is None:
+        config.data.data_dir = str(ROOT.parent / "shared" / "data" / "cifar10")
     if quick:
         config.data.dataset = "digits"
         config.data.image_size = None

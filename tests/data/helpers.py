@@ -10,6 +10,12 @@ import numpy as np
 from contrastive_jax import data
 from contrastive_jax.data._tf import tf
 
+#: CIFAR-10 as an image folder beside the repository (CI and this project's machines have it);
+#: tests that read it pass it explicitly and skip when it is absent.
+SHARED_CIFAR10 = os.path.normpath(
+    os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "cifar10")
+)
+
 
 def digits_config(**overrides) -> ml_collections.ConfigDict:
     """The default data config (digits) with a global batch of 16 and ``overrides``."""

@@ -11,7 +11,7 @@ import pytest
 
 from contrastive_jax import data
 from contrastive_jax.data import pipeline
-from tests.data.helpers import digits_config, write_image_folder
+from tests.data.helpers import SHARED_CIFAR10, digits_config, write_image_folder
 
 
 def _take(iterator, n: int) -> list[dict[str, np.ndarray]]:
@@ -254,9 +254,9 @@ def test_phantoms_pipeline_carries_metadata():
 
 def test_real_cifar10_pipeline():
     """Two-view batches from the shared CIFAR-10 folder (reads 8 real images)."""
-    if not os.path.isdir(data.DEFAULT_CIFAR10_DIR):
+    if not os.path.isdir(SHARED_CIFAR10):
         pytest.skip("shared CIFAR-10 folder not present")
-    config = digits_config(dataset="cifar10", global_batch_size=8)
+    config = digits_config(dataset="cifar10", data_dir=SHARED_CIFAR10, global_batch_size=8)
     batch = next(data.make_pretrain_iterator(config, seed=0))
     assert batch["views"].shape == (8, 2, 32, 32, 3)
     assert np.isfinite(batch["views"]).all() and batch["views"].std() > 0.3

@@ -11,7 +11,7 @@ import pytest
 
 from contrastive_jax import data
 from contrastive_jax.data import sources
-from tests.data.helpers import digits_config
+from tests.data.helpers import SHARED_CIFAR10, digits_config
 
 
 def test_class_balanced_subset_and_label_noise():
@@ -80,7 +80,7 @@ def test_mean_std_override(image_folder):
 
 def test_real_cifar10_images(tmp_path):
     """A few real CIFAR-10 JPEGs (linked into a small folder) read as dataset 'cifar10'."""
-    root = data.DEFAULT_CIFAR10_DIR
+    root = SHARED_CIFAR10
     if not os.path.isdir(root):
         pytest.skip(f"{root} not present")
     for split in ("train", "test"):
@@ -96,19 +96,16 @@ def test_real_cifar10_images(tmp_path):
     assert image.shape == (32, 32, 3) and image.dtype == np.uint8 and image.std() > 10
 
 
-def test_cifar10_defaults_to_shared_image_folder():
-    if not os.path.isdir(data.DEFAULT_CIFAR10_DIR):
-        pytest.skip("shared CIFAR-10 folder not present")
-    assert sources.is_image_folder(data.DEFAULT_CIFAR10_DIR)
-    assert os.path.normpath(data.DEFAULT_CIFAR10_DIR).endswith(
-        os.path.join("shared", "data", "cifar10")
-    )
+def test_no_default_points_outside_the_package():
+    """No dataset falls back to a folder outside the installed package (TFDS's default instead)."""
+    assert not hasattr(data, "DEFAULT_CIFAR10_DIR")
+    assert data.default_data_config().data_dir is None
 
 
 def test_full_cifar10_source():
-    if not os.path.isdir(data.DEFAULT_CIFAR10_DIR):
+    if not os.path.isdir(SHARED_CIFAR10):
         pytest.skip("shared CIFAR-10 folder not present")
-    source = data.load_source(digits_config(dataset="cifar10"))
+    source = data.load_source(digits_config(dataset="cifar10", data_dir=SHARED_CIFAR10))
     assert source.split("train").num_examples == 50_000
     assert source.split("test").num_examples == 10_000
     assert source.num_classes == 10 and source.image_shape == (32, 32, 3)
