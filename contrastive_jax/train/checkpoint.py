@@ -127,19 +127,20 @@ class Checkpointer:
     def verify(self, step: int) -> bool:
         """Reads the checkpoint at ``step`` back on the host; moves it aside and returns False if damaged.
 
-        Process 0 reads the files (:meth:`verify_files`) and tells the other
-        processes the outcome; no array is put on a device.
+        Every process reads the files (:meth:`verify_files`; Orbax's reads are
+        collective, so a read by one process alone would wait for the others
+        forever), and the checkpoint counts as damaged if any process found it
+        so. No array is put on a device.
         """
         error: Exception | None = None
-        if jax.process_index() == 0:
-            try:
-                self.verify_files(step)
-            except Exception as err:  # noqa: BLE001 - any read failure means "damaged"
-                error = err
+        try:
+            self.verify_files(step)
+        except Exception as err:  # noqa: BLE001 - any read failure means "damaged"
+            error = err
         if jax.process_count() > 1:
-            damaged = multihost_utils.broadcast_one_to_all(np.int32(error is not None))
-            if int(damaged) and error is None:
-                error = CheckpointError("process 0 found it damaged")
+            damaged = multihost_utils.process_allgather(np.int32(error is not None))
+            if int(np.max(damaged)) and error is None:
+                error = CheckpointError("another process found it damaged")
         if error is not None:
             self._quarantine(step, error)
             return False
