@@ -106,8 +106,12 @@ def test_two_processes_match_one_process(data_dirs, cache_dir, tmp_path, fmt):
     assert codes == [0, 0], logs
     one, two = runs.losses_by_step(single), runs.losses_by_step(pair)
     assert sorted(two) == [1, 2, 3]
+    # The batches themselves are identical (tests/data/test_tfds_multiprocess.py compares them
+    # exactly); the losses after the first update differ by the float round-off of reducing the
+    # gradients over 2 processes instead of one (3.8e-4 relative measured at step 2 for TFRecord),
+    # far below the 0.2-0.5 between the losses of consecutive steps here.
     np.testing.assert_allclose([two[s] for s in (1, 2, 3)], [one[s] for s in (1, 2, 3)],
-                               rtol=1e-4)
+                               rtol=1e-3)
 
 
 def test_sigkill_then_resume_on_array_record_is_bit_identical(data_dirs, cache_dir, tmp_path):
