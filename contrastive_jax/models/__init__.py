@@ -1,4 +1,4 @@
-"""Encoders (ResNet, ViT), projection/classification heads and their factories (Flax NNX).
+"""Encoders (ResNet, ViT, a small CNN), projection/classification heads and their factories (Flax NNX).
 
 Needs the ``train`` extra (``pip install 'contrastive_jax[train]'``).
 """
@@ -7,6 +7,7 @@ from contrastive_jax._extras import require
 
 require("contrastive_jax.models", ("flax",))
 
+from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.factory import (
     DTYPES,
     ENCODER_NAMES,
@@ -33,6 +34,7 @@ __all__ = [
     "LinearHead",
     "MLPHead",
     "ResNet",
+    "SmallCNN",
     "ViTVariant",
     "VisionTransformer",
     "create_encoder",

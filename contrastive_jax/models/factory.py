@@ -4,8 +4,8 @@ Encoder config fields (defaults from :func:`default_encoder_config`):
 
 ============================  =========================================================
 ``name``                      ``resnet18`` | ``resnet34`` | ``resnet50`` | ``vit_ti16`` |
-                              ``vit_s16`` | ``vit_b16`` | ``vit_ti4`` | ``vit_s4``
-                              (default ``resnet18``)
+                              ``vit_s16`` | ``vit_b16`` | ``vit_ti4`` | ``vit_s4`` |
+                              ``small_cnn`` (default ``resnet18``)
 ``dtype``                     compute dtype ``float32`` | ``bfloat16``; parameters are
                               always float32 (default ``float32``)
 ``stem``                      ResNet: ``cifar`` | ``imagenet`` (default ``cifar``)
@@ -20,7 +20,13 @@ Encoder config fields (defaults from :func:`default_encoder_config`):
 ``dropout_rate``              ViT: dropout rate (default 0)
 ``attention_dropout_rate``    ViT: attention-weight dropout rate (default 0)
 ``drop_path_rate``            ViT: stochastic depth of the last block (default 0)
+``channels``                  small_cnn only: output channels per 3x3 conv (default (32, 64))
+``strides``                   small_cnn only: stride per conv (default (1, 2))
 ============================  =========================================================
+
+``channels`` and ``strides`` (:data:`SMALL_CNN_DEFAULTS`) are not in
+:func:`default_encoder_config`: a config sets them beside ``name="small_cnn"``, so the
+model config (which a checkpoint records) of every other encoder is unchanged.
 
 Head config fields (defaults from :func:`default_head_config`):
 
@@ -56,12 +62,15 @@ from flax import nnx
 from ml_collections import config_dict
 
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.heads import LinearHead, MLPHead
 from contrastive_jax.models.resnet import ResNet
 from contrastive_jax.models.vit import VIT_VARIANTS, VisionTransformer
 
 RESNET_DEPTHS = {"resnet18": 18, "resnet34": 34, "resnet50": 50}
-ENCODER_NAMES = (*RESNET_DEPTHS, *VIT_VARIANTS)
+ENCODER_NAMES = (*RESNET_DEPTHS, *VIT_VARIANTS, "small_cnn")
+#: Fields of the ``small_cnn`` encoder only, with their defaults.
+SMALL_CNN_DEFAULTS = {"channels": (32, 64), "strides": (1, 2)}
 HEAD_NAMES = ("simclr_v2", "mio", "linear", "classifier")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -101,12 +110,16 @@ def default_head_config() -> ml_collections.ConfigDict:
 def _resolve(config: Any, defaults: ml_collections.ConfigDict, kind: str) -> dict[str, Any]:
     """The config's fields over the defaults, as a plain dict; rejects unknown fields."""
     fields = dict(config.items()) if hasattr(config, "items") else dict(vars(config))
-    unknown = sorted(set(fields) - set(defaults.keys()))
+    known = set(defaults.keys())
+    values = defaults.to_dict()
+    if kind == "encoder" and fields.get("name") == "small_cnn":
+        known |= set(SMALL_CNN_DEFAULTS)
+        values.update(SMALL_CNN_DEFAULTS)
+    unknown = sorted(set(fields) - known)
     if unknown:
         raise ConfigError(
-            f"unknown {kind} config field(s) {unknown}; known fields: {sorted(defaults.keys())}"
+            f"unknown {kind} config field(s) {unknown}; known fields: {sorted(known)}"
         )
-    values = defaults.to_dict()
     values.update(fields)
     choices = ENCODER_NAMES if kind == "encoder" else HEAD_NAMES
     if values["name"] not in choices:
@@ -138,6 +151,8 @@ def create_encoder(config: Any, *, rngs: nnx.Rngs) -> nnx.Module:
         )
     dtype = DTYPES[c["dtype"]]
     try:
+        if c["name"] == "small_cnn":
+            return SmallCNN(c["channels"], c["strides"], dtype=dtype, rngs=rngs)
         if c["name"] in RESNET_DEPTHS:
             return ResNet(
                 RESNET_DEPTHS[c["name"]],
