@@ -14,6 +14,7 @@ Quick use::
 
 Modules: :mod:`.config` (the data config), :mod:`.base` (the source
 interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS),
+:mod:`.arrays` (in-memory arrays as a source, registered dataset names),
 :mod:`.records` (the ArrayRecord / TFRecord files of a prepared TFDS dataset,
 streamed), :mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an
 image folder or a TFRecord dataset to ArrayRecord), :mod:`.digits`,
@@ -29,6 +30,12 @@ from contrastive_jax._extras import require
 
 require("contrastive_jax.data", ("ml_collections", "tensorflow", "tensorflow_datasets", "sklearn"))
 
+from contrastive_jax.data.arrays import (
+    array_source,
+    register_source,
+    registered_source,
+    unregister_source,
+)
 from contrastive_jax.data.augment import (
     PRESET_NAMES,
     AugmentConfig,
@@ -66,6 +73,7 @@ __all__ = [
     "Source",
     "Split",
     "apply_mix",
+    "array_source",
     "augmentation_preset",
     "class_balanced_subset",
     "default_data_config",
@@ -74,8 +82,11 @@ __all__ = [
     "make_global_batch",
     "make_pretrain_iterator",
     "mix_batch",
+    "register_source",
+    "registered_source",
     "sample_mix",
     "simclr_jitter",
     "smooth_labels",
     "symmetric_label_noise",
+    "unregister_source",
 ]

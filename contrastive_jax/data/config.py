@@ -43,6 +43,12 @@ def default_data_config() -> ml_collections.ConfigDict:
         labels (ProjNCE Table 3 proxy); evaluation always sees clean labels.
       data_seed: seed of ``train_subset`` and ``label_noise`` (fixed data
         properties, independent of the run seed that drives augmentation).
+      source_kwargs: arguments of a synthetic source's generator (phantoms:
+        ``num_train``, ``delta_d``, ...; see :mod:`.sources`); empty: its defaults.
+      metadata: ``"source"`` (the source's own metadata) or ``"label_onehot"``
+        (the one-hot class label, float [N, K]: a class-delta kernel for the
+        y-Aware losses); see :func:`.arrays.transform_metadata`.
+      metadata_scale: None, or one factor per metadata column.
       mean, std: per-channel normalisation statistics on the [0, 1] scale;
         None: the source's training-split statistics.
       eval_crop_fraction: evaluation transform: resize the shorter side to
@@ -65,6 +71,9 @@ def default_data_config() -> ml_collections.ConfigDict:
     c.train_subset = config_dict.placeholder(int)
     c.label_noise = 0.0
     c.data_seed = 0
+    c.source_kwargs = ml_collections.ConfigDict()
+    c.metadata = "source"
+    c.metadata_scale = config_dict.placeholder(tuple)
     c.mean = config_dict.placeholder(tuple)
     c.std = config_dict.placeholder(tuple)
     c.eval_crop_fraction = config_dict.placeholder(float)

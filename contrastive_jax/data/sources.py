@@ -29,9 +29,19 @@ prepared ArrayRecord or TFRecord files (:mod:`contrastive_jax.data.records`),
 with host memory independent of its size. ``config.in_memory`` forces the
 choice.
 
+* a name registered with :func:`contrastive_jax.data.register_source`: the
+  in-memory arrays its factory returns (:mod:`contrastive_jax.data.arrays`).
+
+``config.source_kwargs`` passes keyword arguments to the generator of a
+synthetic built-in source (phantoms: ``num_train``, ``num_test_controls``,
+``num_test_patients``, ``delta_d``, ``seed``; see
+:func:`contrastive_jax.data.synthetic.phantom_splits`).
+
 ``config.train_subset`` replaces the training split by a deterministic,
 class-balanced subset (seed ``config.data_seed``); it applies to every
-consumer of the source (pretraining and evaluation alike).
+consumer of the source (pretraining and evaluation alike). ``config.metadata``
+and ``config.metadata_scale`` then choose the metadata
+(:func:`contrastive_jax.data.arrays.transform_metadata`).
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ import os
 import ml_collections
 import numpy as np
 
-from contrastive_jax.data import digits, synthetic
+from contrastive_jax.data import arrays, digits, synthetic
 from contrastive_jax.data import records as records_lib
 from contrastive_jax.data.base import CorruptImageError, Source, Split, channel_stats
 from contrastive_jax.errors import ConfigError, InputError
@@ -452,7 +462,16 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
         raise ConfigError("set both config.mean and config.std, or neither")
     stats = None if config.mean is None else (tuple(config.mean), tuple(config.std))
     data_dir = config.data_dir
-    if name in ("digits", "digits_cluttered"):
+    source_kwargs = dict(config.get("source_kwargs") or {})
+    if source_kwargs and name != "phantoms":
+        raise ConfigError(
+            f"config.data.source_kwargs {sorted(source_kwargs)}: dataset {name!r} takes none "
+            "(only the synthetic 'phantoms' are generated with arguments)"
+        )
+    factory = arrays.registered_source(name)
+    if factory is not None:
+        source = factory(config)
+    elif name in ("digits", "digits_cluttered"):
         source = _array_source(
             name,
             digits.digits_splits(cluttered=name == "digits_cluttered"),
@@ -463,7 +482,7 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
     elif name == "phantoms":
         source = _array_source(
             name,
-            synthetic.phantom_splits(),
+            _phantom_splits(source_kwargs),
             ("control", "patient"),
             synthetic.METADATA_NAMES,
             stats,
@@ -500,7 +519,21 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
         rows = class_balanced_subset(train.labels, config.train_subset, config.data_seed)
         log.info("dataset %s: class-balanced training subset of %d", name, len(rows))
         source = _replace_split(source, "train", train.take(rows))
-    return source
+    return arrays.transform_metadata(source, config)
+
+
+def _phantom_splits(kwargs: dict) -> dict[str, Split]:
+    """:func:`synthetic.phantom_splits` with ``config.source_kwargs``; names a bad argument."""
+    allowed = ("num_train", "num_test_controls", "num_test_patients", "delta_d", "seed")
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"config.data.source_kwargs {unknown}: phantoms take {', '.join(allowed)}"
+        )
+    for key in ("num_train", "num_test_controls", "num_test_patients"):
+        if key in kwargs and (not isinstance(kwargs[key], int) or kwargs[key] < 1):
+            raise ConfigError(f"config.data.source_kwargs.{key} must be a positive int")
+    return synthetic.phantom_splits(**kwargs)
 
 
 def _replace_split(source: Source, name: str, split: Split) -> Source:
