@@ -7,6 +7,7 @@ Config (``config.loss``)::
     weights = ()                  # one weight per term; empty = all 1.0
     temperature = None            # None: each loss's own default; a number: every term's
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
+    targets = {}                  # optional: per-term second argument, e.g. {"mio": "instance"}
 
 A temperature in a term's ``kwargs`` wins over ``temperature``; with neither, the loss's
 own default applies (MIO 0.5, the ProjNCE family 0.07, SINCERE/SupCon/NT-Xent 0.1).
@@ -14,7 +15,10 @@ own default applies (MIO 0.5, the ProjNCE family 0.07, SINCERE/SupCon/NT-Xent 0.
 Each loss is fed the second argument it is defined on, as the registry records it
 (:func:`contrastive_jax.losses.second_argument`): instance ids for ``nt_xent``, class
 labels for the supervised losses, metadata for the y-Aware family, nothing for
-``global_uniformity``.
+``global_uniformity``. ``config.loss.targets`` (optional) overrides it per term, e.g.
+``{"mio": "instance"}`` for self-supervised MIO (the two views of an image as the
+positive pair). Besides the losses, the terms of :mod:`contrastive_jax.train.terms`
+(``align_uniform``) are names of ``config.loss.name``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import jax.numpy as jnp
 
 from contrastive_jax import losses
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.train import terms as extra_terms
 
 Array = jax.Array
 
@@ -66,19 +71,35 @@ def parse_terms(loss_config) -> list[Term]:
     if unknown:
         raise ConfigError(f"config.loss.kwargs names losses that are not terms: {sorted(unknown)}")
     temperature = loss_config.get("temperature", None)
+    overrides = dict(loss_config.get("targets", {}) or {})
+    unknown = set(overrides) - set(names)
+    if unknown:
+        raise ConfigError(f"config.loss.targets names losses that are not terms: {sorted(unknown)}")
+    for name, target in overrides.items():
+        if target not in Targets._fields:
+            raise ConfigError(
+                f"config.loss.targets.{name}={target!r} is not one of {Targets._fields}"
+            )
     embedding_losses = losses.embedding_losses()
     terms = []
     for name, weight in zip(names, weights, strict=True):
-        if name not in embedding_losses:
+        if name in extra_terms.TERMS:
+            fn, target = extra_terms.TERMS[name]
+            kwargs = {}  # no temperature: these terms have none
+        elif name in embedding_losses:
+            fn, target = losses.get(name), losses.second_argument(name)
+            kwargs = {} if temperature is None else {"temperature": float(temperature)}
+        else:
             raise ConfigError(
                 f"config.loss.name: {name!r} is not an embedding loss for pretraining; "
-                f"choose from {embedding_losses}"
+                f"choose from {[*embedding_losses, *extra_terms.TERMS]}"
             )
-        kwargs = {} if temperature is None else {"temperature": float(temperature)}
+        if name in overrides:
+            if target is None:
+                raise ConfigError(f"config.loss.targets.{name}: {name!r} takes no second argument")
+            target = overrides[name]
         kwargs.update(dict(all_kwargs.get(name, {})))
-        terms.append(
-            Term(name, float(weight), losses.second_argument(name), losses.get(name), kwargs)
-        )
+        terms.append(Term(name, float(weight), target, fn, kwargs))
     return terms
 
 
