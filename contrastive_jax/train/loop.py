@@ -616,6 +616,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         "step_call_seconds_per_step": step_call / max(timed, 1),
         "host_seconds_per_step": (loop_end - clock - check_seconds - step_call) / max(timed, 1),
         "check_seconds": check_seconds,
+        # Once per run, after the last step: the final save's wait and verification, closing.
+        "final_save_seconds": finished - loop_end,
         "compilation_cache_dir": cache_dir,
         "collapse_warning": collapse.warned,
     }

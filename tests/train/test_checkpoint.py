@@ -251,7 +251,7 @@ def test_verification_reads_files_on_the_host_only(tmp_path, monkeypatch):
     checkpointer.close()
 
 
-def test_verification_groups_arrays_by_the_largest_array():
+def test_verification_groups_arrays_by_the_largest_array_or_the_floor():
     from contrastive_jax.train.checkpoint import _byte_groups
 
     class Meta:
@@ -260,4 +260,6 @@ def test_verification_groups_arrays_by_the_largest_array():
 
     stored = {("a",): Meta((100,)), ("b",): Meta((30,)), ("c",): Meta((50,)), ("d",): Meta((40,)),
               ("e",): Meta(())}
-    assert _byte_groups(stored) == [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
+    assert _byte_groups(stored, floor=0) == [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
+    assert _byte_groups(stored, floor=500) == [[("a",)], [("b",), ("c",), ("d",), ("e",)]]
+    assert _byte_groups(stored) == [[("a",), ("b",), ("c",), ("d",), ("e",)]]  # 64 MiB floor
