@@ -65,9 +65,9 @@ import optax
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _cifar_common as cifar  # noqa: E402
+import _legacy_cu as cu  # noqa: E402
 import _synthetic_common as common  # noqa: E402
 import cifar_proxy  # noqa: E402
-import conditional_uniformity as cu  # noqa: E402
 import sincere  # noqa: E402
 
 from contrastive_jax import eval as eval_lib  # noqa: E402

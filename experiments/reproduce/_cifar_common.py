@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import conditional_uniformity as cu  # noqa: E402
+import _legacy_cu as cu  # noqa: E402
 
 from contrastive_jax.data.base import Source  # noqa: E402
 from contrastive_jax.data.sources import (  # noqa: E402

@@ -3,10 +3,10 @@
 Paper: M. Jeong and A. Hero (2025), "Generalizing Supervised Contrastive Learning: A Projection
 Perspective", arXiv:2506.09810.
 
-    python experiments/reproduce/cifar_label_noise.py                  # full grid, seeds 0 1 2
-    python experiments/reproduce/cifar_label_noise.py --methods supcon projnce --seeds 0
-    python experiments/reproduce/cifar_label_noise.py --aggregate_only # tables/plot of finished runs
-    python experiments/reproduce/cifar_label_noise.py --quick          # smoke run (< 2 min)
+    python -m experiments.reproduce.cifar_label_noise                  # full grid, seeds 0 1 2
+    python -m experiments.reproduce.cifar_label_noise --methods supcon projnce --seeds 0
+    python -m experiments.reproduce.cifar_label_noise --aggregate_only # tables/plot of finished runs
+    python -m experiments.reproduce.cifar_label_noise --quick          # smoke run (< 2 min)
 
 The paper's Table 3 trains on STL-10 with symmetric label noise p in {0, 0.1, ..., 0.7} and reports
 linear top-1 (its Table 3). This proxy uses p in {0, 0.2, 0.4} and the CIFAR-10 subsets,
@@ -66,9 +66,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _cifar_classifier as classifier  # noqa: E402
 import _cifar_common as cifar  # noqa: E402
+import _legacy_cu as cu  # noqa: E402
 import _synthetic_common as common  # noqa: E402
 import cifar_proxy  # noqa: E402
-import conditional_uniformity as cu  # noqa: E402
 import sincere  # noqa: E402
 
 from contrastive_jax import eval as eval_lib  # noqa: E402

@@ -2,10 +2,10 @@
 
 Both at CPU scale; the papers' full references are in docs/reproductions.md.
 
-    python experiments/reproduce/cifar_proxy.py                       # both claims, seeds 0 1 2
-    python experiments/reproduce/cifar_proxy.py --claims mio --seeds 0 --mio_optimizer lars
-    python experiments/reproduce/cifar_proxy.py --aggregate_only      # tables/plots of finished runs
-    python experiments/reproduce/cifar_proxy.py --quick               # smoke run (< 2 min), own out dir
+    python -m experiments.reproduce.cifar_proxy                       # both claims, seeds 0 1 2
+    python -m experiments.reproduce.cifar_proxy --claims mio --seeds 0 --mio_optimizer lars
+    python -m experiments.reproduce.cifar_proxy --aggregate_only      # tables/plots of finished runs
+    python -m experiments.reproduce.cifar_proxy --quick               # smoke run (< 2 min), own out dir
 
 Proxy settings (both claims), chosen so that a run takes about 4 minutes on an idle 2-core machine.
 Measured with ``nice -n 10`` beside a background job (so upper bounds; the process had about one
@@ -67,9 +67,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _cifar_common as cifar  # noqa: E402
+import _legacy_cu as cu  # noqa: E402
+import _legacy_mio as mio  # noqa: E402
 import _synthetic_common as common  # noqa: E402
-import conditional_uniformity as cu  # noqa: E402
-import mio  # noqa: E402
 import sincere  # noqa: E402
 
 from contrastive_jax import eval as eval_lib  # noqa: E402

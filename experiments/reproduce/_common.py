@@ -1,0 +1,299 @@
+"""Run bookkeeping and reporting shared by the reproduction drivers (no training code).
+
+A driver builds an ``ml_collections`` config, pretrains with the library
+(:func:`pretrain`, i.e. :func:`contrastive_jax.train.loop.train`, Orbax checkpoints in
+the run's work directory), embeds the splits with the frozen network at the steps it
+probes (:func:`embeddings_at`, :func:`initial_embeddings`), probes them with
+:mod:`contrastive_jax.evaluate`, and writes per-run JSON, tables and plots with the
+helpers here.
+
+A *run* is one (setting, method, seed) triple. Its result is one JSON file,
+``<out>/runs/<setting>/<method>/seed<k>.json``, written atomically when the run
+finishes; drivers skip runs whose JSON exists, and an unfinished run resumes from
+the newest checkpoint of its work directory (``<out>/work/...``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+
+def run_path(out: Path, setting: str, method: str, seed: int) -> Path:
+    """Where the result JSON of one (setting, method, seed) run lives."""
+    return Path(out) / "runs" / setting / method / f"seed{seed}.json"
+
+
+def work_path(out: Path, setting: str, method: str, seed: int) -> Path:
+    """The library's work directory (checkpoints, metrics.jsonl) of one run."""
+    return Path(out) / "work" / setting / method / f"seed{seed}"
+
+
+def save_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically (temporary file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def load_json(path: Path) -> Any | None:
+    """The JSON content of ``path``, or None if it does not exist."""
+    path = Path(path)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof = 1; 0 for a single value)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError("`values` must not be empty")
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return float(arr.mean()), std
+
+
+def stat(values: Sequence[float]) -> dict:
+    """``{"mean", "std", "n", "values"}`` of ``values`` (sample std, ddof = 1; 0 for one value)."""
+    mean, std = mean_std(values)
+    return {"mean": mean, "std": std, "n": len(values), "values": [float(v) for v in values]}
+
+
+def fmt_mean_std(values: Sequence[float], digits: int = 3) -> str:
+    """``"m ± s"`` with ``digits`` decimals."""
+    m, s = mean_std(values)
+    return f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+class Progress:
+    """Console progress lines with elapsed wall time and a simple ETA."""
+
+    def __init__(self, total: int, name: str):
+        self.total, self.name, self.done, self.start = total, name, 0, time.time()
+
+    def log(self, message: str, finished: bool = True) -> None:
+        """Print ``message``; count one more finished unit if ``finished``."""
+        self.done += int(finished)
+        elapsed = time.time() - self.start
+        eta = elapsed / self.done * (self.total - self.done) if self.done else math.nan
+        print(
+            f"[{self.name} {self.done}/{self.total} {elapsed:6.0f}s eta {eta:5.0f}s] {message}",
+            flush=True,
+        )
+
+
+def load_finished(path: Path, budget: dict[str, Any], progress: Progress,
+                  label: str) -> dict | None:
+    """The stored record of a finished run at ``path`` (logged as skipped), or None.
+
+    Raises:
+      ValueError: the stored run's ``budget`` fields (epochs, batch, ...) differ from
+        ``budget``; runs of different budgets must not be mixed in one table.
+    """
+    done = load_json(path)
+    if done is None:
+        return None
+    stored = {k: done.get(k) for k in budget}
+    if stored != budget:
+        raise ValueError(f"{path} holds a run with {stored}, not {budget}: runs of different "
+                         "budgets must not be mixed")
+    progress.log(f"{label}: done, skipped")
+    return done
+
+
+# ----------------------------------------------------------------------------- library calls
+
+
+def steps_per_epoch(config: ml_collections.ConfigDict) -> int:
+    """Optimiser steps per epoch of ``config`` (the trainer drops each epoch's last partial batch)."""
+    from contrastive_jax import data
+
+    return data.load_source(config.data).split("train").num_examples // int(
+        config.data.global_batch_size
+    )
+
+
+def schedule_checkpoints(config: ml_collections.ConfigDict, total_steps: int,
+                         probe_steps: Sequence[int]) -> ml_collections.ConfigDict:
+    """``config`` set to run ``total_steps`` and keep a checkpoint at every step of ``probe_steps``.
+
+    Checkpoints are written every ``gcd(probe_steps)`` steps and all of them are kept.
+    """
+    if not probe_steps or min(probe_steps) < 1 or max(probe_steps) > total_steps:
+        raise ValueError(f"probe steps {list(probe_steps)} must lie in [1, {total_steps}]")
+    every = math.gcd(*map(int, probe_steps))
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.train.total_steps = int(total_steps)
+    config.train.checkpoint_every = every
+    config.train.keep_checkpoints = total_steps // every + 1
+    return config
+
+
+def pretrain(config: ml_collections.ConfigDict, workdir: Path) -> dict:
+    """Pretrains (or resumes) with the library's trainer; a finished run returns at once."""
+    from contrastive_jax.train import loop
+
+    return loop.train(config, str(workdir))
+
+
+def embeddings_at(workdir: Path, step: int, splits: Sequence[str], source=None) -> dict:
+    """Encoder features of ``splits`` from the checkpoint at ``step`` of ``workdir``.
+
+    Returns ``{split: contrastive_jax.embed.Embedded}`` (features [N, F], labels [N]).
+    """
+    from contrastive_jax.embed import embed_split
+    from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
+    from contrastive_jax.train.pretrained import load_pretrained
+
+    run = load_pretrained(str(Path(workdir) / CHECKPOINT_DIR / str(step)))
+    return {s: embed_split(run.network, run.config.data, s, source=source) for s in splits}
+
+
+def initial_embeddings(config: ml_collections.ConfigDict, splits: Sequence[str],
+                       source=None) -> dict:
+    """Encoder features of ``splits`` from the network ``config`` initialises (its seed)."""
+    from contrastive_jax import data
+    from contrastive_jax.embed import embed_split
+    from contrastive_jax.train import loop
+
+    source = data.load_source(config.data) if source is None else source
+    network = loop.build_model(config, source.num_classes).network
+    network.eval()
+    return {s: embed_split(network, config.data, s, source=source) for s in splits}
+
+
+def read_losses(workdir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, losses) logged in ``workdir/metrics.jsonl``; a resumed step keeps its last entry."""
+    by_step: dict[int, float] = {}
+    with open(Path(workdir) / "metrics.jsonl", encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            if "loss" in record:
+                by_step[int(record["step"])] = float(record["loss"])
+    steps = np.array(sorted(by_step), dtype=np.int64)
+    return steps, np.array([by_step[s] for s in steps], dtype=np.float64)
+
+
+def epoch_mean_losses(workdir: Path, steps_per_epoch: int) -> list[float]:
+    """Mean logged loss of each epoch (steps ``e S + 1 .. (e + 1) S``) of a run logged every step."""
+    steps, values = read_losses(workdir)
+    epochs = (steps - 1) // steps_per_epoch
+    return [float(values[epochs == e].mean()) for e in np.unique(epochs)]
+
+
+def checkpoint_steps(workdir: Path) -> list[int]:
+    """Steps of the checkpoints in the work directory ``workdir`` (sorted)."""
+    from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
+
+    folder = Path(workdir) / CHECKPOINT_DIR
+    if not folder.exists():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def pretrain_and_probe(
+    config: ml_collections.ConfigDict,
+    workdir: Path,
+    *,
+    epochs: int,
+    probes: Sequence[int],
+    splits: Sequence[str],
+    probe,
+    progress: Progress,
+    label: str,
+    source=None,
+) -> dict:
+    """Pretrains ``config`` for ``epochs`` with the library, then probes the probe epochs.
+
+    Checkpoints are kept at the end of every epoch of ``probes``; each is embedded
+    (``splits``, frozen encoder features) and passed to ``probe(epoch, embeddings)``,
+    which returns a JSON-able record. A run whose loss turns non-finite
+    (:class:`contrastive_jax.train.loop.NonFiniteLoss`) is probed at the checkpoints it
+    reached, then ``probe(epoch, None)`` records the first probe epoch it missed.
+
+    Returns:
+      ``{"probes": [...], "diverged": bool, "epoch_losses": [...], "seconds": float}``.
+    """
+    from contrastive_jax import data
+    from contrastive_jax.train.loop import NonFiniteLoss
+
+    source = data.load_source(config.data) if source is None else source
+    per_epoch = source.split("train").num_examples // int(config.data.global_batch_size)
+    config = schedule_checkpoints(config, epochs * per_epoch, [e * per_epoch for e in probes])
+    start = time.time()
+    progress.log(f"{label}: pretraining in {workdir}", finished=False)
+    diverged = False
+    try:
+        pretrain(config, workdir)
+    except NonFiniteLoss as err:
+        progress.log(f"{label}: {err}", finished=False)
+        diverged = True
+    saved = set(checkpoint_steps(workdir))
+    records = []
+    for epoch in probes:
+        if epoch * per_epoch not in saved:
+            records.append(probe(epoch, None))
+            break
+        records.append(probe(epoch, embeddings_at(workdir, epoch * per_epoch, splits, source)))
+        progress.log(f"{label}: epoch {epoch} probe {records[-1]['summary']}", finished=False)
+    return {
+        "probes": records,
+        "diverged": diverged,
+        "epoch_losses": epoch_mean_losses(workdir, per_epoch),
+        "seconds": time.time() - start,
+    }
+
+
+def labelled_probe(seed: int, shots: int = 5, resamples: int = 1000):
+    """``probe(epoch, {"train", "test"} embeddings or None)``: logistic-probe test accuracy
+    trained on all labels (``full``) and on ``shots`` per class (``shot<k>``), each with a 95 %
+    bootstrap interval (:func:`contrastive_jax.evaluate.logistic_probe`); None records a
+    diverged run."""
+    from contrastive_jax import evaluate
+
+    few_name = f"shot{shots}"
+
+    def probe(epoch: int, emb: dict | None) -> dict:
+        record: dict = {"epoch": epoch}
+        if emb is None:
+            record.update({"full": None, few_name: None, "summary": "diverged"})
+            return record
+        train, test = emb["train"], emb["test"]
+        few = evaluate.few_shot_rows(train.labels, shots, seed)
+        for name, rows in (("full", slice(None)), (few_name, few)):
+            record[name] = evaluate.logistic_probe(
+                train.features[rows], train.labels[rows], test.features, test.labels,
+                resamples=resamples, seed=seed,
+            )
+        record["summary"] = (f"full {record['full']['accuracy']:.3f} "
+                             f"{shots}-shot {record[few_name]['accuracy']:.3f}")
+        return record
+
+    return probe
+
+
+def final(result: dict) -> dict:
+    """The last probe record of a run."""
+    return result["probes"][-1]
+
+
+def accuracy(result: dict, which: str, probe: dict | None = None) -> float:
+    """Probe accuracy ``which`` (``full`` / ``shot5``) of ``probe`` (default: the run's last);
+    NaN for a diverged run."""
+    rec = probe or final(result)
+    return float("nan") if rec.get(which) is None else rec[which]["accuracy"]
