@@ -16,10 +16,16 @@ Saves are asynchronous. A checkpoint counts once Orbax has finalised it (on a
 local disk: renamed from its ``<step>.orbax-checkpoint-tmp-*`` directory, so a
 save killed half-way leaves only a temporary directory, which is ignored and
 never deleted). Retention is done here, not by Orbax's ``max_to_keep``:
-before each save the finished checkpoints are *verified* by reading them back,
-and an old checkpoint is deleted only once ``max_to_keep`` newer checkpoints
-have been verified, so a good checkpoint is never deleted while a newer one is
-unverified. Verification reads the files on the host, never onto the devices:
+every finished checkpoint is *verified* by reading it back, and an old
+checkpoint is deleted only once ``max_to_keep`` newer checkpoints have been
+verified, so a good checkpoint is never deleted while a newer one is
+unverified. Each save starts the verification of the checkpoints finished
+since the last one; with one process it runs in a background thread while
+training goes on, and its verdicts are taken (damaged ones moved aside, old
+ones pruned) at the next save, :meth:`Checkpointer.wait` or
+:meth:`Checkpointer.flush`. With several processes it runs at the save itself,
+on the main thread: Orbax's reads synchronise the processes with device
+collectives, which must not interleave with the training step's. Verification reads the files on the host, never onto the devices:
 the arrays are read as numpy arrays a few at a time (at most as many bytes at
 once as the largest array holds, or 64 MiB if that is more) and their checksums
 recomputed in numpy, so it costs no device memory and its host memory is bounded
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -83,6 +90,9 @@ class Checkpointer:
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._verified: set[int] = set()
+        # The verification under way: its thread (None when it ran on the caller's)
+        # and its results, step -> the read error or None.
+        self._verifying: tuple[threading.Thread | None, dict[int, Exception | None]] | None = None
 
     def steps(self) -> list[int]:
         """Steps of the finalised checkpoints, oldest first."""
@@ -91,12 +101,15 @@ class Checkpointer:
     def save(self, step: int, state: Any, meta: dict) -> None:
         """Starts an (asynchronous) save of ``state`` and ``meta`` at ``step``.
 
-        First waits for the previous save, verifies it and prunes old
-        checkpoints. Raises :class:`CheckpointError` (naming the step and the
+        First waits for the previous save and takes the verdicts of the
+        verification started by the previous save, prunes old checkpoints,
+        and starts verifying the checkpoints finished since (see the module
+        docstring). Raises :class:`CheckpointError` (naming the step and the
         last good checkpoint) when the previous or this save fails to write.
         """
         self.wait()
-        self._verify_and_prune()
+        self._prune()
+        self._start_verification(background=jax.process_count() == 1)
         meta = {**meta, CHECKSUM_KEY: dict(zip(checksum_keys(state), state_checksum(state),
                                                strict=True))}
         try:
@@ -111,11 +124,14 @@ class Checkpointer:
             raise self._write_error(step, err) from err
 
     def wait(self) -> None:
-        """Blocks until pending asynchronous saves are written; raises CheckpointError if one failed."""
+        """Blocks until pending asynchronous saves are written and a verification under way has
+        ended, and takes its verdicts; raises CheckpointError if a save failed."""
         try:
             self._manager.wait_until_finished()
         except Exception as err:
             raise self._write_error(None, err) from err
+        finally:
+            self._collect()
 
     def _write_error(self, step: int | None, err: Exception) -> CheckpointError:
         good = sorted(self._verified)
@@ -134,11 +150,10 @@ class Checkpointer:
         forever), and the checkpoint counts as damaged if any process found it
         so. No array is put on a device.
         """
-        error: Exception | None = None
-        try:
-            self.verify_files(step)
-        except Exception as err:  # noqa: BLE001 - any read failure means "damaged"
-            error = err
+        return self._settle(step, _read_error(self.verify_files, step))
+
+    def _settle(self, step: int, error: Exception | None) -> bool:
+        """Marks ``step`` verified, or moves it aside if this or another process found it damaged."""
         if jax.process_count() > 1:
             damaged = multihost_utils.process_allgather(np.int32(error is not None))
             if int(np.max(damaged)) and error is None:
@@ -162,7 +177,10 @@ class Checkpointer:
           Exception: whatever Orbax or TensorStore raise on a missing, cut or
             unreadable file.
         """
-        expected = self._read_meta(step).get(CHECKSUM_KEY)
+        # Not through the manager: this may run in a thread beside a save.
+        with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as json_reader:
+            expected = json_reader.restore(os.path.join(self.directory, str(step), "meta"))
+        expected = expected.get(CHECKSUM_KEY)
         path = os.path.join(self.directory, str(step), "state")
         with ocp.PyTreeCheckpointer() as reader:
             tree = reader.metadata(path).item_metadata.tree
@@ -187,14 +205,42 @@ class Checkpointer:
         # which the files do not record; reading every array back still proves
         # they are complete, and their restore checks the list.
 
-    def _verify_and_prune(self) -> None:
+    def _start_verification(self, *, background: bool) -> None:
+        """Starts reading back every finished checkpoint not verified yet (:meth:`verify_files`),
+        in a thread if ``background``; :meth:`_collect` takes the verdicts."""
+        self._collect()
         self._manager.reload()
-        for step in self.steps():
-            if step not in self._verified:
-                self.verify(step)
+        pending = [s for s in self.steps() if s not in self._verified]
+        results: dict[int, Exception | None] = {}
+
+        def read_back() -> None:
+            for step in pending:
+                results[step] = _read_error(self.verify_files, step)
+
+        thread = None
+        if background and pending:
+            thread = threading.Thread(target=read_back, name="verify-checkpoints", daemon=True)
+            thread.start()
+        else:
+            read_back()
+        self._verifying = (thread, results)
+
+    def _collect(self) -> None:
+        """Waits for the verification under way; marks what it read verified, moves the damaged aside."""
+        if self._verifying is None:
+            return
+        thread, results = self._verifying
+        self._verifying = None
+        if thread is not None:
+            thread.join()
+        for step in sorted(results):
+            self._settle(step, results[step])
+
+    def _prune(self) -> None:
+        """Deletes the verified checkpoints older than the newest ``max_to_keep`` verified ones."""
         verified = sorted(s for s in self.steps() if s in self._verified)
-        # Every unverified checkpoint has just been verified or quarantined, so
-        # the newest max_to_keep verified ones protect the older ones deleted here.
+        # Unverified checkpoints are never counted, so the newest max_to_keep
+        # verified ones protect the older ones deleted here.
         for step in verified[: -self.max_to_keep]:
             self._manager.delete(step)
             self._verified.discard(step)
@@ -276,9 +322,12 @@ class Checkpointer:
         return None
 
     def flush(self) -> None:
-        """Waits for pending saves, then verifies and prunes (end of a run or preemption)."""
+        """Waits for pending saves, then verifies every checkpoint and prunes (end of a run or
+        preemption)."""
         self.wait()
-        self._verify_and_prune()
+        self._start_verification(background=False)
+        self._collect()
+        self._prune()
 
     def close(self) -> None:
         """Waits for pending saves (raising CheckpointError if one failed) and closes."""
@@ -286,6 +335,15 @@ class Checkpointer:
             self.wait()
         finally:
             self._manager.close()
+
+
+def _read_error(read, step: int) -> Exception | None:
+    """``read(step)``'s exception, or None if it returned: any read failure means "damaged"."""
+    try:
+        read(step)
+    except Exception as err:  # noqa: BLE001
+        return err
+    return None
 
 
 def abstract_like(tree: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -263,3 +264,25 @@ def test_verification_groups_arrays_by_the_largest_array_or_the_floor():
     assert _byte_groups(stored, floor=0) == [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
     assert _byte_groups(stored, floor=500) == [[("a",)], [("b",), ("c",), ("d",), ("e",)]]
     assert _byte_groups(stored) == [[("a",), ("b",), ("c",), ("d",), ("e",)]]  # 64 MiB floor
+
+
+def test_one_process_reads_checkpoints_back_in_a_background_thread(tmp_path, monkeypatch):
+    """The save returns while the previous checkpoint is read back; flush reads on the caller."""
+    read_by = []
+    original = Checkpointer.verify_files
+
+    def spy(self, step):
+        read_by.append((step, threading.current_thread().name))
+        return original(self, step)
+
+    monkeypatch.setattr(Checkpointer, "verify_files", spy)
+    checkpointer = Checkpointer(str(tmp_path), max_to_keep=1)
+    _save(checkpointer, 1)
+    _save(checkpointer, 2)  # starts reading 1 back beside the write of 2
+    checkpointer.wait()
+    assert read_by == [(1, "verify-checkpoints")]
+    assert checkpointer.steps() == [1, 2]  # 2 unverified: 1 stays
+    checkpointer.flush()
+    assert read_by == [(1, "verify-checkpoints"), (2, threading.main_thread().name)]
+    assert checkpointer.steps() == [2]
+    checkpointer.close()
