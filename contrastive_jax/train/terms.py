@@ -7,6 +7,12 @@ global batch) and is selected by name in ``config.loss.name`` like a loss
 
 * ``align_uniform``: Wang & Isola's objective, alignment of the two views of
   each example plus the mean uniformity of each view.
+* ``label_cross_entropy`` and ``label_soft_target_infonce``: the supervised
+  classifier objectives of Hugger & Uhlmann (2024) on class scores (the
+  ``classifier`` head, ``config.model.head.name = "classifier"`` with
+  ``num_classes``), with label-smoothed targets built from the class labels.
+  (MixUp/CutMix targets need the images mixed before the network; the training
+  step has no such stage, so these terms take smoothed labels only.)
 
 :data:`TERMS` maps each name to ``(fn, second argument)``.
 """
@@ -16,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax import metrics
+from contrastive_jax import losses, metrics
 
 Array = jax.Array
 
@@ -81,5 +87,88 @@ def align_uniform(
     return align + uniformity_weight * (uniform[0] + uniform[1]) / 2
 
 
+def _smoothed(logits: Array, label: Array, label_smoothing: float) -> Array:
+    """float32 [B, K] targets ``(1 - eps) onehot(y) + eps / K`` for class scores [B, K]."""
+    if logits.ndim != 2:
+        raise ValueError(f"`logits` must have shape [B, K], got {logits.shape}")
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ValueError(f"`label_smoothing` must be in [0, 1], got {label_smoothing}")
+    k = logits.shape[1]
+    eps = float(label_smoothing)
+    return jax.nn.one_hot(label, k, dtype=jnp.float32) * (1.0 - eps) + eps / k
+
+
+def label_cross_entropy(
+    logits: Array,
+    label: Array,
+    *,
+    label_smoothing: float = 0.0,
+    temperature: float = 1.0,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Cross-entropy of class scores against label-smoothed targets (Hugger & Uhlmann Eq. 3).
+
+    ``l_a = -sum_k t_a[k] log softmax(L[a] / tau)[k]`` with
+    ``t_a = (1 - eps) onehot(y_a) + eps / K``
+    (:func:`contrastive_jax.losses.soft_target_cross_entropy` on those targets); eps = 0
+    is the usual cross-entropy (NLL).
+
+    Args:
+      logits: float [B, K] class scores (the classifier head's output).
+      label: int [B] class labels in [0, K).
+      label_smoothing: eps in [0, 1].
+      temperature: tau > 0.
+      axis_name, valid: as for every loss (global mean over valid rows).
+
+    Returns:
+      float32 scalar.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> logits = jnp.array([[2.0, 0.0], [0.0, 1.0]])
+      >>> round(float(label_cross_entropy(logits, jnp.array([0, 1]))), 4)
+      0.2201
+
+    References:
+      Jan Hugger and Virginie Uhlmann (2024). Towards noise contrastive estimation with
+      soft targets for conditional models. arXiv:2404.14076, Eq. (3).
+    """
+    targets = _smoothed(logits, label, label_smoothing)
+    return losses.soft_target_cross_entropy(
+        logits, targets, temperature=temperature, axis_name=axis_name, valid=valid
+    )
+
+
+def label_soft_target_infonce(
+    logits: Array,
+    label: Array,
+    *,
+    label_smoothing: float = 0.0,
+    temperature: float = 1.0,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Soft-target InfoNCE of class scores against label-smoothed targets.
+
+    :func:`contrastive_jax.losses.soft_target_infonce` (Hugger & Uhlmann Eq. 12, the
+    negatives being the other rows of the global batch) on
+    ``t_a = (1 - eps) onehot(y_a) + eps / K``; see :func:`label_cross_entropy` for
+    the arguments.
+
+    References:
+      Jan Hugger and Virginie Uhlmann (2024). Towards noise contrastive estimation with
+      soft targets for conditional models. arXiv:2404.14076, Eq. (12).
+    """
+    targets = _smoothed(logits, label, label_smoothing)
+    return losses.soft_target_infonce(
+        logits, targets, temperature=temperature, axis_name=axis_name, valid=valid
+    )
+
+
 #: name -> (function, the second argument it takes: a field of ``objective.Targets``).
-TERMS = {"align_uniform": (align_uniform, "instance")}
+TERMS = {
+    "align_uniform": (align_uniform, "instance"),
+    "label_cross_entropy": (label_cross_entropy, "label"),
+    "label_soft_target_infonce": (label_soft_target_infonce, "label"),
+}

@@ -101,3 +101,38 @@ def test_targets_override_feeds_mio_the_instance_ids():
 def test_bad_targets_are_refused(fields, match):
     with pytest.raises(ConfigError, match=match):
         objective.parse_terms(_loss_config(**fields))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_label_cross_entropy_is_smoothed_softmax_cross_entropy(eps):
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(6, 4)).astype(np.float32)
+    labels = np.array([0, 1, 2, 3, 1, 0])
+    targets = np.eye(4)[labels] * (1 - eps) + eps / 4
+    shifted = logits - logits.max(1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    expected = -(targets * log_p).sum(1).mean()
+    value = terms.label_cross_entropy(jnp.asarray(logits), jnp.asarray(labels),
+                                      label_smoothing=eps)
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        terms.label_cross_entropy(jnp.asarray(logits), jnp.asarray(labels), label_smoothing=1.5)
+
+
+def test_classifier_terms_select_by_config():
+    config = _loss_config(name="label_cross_entropy+label_soft_target_infonce",
+                          kwargs={"label_cross_entropy": {"label_smoothing": 0.1}})
+    ce, sti = objective.parse_terms(config)
+    assert (ce.target, sti.target) == ("label", "label")
+    logits = jnp.asarray(np.random.default_rng(4).normal(size=(8, 3)), jnp.float32)
+    labels = jnp.array([0, 1, 2, 0, 1, 2, 0, 1])
+    targets = objective.Targets(instance=jnp.arange(8), label=labels, metadata=None)
+    total, values = objective.evaluate([ce, sti], logits, targets, axis_name=None)
+    smoothed = jax.nn.one_hot(labels, 3) * 0.9 + 0.1 / 3
+    np.testing.assert_allclose(values["label_cross_entropy"],
+                               losses.soft_target_cross_entropy(logits, smoothed), rtol=1e-6)
+    np.testing.assert_allclose(values["label_soft_target_infonce"],
+                               losses.soft_target_infonce(logits, jax.nn.one_hot(labels, 3)),
+                               rtol=1e-6)
+    np.testing.assert_allclose(total, values["label_cross_entropy"]
+                               + values["label_soft_target_infonce"], rtol=1e-6)
