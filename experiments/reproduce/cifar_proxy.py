@@ -158,7 +158,8 @@ def summarise_sincere(results: dict[str, list[dict]], init: list[dict], referenc
     runs = [sincere.RunSpec("cifar10", loss, s, BATCH) for s in seeds for loss in sincere.LOSSES]
     summary = sincere.aggregate(sincere_records(results, references, num_test), runs, tuple(seeds))
     text = sincere.tables(summary)
-    text += ("\nPaper (CIFAR-10, ResNet-50, 1,000 epochs): SupCon - SINCERE cosine 0.06 within, "
+    text += ("\nPaper (Feeney & Hughes 2023, arXiv:2309.14277; CIFAR-10, ResNet-50, 1,000 "
+             "epochs): SupCon - SINCERE cosine 0.06 within, "
              "0.11 between (Fig. 2); top-1 95.78 (SupCon) vs 95.93 (SINCERE), not significant "
              "(Table 2).\n")
     if init:

@@ -3,10 +3,10 @@
 Paper: J. Hugger and V. Uhlmann (2024), "Towards noise contrastive estimation with soft targets for
 conditional models", arXiv:2404.14076.
 
-    python experiments/reproduce/cifar_soft_target.py                  # 4 methods x seeds 0 1 2
-    python experiments/reproduce/cifar_soft_target.py --seeds 0 --epochs 12
-    python experiments/reproduce/cifar_soft_target.py --aggregate_only # tables/plots of finished runs
-    python experiments/reproduce/cifar_soft_target.py --quick          # smoke run (< 2 min), own out dir
+    python -m experiments.reproduce.cifar_soft_target                  # 4 methods x seeds 0 1 2
+    python -m experiments.reproduce.cifar_soft_target --seeds 0 --epochs 12
+    python -m experiments.reproduce.cifar_soft_target --aggregate_only # tables/plots of finished runs
+    python -m experiments.reproduce.cifar_soft_target --quick          # smoke run (< 2 min), own out dir
 
 A classifier (``_cifar_classifier.py``) is trained from scratch with four losses and compared on
 test top-1 / top-5 accuracy (the paper's Tables 1 and 2) and calibration (its Sec. 4.2, Fig. 4):
@@ -164,11 +164,6 @@ def make_methods(prior: np.ndarray, temperature: float = TAU) -> dict[str, Metho
 # ----------------------------------------------------------------------------- summaries
 
 
-def _stat(values: list[float]) -> dict:
-    mean, std = common.mean_std(values)
-    return {"mean": mean, "std": std, "n": len(values)}
-
-
 def _num(x: float, digits: int = 2, sign: str = "") -> str:
     """``x`` with ``digits`` decimals, never "-0.00" (``sign="+"`` shows the sign)."""
     return f"{round(x, digits) + 0.0:{sign}.{digits}f}"
@@ -228,8 +223,8 @@ def _differences(results: dict[str, list[dict]]) -> dict:
                 "ece_significant": ece["significant"],
             })
         out[f"{a}_minus_{b}"] = {
-            "top1": _stat([p["top1_diff"] for p in per_seed]),
-            "ece": _stat([p["ece_diff"] for p in per_seed]),
+            "top1": common.stat([p["top1_diff"] for p in per_seed]),
+            "ece": common.stat([p["ece_diff"] for p in per_seed]),
             "per_seed": per_seed,
         }
     return out
@@ -249,11 +244,11 @@ def summarise(results: dict[str, list[dict]]) -> tuple[str, dict]:
             continue
         t = [r["test"] for r in ok]
         entry = {
-            "top1": _stat([100 * x["top1"]["accuracy"] for x in t]),
-            "top5": _stat([100 * x["top5"]["accuracy"] for x in t]),
-            "ece": _stat([100 * x["ece"] for x in t]),
-            "nll": _stat([x["nll"] for x in t]),
-            "final_train_loss": _stat([r["epoch_losses"][-1] for r in ok]),
+            "top1": common.stat([100 * x["top1"]["accuracy"] for x in t]),
+            "top5": common.stat([100 * x["top5"]["accuracy"] for x in t]),
+            "ece": common.stat([100 * x["ece"] for x in t]),
+            "nll": common.stat([x["nll"] for x in t]),
+            "final_train_loss": common.stat([r["epoch_losses"][-1] for r in ok]),
             "seeds": [r["seed"] for r in ok], "diverged_seeds": diverged,
             "per_seed": {str(r["seed"]): {
                 "top1": 100 * r["test"]["top1"]["accuracy"],

@@ -3,10 +3,10 @@
 Paper: P. Feeney and M. C. Hughes (2023), "SINCERE: Supervised Information Noise-Contrastive
 Estimation REvisited", arXiv:2309.14277.
 
-    python experiments/reproduce/sincere.py                    # built-in digits (docs/reproductions.md)
-    python experiments/reproduce/sincere.py --dataset cifar10  # CIFAR-10 16x16 (see experiments/RESULTS.md)
-    python experiments/reproduce/sincere.py --quick            # plain digits, 8 steps (< 2 min idle)
-    python experiments/reproduce/sincere.py --steps 600 --batches 128  # longer runs, own directories
+    python -m experiments.reproduce.sincere                    # built-in digits
+    python -m experiments.reproduce.sincere --dataset cifar10  # CIFAR-10 16x16
+    python -m experiments.reproduce.sincere --quick            # plain digits, 8 steps (< 2 min idle)
+    python -m experiments.reproduce.sincere --steps 600 --batches 128  # longer runs, own directories
 
 For each of two batch sizes (the second has about a quarter of the same-class partners per
 anchor: the paper's CIFAR-10 vs CIFAR-100 contrast, with the data held fixed) and each of three
@@ -42,6 +42,8 @@ from pathlib import Path
 
 import ml_collections
 import numpy as np
+
+from experiments.reproduce._common import read_losses, stat
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "experiments" / "configs"
@@ -103,18 +105,6 @@ def run_config(base: ml_collections.ConfigDict, run: RunSpec) -> ml_collections.
     config.seed = run.seed
     config.data.global_batch_size = run.batch
     return config
-
-
-def read_losses(workdir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, losses) logged in ``workdir/metrics.jsonl``; a resumed step keeps its last entry."""
-    by_step: dict[int, float] = {}
-    with open(workdir / "metrics.jsonl", encoding="utf-8") as f:
-        for line in f:
-            record = json.loads(line)
-            if "loss" in record:
-                by_step[int(record["step"])] = float(record["loss"])
-    steps = np.array(sorted(by_step), dtype=np.int64)
-    return steps, np.array([by_step[s] for s in steps], dtype=np.float64)
 
 
 def loss_references(train_labels: np.ndarray, batch: int, views: int, seed: int = 0) -> dict:
@@ -234,16 +224,6 @@ def evaluate_run(run: RunSpec, workdir: Path, probe_epochs: int) -> dict:
     }
 
 
-def _mean_std(values: list[float]) -> dict:
-    a = np.asarray(values, np.float64)
-    return {
-        "mean": float(a.mean()),
-        "std": float(a.std(ddof=1)) if a.size > 1 else 0.0,
-        "n": int(a.size),
-        "values": a.tolist(),
-    }
-
-
 def aggregate(results: dict[str, dict], runs: list[RunSpec], seeds: tuple[int, ...]) -> dict:
     """Per batch size: mean +- std over seeds of every claim's statistic, and paired tests."""
     dataset = runs[0].dataset
@@ -264,15 +244,15 @@ def aggregate(results: dict[str, dict], runs: list[RunSpec], seeds: tuple[int, .
         for i, loss in enumerate(LOSSES):
             rs = [p[i] for p in pairs]
             entry[loss] = {
-                "loss_initial": _mean_std([r["loss_initial"] for r in rs]),
-                "loss_final": _mean_std([r["loss_final"] for r in rs]),
+                "loss_initial": stat([r["loss_initial"] for r in rs]),
+                "loss_final": stat([r["loss_final"] for r in rs]),
                 **{
-                    f"{space}_{key}": _mean_std([r["similarity"][space][key] for r in rs])
+                    f"{space}_{key}": stat([r["similarity"][space][key] for r in rs])
                     for space in ("projection", "encoder")
                     for key in ("mean_within", "mean_between")
                 },
                 **{
-                    f"linear_{top}": _mean_std([100 * r["linear"][top]["accuracy"] for r in rs])
+                    f"linear_{top}": stat([100 * r["linear"][top]["accuracy"] for r in rs])
                     for top in rs[0]["linear"]
                 },
                 "linear_per_seed": [
@@ -284,7 +264,7 @@ def aggregate(results: dict[str, dict], runs: list[RunSpec], seeds: tuple[int, .
                 ],
             }
         entry["supcon_minus_sincere"] = {
-            f"{space}_{key}": _mean_std(
+            f"{space}_{key}": stat(
                 [
                     sup["similarity"][space][key] - sin["similarity"][space][key]
                     for sin, sup in pairs

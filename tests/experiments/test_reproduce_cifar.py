@@ -82,10 +82,11 @@ def test_augment_cifar_also_runs_at_16x16(cifar):
 @pytest.mark.slow
 def test_cifar_proxy_quick_end_to_end_and_resume(cifar, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    command = [sys.executable, str(REPRODUCE / "cifar_proxy.py"), "--quick", "--out", str(tmp_path)]
+    command = [sys.executable, "-m", "experiments.reproduce.cifar_proxy", "--quick", "--out", str(tmp_path)]
 
     def run() -> str:
-        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800,
+                              cwd=REPRODUCE.parents[1])
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout
 

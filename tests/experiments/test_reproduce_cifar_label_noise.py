@@ -88,11 +88,12 @@ def test_cifar_label_noise_quick_end_to_end_and_resume(ln, tmp_path):
     if not (REPRODUCE.parents[1].parent / "shared" / "data" / "cifar10").is_dir():
         pytest.skip("shared CIFAR-10 folder not present")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    command = [sys.executable, str(REPRODUCE / "cifar_label_noise.py"), "--quick", "--out",
+    command = [sys.executable, "-m", "experiments.reproduce.cifar_label_noise", "--quick", "--out",
                str(tmp_path)]
 
     def run() -> str:
-        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800,
+                              cwd=REPRODUCE.parents[1])
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout
 

@@ -1,4 +1,4 @@
-"""``experiments/reproduce/sincere.py`` (SINCERE, Feeney & Hughes 2023, at CPU scale).
+"""``python -m experiments.reproduce.sincere`` (SINCERE, Feeney & Hughes 2023, at CPU scale).
 
 The unmarked tests check the script's building blocks in a second; the ``slow`` one runs
 ``--quick`` end to end twice (the second run must skip every finished run).
@@ -11,20 +11,21 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.experiments.scripts import REPRODUCE, load_script
+from experiments.reproduce import sincere as sincere_module
 
 # The reproduction scripts' own checks run with their --quick modes in `make test-all`.
 
-SCRIPT = REPRODUCE / "sincere.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def sincere():
-    return load_script("sincere")
+    return sincere_module
 
 
 def test_loss_references_closed_form(sincere):
@@ -81,14 +82,15 @@ def test_quick_runs_end_to_end_and_resumes(tmp_path):
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     cmd = [
         sys.executable,
-        str(SCRIPT),
+        "-m",
+        "experiments.reproduce.sincere",
         "--quick",
         "--runs_dir",
         str(tmp_path / "runs"),
         "--results_dir",
         str(tmp_path / "results"),
     ]
-    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads((tmp_path / "results" / "summary.json").read_text())
     assert set(summary) == {"b64", "b16"}
@@ -100,7 +102,7 @@ def test_quick_runs_end_to_end_and_resumes(tmp_path):
         assert entry["supcon"]["loss_final"]["mean"] >= entry["references"]["supcon_floor"] - 1e-6
     for name in ("fig2_similarity_b64.png", "fig3_histograms_b64.png", "table1_loss_curves.png"):
         assert (tmp_path / "results" / name).stat().st_size > 0
-    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.count("done, skipped") == 4
 
