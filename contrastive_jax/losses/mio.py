@@ -12,6 +12,8 @@ different labels. Each pair is an independent logistic classification of
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -170,28 +172,36 @@ def _binary_rows_bwd(residuals, cotangent):
 _binary_rows.defvjp(_binary_rows_fwd, _binary_rows_bwd)
 
 
-def _mio_block(dots, params, rows, cols):
+@functools.cache
+def _mio_block(with_l2: bool):
     """Row-block function of MIO for :func:`blockwise.stream_rows`: each row's pair
     terms already divided by the global pair counts (``params``), so the rows sum to
-    the loss.
+    the loss. ``with_l2=False`` (a concrete ``l2_weight`` of 0) leaves out the L2
+    term's two passes over the block.
 
     ``(dots [b, m] cosines, (tau, 1/T_P, 1/T_N, l2_weight / (D T_P)),
     (labels, global index, anchor_ok, squared norm) [b], (labels, valid, squared norm)
     [m])`` -> (contribution [b], None).
     """
-    temperature, inv_pos, inv_neg, l2_scale = params
-    labels, index, anchor_ok, sq_norm = rows
-    candidate_labels, candidate_valid, candidate_sq_norm = cols
-    positives, negatives = _pair_masks(
-        labels, index, anchor_ok, candidate_labels, candidate_valid
-    )
-    binary = _binary_rows(dots / temperature, positives, negatives, inv_pos, inv_neg)
-    # sum_{pos} ||z_i - z_j||² = |P_i| ||z_i||² + sum_{pos} (||z_j||² - 2 z_i . z_j).
-    num_pos = jnp.sum(positives, axis=1).astype(jnp.float32)
-    on_pos = jnp.sum(
-        jnp.where(positives, candidate_sq_norm[None, :] - 2.0 * dots, 0.0), axis=1
-    )
-    return binary + l2_scale * (num_pos * sq_norm + on_pos), None
+
+    def block_fn(dots, params, rows, cols):
+        temperature, inv_pos, inv_neg, l2_scale = params
+        labels, index, anchor_ok, sq_norm = rows
+        candidate_labels, candidate_valid, candidate_sq_norm = cols
+        positives, negatives = _pair_masks(
+            labels, index, anchor_ok, candidate_labels, candidate_valid
+        )
+        binary = _binary_rows(dots / temperature, positives, negatives, inv_pos, inv_neg)
+        if not with_l2:
+            return binary, None
+        # sum_{pos} ||z_i - z_j||² = |P_i| ||z_i||² + sum_{pos} (||z_j||² - 2 z_i . z_j).
+        num_pos = jnp.sum(positives, axis=1).astype(jnp.float32)
+        on_pos = jnp.sum(
+            jnp.where(positives, candidate_sq_norm[None, :] - 2.0 * dots, 0.0), axis=1
+        )
+        return binary + l2_scale * (num_pos * sq_norm + on_pos), None
+
+    return block_fn
 
 
 def _mio_streamed(embeddings, labels, temperature, l2_weight, valid, axis_name, block):
@@ -225,8 +235,12 @@ def _mio_streamed(embeddings, labels, temperature, l2_weight, valid, axis_name, 
     )
     anchor_ok = jax.lax.dynamic_slice_in_dim(row_ok, _core.local_row_offset(n, axis_name), n)
     sq_norm = jnp.sum(jnp.square(rows.anchors), axis=1)
+    try:
+        with_l2 = float(l2_weight) != 0.0
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        with_l2 = True  # traced: keep the term
     total, _ = blockwise.stream_rows(
-        _mio_block,
+        _mio_block(with_l2),
         rows.anchors,
         rows.candidates,
         params,

@@ -22,9 +22,8 @@ Two loss shapes share these projections (Section 3 of the paper):
   ``log sum_j e^{z_i . g(c_j) / tau} = log sum_c n_c e^{z_i . g(c) / tau}``.
 
 Classes: by default labels are mapped to dense indices among the distinct
-labels of the global batch (at most m of them, so class statistics are [m, D]);
-with ``num_classes`` the labels themselves index [num_classes, D] statistics,
-which makes the streamed path's class products [block, num_classes]. Every
+labels of the global batch (at most m of them); with ``num_classes`` the labels
+themselves index [num_classes, D] statistics. Every
 anchor needs ``|P⁻(i)| >= 1``. Under ``axis_name`` embeddings and labels are
 all-gathered and every class statistic is computed from the gathered global
 batch, with gradients flowing into remote rows through the gather.
@@ -34,6 +33,9 @@ stream over anchor blocks with a fused gradient (``blockwise.stream_rows``,
 with the rows and the [K, D] projections as candidates), and the
 Nadaraya–Watson projection is computed over row blocks with a recomputing
 custom VJP (:func:`nw_projection`), so no [N, N] or [N, N, D] array exists.
+Without ``num_classes`` the streamed path is compiled for a few class-slot counts
+and runs the smallest that holds the batch's distinct labels
+(:func:`class_slot_sizes`).
 """
 
 from __future__ import annotations
@@ -200,28 +202,65 @@ def _class_medians(
     float32 [K] (valid rows per class). Each coordinate is sorted once by (class
     index, value), padded rows last, so class c occupies the segment starting at
     ``sum_{c' < c} n_c'``; ``lower`` takes its element ``(n_c - 1) // 2``,
-    ``average`` the mean of elements ``(n_c - 1) // 2`` and ``n_c // 2``. The sort
-    only yields indices; values are gathered from the embeddings, so gradients
-    reach the selected rows. Rows of absent classes are 0. O(m D log m) time.
+    ``average`` the mean of elements ``(n_c - 1) // 2`` and ``n_c // 2``. Rows of
+    absent classes are 0. O(m D log m) time.
+
+    Gradient (:func:`_median_vjp`): each picked value passes its cotangent to the
+    valid rows of its class that hold that value in that coordinate, split evenly
+    when several do (ties; a subgradient), so the backward pass is O(m D) and the
+    sort carries no row indices.
     """
+    return _median_vjp(z, valid, class_ids, counts, median_mode)
+
+
+def _median_positions(counts: Array, median_mode: str) -> tuple[Array, ...]:
+    counts = counts.astype(jnp.int32)
+    if median_mode == "average":
+        return (counts - 1) // 2, counts // 2
+    return ((counts - 1) // 2,)
+
+
+def _medians_and_picks(z, valid, class_ids, counts, median_mode):
+    """``(medians [K, D], picked values [K, D] per median position)``."""
     m, d = z.shape
     key = jnp.where(valid, class_ids, counts.shape[0])
-    keys = jnp.broadcast_to(key[None, :], (d, m))
-    rows = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32)[None, :], (d, m))
-    _, _, order = jax.lax.sort(
-        (keys, jax.lax.stop_gradient(z.T), rows), dimension=1, num_keys=2
+    _, ordered = jax.lax.sort(
+        (jnp.broadcast_to(key[None, :], (d, m)), jax.lax.stop_gradient(z.T)),
+        dimension=1, num_keys=2,
     )
-    ordered = jnp.take_along_axis(z.T, order, axis=1)
-    counts = counts.astype(jnp.int32)
-    start = jnp.cumsum(counts) - counts
+    start = jnp.cumsum(counts.astype(jnp.int32)) - counts.astype(jnp.int32)
+    picks = tuple(
+        ordered[:, jnp.clip(start + position, 0, m - 1)].T
+        for position in _median_positions(counts, median_mode)
+    )
+    median = sum(picks) / len(picks)
+    return jnp.where(counts[:, None] > 0, median, 0.0), picks
 
-    def pick(position: Array) -> Array:
-        return ordered[:, jnp.clip(start + position, 0, m - 1)].T
 
-    median = pick((counts - 1) // 2)
-    if median_mode == "average":
-        median = 0.5 * (median + pick(counts // 2))
-    return jnp.where(counts[:, None] > 0, median, 0.0)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _median_vjp(z, valid, class_ids, counts, median_mode):
+    return _medians_and_picks(z, valid, class_ids, counts, median_mode)[0]
+
+
+def _median_fwd(z, valid, class_ids, counts, median_mode):
+    median, picks = _medians_and_picks(z, valid, class_ids, counts, median_mode)
+    return median, (z, valid, class_ids, counts, picks)
+
+
+def _median_bwd(median_mode, residuals, d_median):
+    z, valid, class_ids, counts, picks = residuals
+    k = counts.shape[0]
+    d_rows = jnp.where(valid[:, None], d_median[class_ids], 0.0) / len(picks)
+    d_z = jnp.zeros_like(z)
+    for picked in picks:
+        # Rows of the class that hold the picked value; ties share its cotangent.
+        hit = valid[:, None] & (z == picked[class_ids])
+        ties = jax.ops.segment_sum(hit.astype(jnp.float32), class_ids, num_segments=k)
+        d_z = d_z + jnp.where(hit, d_rows / jnp.maximum(ties[class_ids], 1.0), 0.0)
+    return d_z, None, None, None
+
+
+_median_vjp.defvjp(_median_fwd, _median_bwd)
 
 
 # --------------------------------------------------------------------------- blockwise NW
@@ -275,13 +314,19 @@ def _nw_block(zb, vb, z, valid, class_ids, onehot, h, distance, num_classes):
     return t_sq, active, total, soft
 
 
-def _nw_blocks(z, valid, block):
+def _nw_blocks(z, valid, class_ids, block):
+    """Rows, valid flags, class ids and global row indices in ``block``-row blocks
+    (zero-padded, padding invalid): [num_blocks, block, ...] each."""
     m = z.shape[0]
     num_blocks = -(-m // block)
     pad = num_blocks * block - m
-    zb = jnp.pad(z, ((0, pad), (0, 0))).reshape(num_blocks, block, -1)
-    vb = jnp.pad(valid, (0, pad)).reshape(num_blocks, block)
-    return zb, vb
+
+    def blocks(x):
+        return jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1)).reshape(
+            (num_blocks, block) + x.shape[1:]
+        )
+
+    return blocks(z), blocks(valid), blocks(class_ids), blocks(jnp.arange(m, dtype=jnp.int32))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
@@ -297,7 +342,10 @@ def nw_projection(z, bandwidth, valid, class_ids, onehot, distance, num_classes,
     bandwidth) is a custom VJP that recomputes each block's weights in a second
     pass; it back-propagates through the prototypes' ratio, the soft labels'
     normalisation and the kernel, and for ``l2``/``cosine`` the distance gradient
-    is two [block, m] x [m, D] products.
+    is two [block, m] x [m, D] products. A block whose valid rows have no kernel
+    neighbour but themselves (recorded by the forward pass) has one-hot soft
+    labels and no distance gradient: its backward step skips the distances
+    (``lax.cond``).
 
     Args:
       z: float32 [m, D] rows (unit norm for ``cosine``).
@@ -317,24 +365,27 @@ def nw_projection(z, bandwidth, valid, class_ids, onehot, distance, num_classes,
 
 
 def _nw_forward(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block):
-    zb, vb = _nw_blocks(z, valid, block)
+    zb, vb, cb, ib = _nw_blocks(z, valid, class_ids, block)
+    columns = jnp.arange(z.shape[0], dtype=jnp.int32)
 
     def body(carry, x):
         numerator, denominator = carry
-        rows, row_valid = x
-        _, _, _, soft = _nw_block(
+        rows, row_valid, _, row_index = x
+        _, active, _, soft = _nw_block(
             rows, row_valid, z, valid, class_ids, onehot, bandwidth, distance, num_classes
         )
         numerator = numerator + jnp.matmul(soft.T, rows, precision=jax.lax.Precision.HIGHEST)
-        return (numerator, denominator + jnp.sum(soft, axis=0)), None
+        # Whether a row of the block has a kernel neighbour other than itself.
+        coupled = jnp.any(active & (row_index[:, None] != columns[None, :]))
+        return (numerator, denominator + jnp.sum(soft, axis=0)), coupled
 
     init = (
         jnp.zeros((num_classes, z.shape[1]), z.dtype) + jnp.zeros_like(z[0, 0]),
         jnp.zeros((num_classes,), z.dtype) + jnp.zeros_like(z[0, 0]),
     )
-    (numerator, denominator), _ = jax.lax.scan(body, init, (zb, vb))
+    (numerator, denominator), coupled = jax.lax.scan(body, init, (zb, vb, cb, ib))
     prototypes = _core.safe_divide(numerator, denominator[:, None])
-    return prototypes, (z, bandwidth, valid, class_ids, onehot, denominator, prototypes)
+    return prototypes, (z, bandwidth, valid, class_ids, onehot, denominator, prototypes, coupled)
 
 
 def _nw_fwd(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block):
@@ -342,18 +393,17 @@ def _nw_fwd(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block
 
 
 def _nw_bwd(distance, num_classes, block, residuals, d_prototypes):
-    z, h, valid, class_ids, onehot, denominator, prototypes = residuals
+    z, h, valid, class_ids, onehot, denominator, prototypes, coupled = residuals
     m = z.shape[0]
     # f = numerator / denominator.
     d_numerator = _core.safe_divide(d_prototypes, denominator[:, None])
     d_denominator = -_core.safe_divide(jnp.sum(d_prototypes * prototypes, axis=1), denominator)
-    zb, vb = _nw_blocks(z, valid, block)
+    zb, vb, cb, _ = _nw_blocks(z, valid, class_ids, block)
 
     z_t = z.T
 
-    def body(carry, x):
+    def coupled_block(carry, rows, row_valid, row_class):
         d_z, d_z_t, d_h = carry
-        rows, row_valid = x
         t_sq, active, total, soft = _nw_block(
             rows, row_valid, z, valid, class_ids, onehot, h, distance, num_classes
         )
@@ -398,9 +448,21 @@ def _nw_bwd(distance, num_classes, block, residuals, d_prototypes):
             d_z = d_z + jnp.matmul(gram_grad.T, rows, precision=jax.lax.Precision.HIGHEST)
         return (d_z, d_z_t, d_h), d_rows
 
+    def lone_block(carry, rows, row_valid, row_class):
+        # Every valid row's only kernel neighbour is itself: w_jj = 1 at t_jj = 0 (or a
+        # rounding error away from it), NW(.; z_j) is the one-hot of c_j and no
+        # distance carries a gradient; only the prototypes' numerator does.
+        return carry, jnp.where(row_valid[:, None], d_numerator[row_class], 0.0)
+
+    def body(carry, x):
+        rows, row_valid, row_class, row_coupled = x
+        return jax.lax.cond(
+            row_coupled, coupled_block, lone_block, carry, rows, row_valid, row_class
+        )
+
     like = jnp.zeros_like(d_prototypes[0, 0])
     init = (jnp.zeros_like(z) + like, jnp.zeros_like(z_t) + like, jnp.zeros_like(h) + like)
-    (d_z, d_z_t, d_h), d_rows = jax.lax.scan(body, init, (zb, vb))
+    (d_z, d_z_t, d_h), d_rows = jax.lax.scan(body, init, (zb, vb, cb, coupled))
     d_z = d_z + d_z_t.T + d_rows.reshape(-1, z.shape[1])[:m]
     return d_z, d_h, None, None, None
 
@@ -528,16 +590,6 @@ def _check_num_classes(num_classes: int | None, labels: Array) -> None:
         )
 
 
-def _class_index(labels: Array, num_classes: int | None) -> tuple[Array, int]:
-    """Class index of each row and the number of class slots K: the labels themselves
-    with ``num_classes``, else dense indices among the distinct labels (K = m)."""
-    m = labels.shape[0]
-    if num_classes is not None:
-        return labels.astype(jnp.int32), int(num_classes)
-    _, ids = jnp.unique(labels, return_inverse=True, size=m)
-    return ids.reshape(m).astype(jnp.int32), m
-
-
 def _supcon_type_block(kind: str):
     """Row-block function of ProjNCE (``kind="projnce"``) or a SupCon-type projection
     loss (``"projection"``: SoftSupCon, MedSupCon) for :func:`blockwise.stream_rows`.
@@ -613,7 +665,15 @@ def _projection_loss(
     median_mode: str = "lower",
 ) -> Array:
     """Every loss of this module, dense or streamed. ``kind``: ``projnce``,
-    ``soft_supcon``, ``soft_nce``, ``med_supcon`` or ``med_nce``."""
+    ``soft_supcon``, ``soft_nce``, ``med_supcon`` or ``med_nce``; only the
+    hyperparameters of that kind are checked and used."""
+    if kind == "projnce":
+        _core.check_nonnegative(beta, "beta")
+    elif kind.startswith("soft"):
+        _check_choice(distance, _DISTANCES, "distance")
+        _core.check_positive(bandwidth, "bandwidth")
+    else:
+        _check_choice(median_mode, _MEDIAN_MODES, "median_mode")
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
     _core.check_positive(temperature, "temperature")
@@ -625,8 +685,63 @@ def _projection_loss(
         return _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta,
                            bandwidth, distance, median_mode)
     rows = blockwise.gather_rows(embeddings, labels, valid, axis_name)
+    anchor_rows = (labels, rows.index, rows.anchor_valid)
+    hparams = dict(beta=beta, bandwidth=bandwidth, distance=distance, median_mode=median_mode)
+    if num_classes is not None:
+        total, anchor_ok = _streamed_total(
+            kind, num_classes, rows, anchor_rows, rows.candidate_data, temperature, n,
+            axis_name, block, **hparams,
+        )
+        return blockwise.global_mean(total, anchor_ok, axis_name)
+    m = rows.candidates.shape[0]
+    _, class_ids = jnp.unique(rows.candidate_data, return_inverse=True, size=m)
+    class_ids = class_ids.reshape(m).astype(jnp.int32)
+    sizes = class_slot_sizes(m)
+    branches = [
+        functools.partial(_streamed_total, kind, k, rows, anchor_rows, temperature=temperature,
+                          n=n, axis_name=axis_name, block=block, **hparams)
+        for k in sizes
+    ]
+    if len(branches) == 1:
+        total, anchor_ok = branches[0](class_ids)
+    else:
+        # Dense ids lie in [0, number of distinct labels): the smallest size that holds them.
+        which = jnp.searchsorted(jnp.asarray(sizes), jnp.max(class_ids) + 1)
+        total, anchor_ok = jax.lax.switch(which, branches, class_ids)
+    return blockwise.global_mean(total, anchor_ok, axis_name)
+
+
+#: Smallest number of class slots the streamed losses compile for when ``num_classes``
+#: is not given; see :func:`class_slot_sizes`.
+CLASS_SLOTS_MIN = 128
+#: Ratio between consecutive class-slot sizes.
+CLASS_SLOTS_GROWTH = 4
+
+
+def class_slot_sizes(m: int) -> tuple[int, ...]:
+    """Static numbers of class slots K the streamed losses are compiled for, without
+    ``num_classes``: ``CLASS_SLOTS_MIN · CLASS_SLOTS_GROWTH^i`` below m, then m.
+
+    Labels are mapped to dense indices among the distinct labels of the global batch
+    (``jnp.unique``), so a batch with k distinct labels needs only k slots; the loss
+    runs (``lax.switch``) the branch with the smallest size >= k, whose class
+    statistics are [K, D] and whose class products are [block, K] instead of
+    [block, m]. Every branch computes the same value; only the cost differs.
+    """
+    sizes = []
+    k = CLASS_SLOTS_MIN
+    while k < m:
+        sizes.append(k)
+        k *= CLASS_SLOTS_GROWTH
+    return (*sizes, m)
+
+
+def _streamed_total(kind, k, rows, anchor_rows, class_ids, temperature, n, axis_name, block,
+                    *, beta, bandwidth, distance, median_mode):
+    """Sum over local valid anchors of a streamed projection loss with K = ``k`` class
+    slots, ``class_ids`` [m] int32 in [0, k): ``(total, anchor_ok [n])``."""
+    labels, index, anchor_valid = anchor_rows
     z, z_valid = rows.candidates, rows.candidate_valid
-    class_ids, k = _class_index(rows.candidate_data, num_classes)
     counts = jax.ops.segment_sum(z_valid.astype(jnp.int32), class_ids, num_segments=k)
     anchor_class = jax.lax.dynamic_slice_in_dim(
         class_ids, _core.local_row_offset(n, axis_name), n
@@ -642,21 +757,19 @@ def _projection_loss(
         )
     tau = blockwise.like_anchors(temperature, rows.anchors)
     if kind.endswith("_nce"):
-        total, anchor_ok = blockwise.stream_rows(
+        return blockwise.stream_rows(
             _nce_type_block, rows.anchors, (prototypes,), (tau,),
-            (rows.anchor_valid, anchor_class), (counts,), block,
+            (anchor_valid, anchor_class), (counts,), block,
         )
-    else:
-        total, anchor_ok = blockwise.stream_rows(
-            _supcon_type_block("projnce" if kind == "projnce" else "projection"),
-            rows.anchors,
-            (z, prototypes),
-            (tau, blockwise.like_anchors(beta, rows.anchors)),
-            (labels, rows.index, rows.anchor_valid, anchor_class),
-            (rows.candidate_data, z_valid, counts),
-            block,
-        )
-    return blockwise.global_mean(total, anchor_ok, axis_name)
+    return blockwise.stream_rows(
+        _supcon_type_block("projnce" if kind == "projnce" else "projection"),
+        rows.anchors,
+        (z, prototypes),
+        (tau, blockwise.like_anchors(beta, rows.anchors)),
+        (labels, index, anchor_valid, anchor_class),
+        (rows.candidate_data, z_valid, counts),
+        block,
+    )
 
 
 def _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta, bandwidth,
@@ -683,6 +796,37 @@ def _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta, b
 # --------------------------------------------------------------------------- losses
 
 
+#: Arguments every loss of this module takes, spliced into the docstrings by
+#: :func:`_document` at the markers ``{loss_inputs}`` and ``{shared_args}``.
+_LOSS_INPUTS = """embeddings: float [N, D] rows on this device (normalised inside).
+      labels: int [N] class labels.
+      temperature: tau > 0 (0.07 in the paper)."""
+_SHARED_ARGS = """axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
+      valid: optional bool [N]; False rows are padding (neither anchors nor
+        candidates nor class statistics).
+      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
+        memory, fused gradient; see ``blockwise``); None chooses the dense form
+        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      num_classes: optional static number of classes; labels must then lie in
+        [0, num_classes), and the streamed form has [num_classes, D] class
+        statistics and [block, num_classes] class products. Without it the labels
+        are mapped to dense indices among the distinct labels of the global batch,
+        and the streamed form runs the smallest of its compiled class-slot counts
+        (:func:`class_slot_sizes`) that holds them. Same value either way.
+
+    Returns:
+      float32 scalar, the mean over valid anchors of the global batch."""
+
+
+def _document(fn):
+    """Splices the shared argument descriptions into ``fn``'s docstring."""
+    fn.__doc__ = fn.__doc__.replace("{loss_inputs}", _LOSS_INPUTS).replace(
+        "{shared_args}", _SHARED_ARGS
+    )
+    return fn
+
+
+@_document
 def projnce(
     embeddings: Array,
     labels: Array,
@@ -709,23 +853,9 @@ def projnce(
     ``docs/losses.md``.
 
     Args:
-      embeddings: float [N, D] rows on this device (normalised inside).
-      labels: int [N] class labels.
-      temperature: tau > 0 (0.07 in the paper).
+      {loss_inputs}
       beta: weight of R, >= 0 (1 is ProjNCE; the paper also shows 5 and 10).
-      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
-      valid: optional bool [N]; False rows are padding (neither anchors nor
-        candidates nor class statistics).
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient; see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
-      num_classes: optional static number of classes; labels must then lie in
-        [0, num_classes). Class statistics become [num_classes, D] instead of
-        [N, D], so the streamed class products are [block, num_classes]: much
-        cheaper when there are few classes. Same value either way.
-
-    Returns:
-      float32 scalar, the mean over valid anchors of the global batch.
+      {shared_args}
 
     Examples:
       >>> import jax.numpy as jnp
@@ -740,11 +870,11 @@ def projnce(
       A Projection Perspective. arXiv:2506.09810. Definition 2.3 and Eq. (12) (the
       loss), Eq. (10) (the leave-one-out R); Table 1 (CIFAR with label noise).
     """
-    _core.check_nonnegative(beta, "beta")
     return _projection_loss("projnce", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, beta=beta)
 
 
+@_document
 def soft_supcon(
     embeddings: Array,
     labels: Array,
@@ -775,25 +905,11 @@ def soft_supcon(
     O(block·N·D) memory at most (``nw_projection``).
 
     Args:
-      embeddings: float [N, D] rows on this device (normalised inside).
-      labels: int [N] class labels.
-      temperature: tau > 0 (0.07 in the paper).
+      {loss_inputs}
       bandwidth: kernel bandwidth h > 0 (0.6 in the paper).
       distance: ``"l1"`` (the paper's default), ``"l2"`` or ``"cosine"``
         (``1/2 - 1/2 cos``).
-      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
-      valid: optional bool [N]; False rows are padding (neither anchors nor
-        candidates nor class statistics).
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient; see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
-      num_classes: optional static number of classes; labels must then lie in
-        [0, num_classes). Class statistics become [num_classes, D] instead of
-        [N, D], so the streamed class products are [block, num_classes]: much
-        cheaper when there are few classes. Same value either way.
-
-    Returns:
-      float32 scalar, the mean over valid anchors of the global batch.
+      {shared_args}
 
     Examples:
       >>> import jax.numpy as jnp
@@ -809,12 +925,11 @@ def soft_supcon(
       (SoftSupCon), Eqs. (17)-(18) (the Nadaraya–Watson soft labels and projection);
       Tables 2-3.
     """
-    _check_choice(distance, _DISTANCES, "distance")
-    _core.check_positive(bandwidth, "bandwidth")
     return _projection_loss("soft_supcon", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, bandwidth=bandwidth, distance=distance)
 
 
+@_document
 def soft_nce(
     embeddings: Array,
     labels: Array,
@@ -840,24 +955,10 @@ def soft_nce(
     anchors with another row of their class.
 
     Args:
-      embeddings: float [N, D] rows on this device (normalised inside).
-      labels: int [N] class labels.
-      temperature: tau > 0 (0.07 in the paper).
+      {loss_inputs}
       bandwidth: kernel bandwidth h > 0 (0.6 in the paper).
       distance: ``"l1"`` (the paper's default), ``"l2"`` or ``"cosine"``.
-      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
-      valid: optional bool [N]; False rows are padding (neither anchors nor
-        candidates nor class statistics).
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient; see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
-      num_classes: optional static number of classes; labels must then lie in
-        [0, num_classes). Class statistics become [num_classes, D] instead of
-        [N, D], so the streamed class products are [block, num_classes]: much
-        cheaper when there are few classes. Same value either way.
-
-    Returns:
-      float32 scalar, the mean over valid anchors of the global batch.
+      {shared_args}
 
     Examples:
       >>> import jax.numpy as jnp
@@ -872,12 +973,11 @@ def soft_nce(
       A Projection Perspective. arXiv:2506.09810. Definition 3.2 and Eq. (15) (SoftNCE),
       Eqs. (17)-(18); Tables 2-3.
     """
-    _check_choice(distance, _DISTANCES, "distance")
-    _core.check_positive(bandwidth, "bandwidth")
     return _projection_loss("soft_nce", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, bandwidth=bandwidth, distance=distance)
 
 
+@_document
 def med_supcon(
     embeddings: Array,
     labels: Array,
@@ -902,23 +1002,9 @@ def med_supcon(
     of the two middle ones (numpy's). Gradients reach the selected rows only.
 
     Args:
-      embeddings: float [N, D] rows on this device (normalised inside).
-      labels: int [N] class labels.
-      temperature: tau > 0 (0.07 in the paper).
+      {loss_inputs}
       median_mode: ``"lower"`` or ``"average"``.
-      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
-      valid: optional bool [N]; False rows are padding (neither anchors nor
-        candidates nor class statistics).
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient; see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
-      num_classes: optional static number of classes; labels must then lie in
-        [0, num_classes). Class statistics become [num_classes, D] instead of
-        [N, D], so the streamed class products are [block, num_classes]: much
-        cheaper when there are few classes. Same value either way.
-
-    Returns:
-      float32 scalar, the mean over valid anchors of the global batch.
+      {shared_args}
 
     Examples:
       >>> import jax.numpy as jnp
@@ -933,11 +1019,11 @@ def med_supcon(
       A Projection Perspective. arXiv:2506.09810. Section 3.3 (median projections) and
       Appendix C, Eq. (33) with the projection replaced by the median; Table 1.
     """
-    _check_choice(median_mode, _MEDIAN_MODES, "median_mode")
     return _projection_loss("med_supcon", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, median_mode=median_mode)
 
 
+@_document
 def med_nce(
     embeddings: Array,
     labels: Array,
@@ -959,23 +1045,9 @@ def med_nce(
     with ``f_med`` as in :func:`med_supcon` and j = i included.
 
     Args:
-      embeddings: float [N, D] rows on this device (normalised inside).
-      labels: int [N] class labels.
-      temperature: tau > 0 (0.07 in the paper).
+      {loss_inputs}
       median_mode: ``"lower"`` or ``"average"``.
-      axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
-      valid: optional bool [N]; False rows are padding (neither anchors nor
-        candidates nor class statistics).
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient; see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
-      num_classes: optional static number of classes; labels must then lie in
-        [0, num_classes). Class statistics become [num_classes, D] instead of
-        [N, D], so the streamed class products are [block, num_classes]: much
-        cheaper when there are few classes. Same value either way.
-
-    Returns:
-      float32 scalar, the mean over valid anchors of the global batch.
+      {shared_args}
 
     Examples:
       >>> import jax.numpy as jnp
@@ -990,6 +1062,5 @@ def med_nce(
       A Projection Perspective. arXiv:2506.09810. Section 3.3 and Appendix C, Eq. (34)
       with the projection replaced by the median.
     """
-    _check_choice(median_mode, _MEDIAN_MODES, "median_mode")
     return _projection_loss("med_nce", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, median_mode=median_mode)

@@ -50,7 +50,8 @@ def _loss(name: str):
 
 
 STREAMED = [
-    "supcon", "sincere", "nt_xent", "y_aware_infonce", "mio", "projnce", "soft_supcon-l1",
+    "supcon", "sincere", "nt_xent", "y_aware_infonce", "mio", "mio-no_l2", "projnce",
+    "soft_supcon-l1",
     "soft_supcon-l2", "soft_supcon-cosine", "soft_nce-l1", "soft_nce-cosine", "med_supcon",
     "med_nce", "conditional_alignment", "global_uniformity", "conditional_uniformity",
 ]
@@ -59,6 +60,7 @@ HPARAMS = {
     "conditional_alignment": {"sigma": 0.7},
     "conditional_uniformity": {"sigma": 0.7},
     "mio": {"l2_weight": 0.5},
+    "mio-no_l2": {"l2_weight": 0.0},  # the streamed block drops the L2 term's passes
     "projnce": {"beta": 1.5},
     "soft_supcon-l1": {"distance": "l1", "bandwidth": 1.6},
     "soft_supcon-l2": {"distance": "l2", "bandwidth": 0.8},
@@ -186,6 +188,96 @@ def test_blockwise_nadaraya_watson_matches_dense_soft_labels(distance):
         np.testing.assert_allclose(grads[0], ref_grads[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(grads[1], ref_grads[1], rtol=1e-5)
 
+
+
+@pytest.mark.parametrize("distance", ["l1", "l2"])
+def test_nadaraya_watson_lone_blocks_match_dense(distance):
+    """Row blocks whose rows have no kernel neighbour but themselves skip the distances in
+    the backward pass (one-hot soft labels): same value and gradients as the dense
+    Eq. (17)-(18), on a batch where a near-duplicate pair couples one block only. (The
+    skip does not depend on the distance; a cosine pair near enough to leave the other
+    pairs outside the support is too near for float32 Gram entries to resolve.)"""
+    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    z, labels, valid = _labelled_batch("projnce", seed=3)
+    # Gram-based distances (l2, cosine) lose digits for near pairs: keep them apart.
+    step = {"l1": 0.02, "l2": 0.2}[distance]
+    z = _core.l2_normalize(z.at[6].set(z[5] + step * z[9]))
+    labels = labels.at[6].set(labels[5] + 1)  # the pair straddles two classes
+    valid = valid.at[5:7].set(True)
+    lb = pn._labelled_batch(z, labels, 0.1, valid, None)
+    weights = jax.random.normal(jax.random.PRNGKey(1), (N, z.shape[1]))
+    # t = 1/2 for the pair; every other pair is far outside the kernel's support.
+    pair = pn._squared_scaled_distance(lb.batch.candidates, distance, 1.0)[5, 6]
+    h = 2.0 * float(np.sqrt(pair))
+
+    def dense(x, h):
+        batch = lb._replace(batch=lb.batch._replace(candidates=x))
+        return jnp.sum(weights * pn._nw_prototypes(pn._nw_soft_labels(batch, h, distance), batch))
+
+    def blocked(x, h, block):
+        g = pn.nw_projection(x, h, valid, lb.class_ids, None, distance, N, block)
+        return jnp.sum(weights * g)
+
+    ref_value, ref_grads = jax.value_and_grad(dense, argnums=(0, 1))(lb.batch.candidates, h)
+    assert np.abs(ref_grads[1]) > 1e-3  # the coupled pair's distance matters
+    for block in (1, 5):
+        coupled = pn._nw_forward(
+            lb.batch.candidates, jnp.float32(h), valid, lb.class_ids, None, distance, N, block
+        )[1][-1]
+        assert 0 < int(np.sum(coupled)) < coupled.shape[0]  # both branches run
+        value, grads = jax.jit(jax.value_and_grad(blocked, argnums=(0, 1)), static_argnums=2)(
+            lb.batch.candidates, jnp.float32(h), block
+        )
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+        np.testing.assert_allclose(grads[0], ref_grads[0], rtol=1e-5, atol=1e-6)
+        # d/dh sums rounded terms; the Gram form of l2/cosine also rounds the pair's t².
+        np.testing.assert_allclose(grads[1], ref_grads[1], rtol=1e-4 if distance == "l1" else 1e-3)
+
+
+CLASS_SLOT_CASES = ["projnce", "soft_supcon-l1", "soft_nce-cosine", "med_supcon", "med_nce"]
+
+
+@pytest.mark.parametrize("name", CLASS_SLOT_CASES)
+def test_class_slot_branches_match_dense(name, monkeypatch):
+    """Without ``num_classes`` the streamed losses pick, at run time, the smallest
+    compiled number of class slots that holds the batch's distinct labels: with slot
+    sizes (2, 8, 24) batches with 2, 5 and 12 distinct labels take each branch and
+    equal the dense form in value and gradient."""
+    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    monkeypatch.setattr(pn, "CLASS_SLOTS_MIN", 2)
+    assert pn.class_slot_sizes(N) == (2, 8, N)
+    z, labels, valid = _labelled_batch(name)
+    fn = _loss(name)
+    for distinct in (2, 5, 12):
+        second = jnp.asarray(np.arange(N) * 7 % distinct * 3 + 1)  # not dense ids
+        if distinct > 2:
+            second = second.at[7].set(99)  # a singleton class
+
+        def f(x, bs, y=second):
+            return fn(x, y, valid=valid, block_size=bs, temperature=0.2,
+                      **HPARAMS.get(name, {}))
+
+        grad_fn = jax.jit(jax.value_and_grad(f), static_argnums=1)
+        dense_value, dense_grad = grad_fn(z, None)
+        value, grad = grad_fn(z, 5)
+        np.testing.assert_allclose(value, dense_value, rtol=1e-5, err_msg=f"{distinct}")
+        np.testing.assert_allclose(grad, dense_grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", CLASS_SLOT_CASES)
+def test_class_slot_branches_multidevice_matches_single_device(name, monkeypatch):
+    """The branch is chosen from the gathered labels: 8 devices = one device."""
+    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    monkeypatch.setattr(pn, "CLASS_SLOTS_MIN", 2)
+    z, second, _ = _labelled_batch(name, seed=22)
+    z = jnp.concatenate([z, z[:8] * 0.5])  # 32 rows: 4 per device
+    second = jnp.concatenate([second, second[:8]])  # 5 distinct labels: slots (2, 8, 32)
+    valid = np.ones(32, bool)
+    valid[[0, 9, 10, 11]] = False
+    assert_multidevice_matches(
+        _loss(name), z, second, valid=valid, temperature=0.1, block_size=3,
+        **HPARAMS.get(name, {}),
+    )
 
 def test_soft_target_infonce_multidevice_matches_single_device():
     rng = np.random.default_rng(8)
