@@ -165,9 +165,9 @@ def summarise_sincere(results: dict[str, list[dict]], init: list[dict], referenc
     if init:
         linear = [cu.final(r)["linear"] for r in init]
         proj = [cu.final(r)["similarity"]["projection"] for r in init]
-        ri = {**{f"linear_{t}": sincere._mean_std([100 * x[t]["accuracy"] for x in linear])
+        ri = {**{f"linear_{t}": common.stat([100 * x[t]["accuracy"] for x in linear])
                  for t in ("top1", "top5")},
-              **{f"projection_{k}": sincere._mean_std([x[k] for x in proj])
+              **{f"projection_{k}": common.stat([x[k] for x in proj])
                  for k in ("mean_within", "mean_between")}}
         summary["random_init"] = ri
         text += (f"\nRandom-init encoder ({len(init)} seeds): linear top-1 "
