@@ -26,6 +26,11 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+#: Stored in every per-run JSON of a driver on the library's trainer, and part of the budget a
+#: stored run must match: a record of the former hand-made stack (no such field) is refused
+#: instead of being skipped as done.
+TRAINER = "contrastive_jax.train.loop"
+
 
 def run_path(out: Path, setting: str, method: str, seed: int) -> Path:
     """Where the result JSON of one (setting, method, seed) run lives."""

@@ -80,7 +80,8 @@ def run_one(task: str, name: str, method: str, seed: int, epochs: int, probes: t
     with the library and probed at the epochs ``probes``."""
     path = common.run_path(out, name, method, seed)
     label = f"{name}/{method}/seed{seed}"
-    done = common.load_finished(path, {"epochs": epochs}, progress, label)
+    done = common.load_finished(path, {"epochs": epochs, "trainer": common.TRAINER}, progress,
+                                label)
     if done is not None:
         return done
     config = configs.get_config(f"{task},{method}")
@@ -90,7 +91,7 @@ def run_one(task: str, name: str, method: str, seed: int, epochs: int, probes: t
     digits = task == "digits"
     result = {
         "task": name, "method": method, "seed": seed, "epochs": epochs,
-        "batch": int(config.data.global_batch_size),
+        "trainer": common.TRAINER, "batch": int(config.data.global_batch_size),
         **common.pretrain_and_probe(
             config, common.work_path(out, name, method, seed), epochs=epochs, probes=probes,
             splits=("train", "test") if digits else ("test",),

@@ -59,7 +59,7 @@ def run_one(name: str, setting: str, method: str, lr: float, tau: float, seed: i
     task = f"{name}/{setting}"
     path = common.run_path(out, task, method, seed)
     label = f"{task}/{method}/seed{seed}"
-    budget = {"epochs": 0 if method == "random_init" else epochs}
+    budget = {"epochs": 0 if method == "random_init" else epochs, "trainer": common.TRAINER}
     done = common.load_finished(path, budget, progress, label)
     if done is not None:
         return done

@@ -173,9 +173,14 @@ def test_mio_grid_probes_the_random_init_encoder_once_per_main_seed():
 
 
 def test_a_stored_run_of_another_epoch_budget_is_refused(tmp_path):
-    common.save_json(common.run_path(tmp_path, "digits_5ep", "simclr", 0),
-                     {"epochs": 3, "probes": []})
-    with pytest.raises(ValueError, match=re.escape("with {'epochs': 3}, not {'epochs': 5}")):
+    path = common.run_path(tmp_path, "digits_5ep", "simclr", 0)
+    common.save_json(path, {"epochs": 3, "trainer": common.TRAINER, "probes": []})
+    with pytest.raises(ValueError, match=re.escape("with {'epochs': 3, 'trainer'")):
+        cu.run_one("digits", "digits_5ep", "simclr", 0, 5, (5,), tmp_path,
+                   common.Progress(1, "test"))
+    # A record of the former hand-made stack (no trainer field) is refused, not skipped.
+    common.save_json(path, {"epochs": 5, "probes": []})
+    with pytest.raises(ValueError, match="'trainer': None"):
         cu.run_one("digits", "digits_5ep", "simclr", 0, 5, (5,), tmp_path,
                    common.Progress(1, "test"))
 
