@@ -10,7 +10,8 @@ For each N (D = 128) one process times, side by side and in interleaved rounds
 (median of ``--repeats``), ``jax.value_and_grad`` of every case and one
 ``z @ z.T`` product, and prints each time and its ratio to the product. Cases
 ``loss:variant``: ``dense`` (the [N, N] path, forced at every N), ``block``
-(streamed, ``blockwise.BLOCK_ELEMENTS // N`` anchor rows per block) or
+(streamed, ``blockwise.BLOCK_ELEMENTS // N`` anchor rows per block; the class
+losses without ``num_classes``, so they pick their class slots at run time) or
 ``block<rows>``, ``classes`` (streamed with ``num_classes=100``, the losses with
 class projections), ``auto`` (``block_size=None``: what a caller gets, dense up
 to ``blockwise.BLOCKWISE_THRESHOLD`` rows; the same program as ``block`` above
