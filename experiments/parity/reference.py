@@ -8,8 +8,8 @@ Two checkouts are read:
 * ``sincere_dir``: github.com/tufts-ml/SupContrast (Feeney & Hughes, arXiv:2309.14277), for
   ``revised_losses.py`` (``SINCERELoss``).
 
-The defaults are ``../shared/peers/<name>`` beside the repository root, the place this project's
-workspace keeps them; pass ``--supcon-dir``/``--sincere-dir`` for checkouts elsewhere.
+Both are required arguments (``--supcon-dir``/``--sincere-dir`` on the command line): the
+harness has no default location for code outside this repository.
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_SUPCON_DIR = REPO_ROOT.parent / "shared" / "peers" / "HobbitLong-SupContrast"
-DEFAULT_SINCERE_DIR = REPO_ROOT.parent / "shared" / "peers" / "tufts-ml-SupContrast"
 
 
 def require_torch() -> ModuleType:
@@ -55,7 +51,7 @@ def load_module(path: Path | str, name: str) -> ModuleType:
     return module
 
 
-def load_supcon(supcon_dir: Path | str = DEFAULT_SUPCON_DIR) -> tuple[ModuleType, ModuleType]:
+def load_supcon(supcon_dir: Path | str) -> tuple[ModuleType, ModuleType]:
     """(``networks/resnet_big.py``, ``losses.py``) of the HobbitLong/SupContrast checkout."""
     require_torch()
     supcon_dir = Path(supcon_dir)
@@ -64,7 +60,7 @@ def load_supcon(supcon_dir: Path | str = DEFAULT_SUPCON_DIR) -> tuple[ModuleType
     return resnet_big, losses
 
 
-def load_sincere(sincere_dir: Path | str = DEFAULT_SINCERE_DIR) -> ModuleType:
+def load_sincere(sincere_dir: Path | str) -> ModuleType:
     """``revised_losses.py`` of the tufts-ml/SupContrast checkout."""
     require_torch()
     return load_module(Path(sincere_dir) / "revised_losses.py", "_parity_ref_revised_losses")

@@ -37,10 +37,6 @@ import time
 import types
 from pathlib import Path
 
-DEFAULT_SUPCON_DIR = (
-    Path(__file__).resolve().parents[3] / "shared" / "peers" / "HobbitLong-SupContrast"
-)
-
 
 def _stub_tensorboard_logger() -> None:
     try:
@@ -67,7 +63,7 @@ def main() -> int:
     split = argv.index("--")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("--supcon-dir", default=str(DEFAULT_SUPCON_DIR))
+    parser.add_argument("--supcon-dir", required=True, help="HobbitLong/SupContrast checkout")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv[:split])

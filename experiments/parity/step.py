@@ -1,7 +1,8 @@
 """Step parity: same weights, same two-view batch, same numbers as the reference PyTorch code.
 
-    python -m experiments.parity.step                      # B = 16 images (32 rows), 32 x 32
-    python -m experiments.parity.step --batch-size 64 --data-dir ../shared/data/cifar10
+    P="--supcon-dir ../shared/peers/HobbitLong-SupContrast --sincere-dir ../shared/peers/tufts-ml-SupContrast"
+    python -m experiments.parity.step $P                    # B = 16 images (32 rows), 32 x 32
+    python -m experiments.parity.step $P --batch-size 64 --data-dir ../shared/data/cifar10
 
 Builds the reference ``SupConResNet('resnet18')`` (Khosla et al., 2020, arXiv:2004.11362;
 github.com/HobbitLong/SupContrast), gives its BatchNorms non-trivial affine parameters and
@@ -402,8 +403,8 @@ def run(
     steps: int = 2,
     seed: int = 0,
     data_dir: str | None = None,
-    supcon_dir: str | Path = reference.DEFAULT_SUPCON_DIR,
-    sincere_dir: str | Path = reference.DEFAULT_SINCERE_DIR,
+    supcon_dir: str | Path,
+    sincere_dir: str | Path,
 ) -> dict[str, Any]:
     """The step-parity comparisons in both modes; returns the summary dict printed by main()."""
     for name, value in (("batch_size", batch_size), ("image_size", image_size),
@@ -521,9 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None,
                         help="image folder with train/<class>/ (default: random images)")
-    parser.add_argument("--supcon-dir", default=str(reference.DEFAULT_SUPCON_DIR),
+    parser.add_argument("--supcon-dir", required=True,
                         help="HobbitLong/SupContrast checkout")
-    parser.add_argument("--sincere-dir", default=str(reference.DEFAULT_SINCERE_DIR),
+    parser.add_argument("--sincere-dir", required=True,
                         help="tufts-ml/SupContrast checkout")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     args = parser.parse_args(argv)

@@ -1,12 +1,14 @@
 """Parity with the reference PyTorch SupCon/SINCERE code (``experiments/parity``).
 
 Skipped without PyTorch (``pip install -e '.[parity]'``) or without the reference checkouts
-(HobbitLong/SupContrast and tufts-ml/SupContrast, found where
-``experiments.parity.reference`` looks by default). The converter tests take seconds; the step
+(HobbitLong/SupContrast and tufts-ml/SupContrast, passed explicitly as
+``../shared/peers/<name>`` beside the repository). The converter tests take seconds; the step
 parity is ``slow`` (``make test-all``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,15 +18,19 @@ torch = pytest.importorskip("torch")
 from experiments.parity import model as parity_model  # noqa: E402
 from experiments.parity import reference  # noqa: E402
 
-if not (reference.DEFAULT_SUPCON_DIR / "losses.py").is_file():
+PEERS = Path(__file__).resolve().parents[2].parent / "shared" / "peers"
+SUPCON_DIR = PEERS / "HobbitLong-SupContrast"
+SINCERE_DIR = PEERS / "tufts-ml-SupContrast"
+
+if not (SUPCON_DIR / "losses.py").is_file():
     pytest.skip(
-        f"reference checkout not found at {reference.DEFAULT_SUPCON_DIR}", allow_module_level=True
+        f"reference checkout not found at {SUPCON_DIR}", allow_module_level=True
     )
 
 
 @pytest.fixture(scope="module")
 def reference_model():
-    resnet_big, _ = reference.load_supcon()
+    resnet_big, _ = reference.load_supcon(SUPCON_DIR)
     torch.manual_seed(0)
     ref = resnet_big.SupConResNet(name="resnet18", head="mlp", feat_dim=128)
     with torch.no_grad():
@@ -112,7 +118,8 @@ def test_converter_accepts_data_parallel_prefix(reference_model):
 def test_step_parity_small_batch():
     from experiments.parity import step
 
-    summary = step.run(batch_size=8, image_size=16, num_classes=4, steps=2, seed=0)
+    summary = step.run(batch_size=8, image_size=16, num_classes=4, steps=2, seed=0,
+                       supcon_dir=SUPCON_DIR, sincere_dir=SINCERE_DIR)
     for mode in ("train", "eval"):
         # Step 1 (the momentum buffer in use) is checked for the optimiser only: its forward pass
         # already starts from parameters that differ by step 0's round-off.
