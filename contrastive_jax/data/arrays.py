@@ -26,6 +26,7 @@ same registration before its source is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 import ml_collections
@@ -216,23 +217,8 @@ def transform_metadata(source: Source, config: ml_collections.ConfigDict) -> Sou
         for key, split in splits.items():
             if split.metadata is not None:
                 splits[key] = _with_metadata(split, split.metadata * scale)
-    return Source(
-        name=source.name,
-        splits=splits,
-        num_classes=source.num_classes,
-        class_names=source.class_names,
-        image_shape=source.image_shape,
-        mean=source.mean,
-        std=source.std,
-        metadata_names=names,
-    )
+    return dataclasses.replace(source, splits=splits, metadata_names=names)
 
 
 def _with_metadata(split: Split, metadata: np.ndarray) -> Split:
-    return Split(
-        labels=split.labels,
-        images=split.images,
-        paths=split.paths,
-        metadata=metadata,
-        ids=split.ids,
-    )
+    return dataclasses.replace(split, metadata=metadata)
