@@ -16,7 +16,7 @@ parameters switch it off):
 3. grayscale with probability ``grayscale_prob``;
 4. Gaussian blur with a per-view probability;
 5. solarisation with a per-view probability;
-6. multiplicative gain, cutout, additive Gaussian noise.
+6. multiplicative gain, per-channel gain, cutout, additive Gaussian noise.
 
 Named recipes are in :data:`PRESET_NAMES` / :func:`augmentation_preset`.
 """
@@ -64,6 +64,8 @@ class AugmentConfig:
         ``blur_prob``.
       solarize_threshold: pixels ``>= threshold`` are inverted (``x -> 1 - x``).
       gain: range of a multiplicative intensity factor, or None.
+      channel_gain: range of a multiplicative factor drawn for each of the three
+        channels (a cheap colour shift), the result clipped to [0, 1]; or None.
       cutout_prob: probability of zeroing one square patch.
       cutout_fraction: side of the cutout patch as a fraction of the image side;
         its centre is uniform over the image and the patch is clipped to it.
@@ -84,6 +86,7 @@ class AugmentConfig:
     solarize_prob: tuple[float, ...] = (0.0,)
     solarize_threshold: float = 0.5
     gain: tuple[float, float] | None = None
+    channel_gain: tuple[float, float] | None = None
     cutout_prob: float = 0.0
     cutout_fraction: float = 0.25
     noise_std: tuple[float, float] = (0.0, 0.0)
@@ -164,6 +167,16 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
         cutout_prob=0.5,
         noise_std=(0.0, 0.05),
     ),
+    # CPU proxies of CIFAR-10 (experiments/configs/cifar_proxy.py): pad 4 of 32
+    # and crop, flip, brightness and contrast U(0.6, 1.4) (always, random
+    # order), a gain U(0.8, 1.2) per channel; no grayscale, no blur.
+    "cifar_proxy": lambda size: AugmentConfig(
+        crop_scale=None,
+        pad_fraction=0.125,
+        jitter=(0.4, 0.4, 0.0, 0.0),
+        jitter_prob=1.0,
+        channel_gain=(0.8, 1.2),
+    ),
     # Augmented linear-probe training (one view): SupContrast's crop (0.2, 1) +
     # flip, and MIO's crop (0.8, 1) alone (MIO, arXiv:2111.12664, Table 3).
     "supcon_linear": lambda size: AugmentConfig(crop_scale=(0.2, 1.0)),
@@ -180,7 +193,8 @@ def augmentation_preset(name: str, image_size: int) -> AugmentConfig:
 
     Names: ``simclr_cifar``, ``supcon_cifar``, ``simclr_imagenet``,
     ``byol_imagenet``, ``mio`` (MIO Table 3; blur and solarisation only above
-    32 px), ``digits``, ``digits_cluttered``, ``phantoms``, the linear-probe recipes
+    32 px), ``digits``, ``digits_cluttered``, ``phantoms``, ``cifar_proxy``, the
+    linear-probe recipes
     ``supcon_linear`` and ``mio_linear`` (use them with ``num_views = 1``) and
     ``none``.
     """
@@ -420,6 +434,12 @@ def solarize(image: tf.Tensor, threshold: float) -> tf.Tensor:
     return tf.where(image >= threshold, 1.0 - image, image)
 
 
+def channel_gain(image: tf.Tensor, seed: Seed, gain: tuple[float, float]) -> tf.Tensor:
+    """[h, w, C] times one factor ``U(gain)`` per channel, clipped to [0, 1]."""
+    factors = _uniform(seed, gain[0], gain[1], [image.shape[-1]])
+    return tf.clip_by_value(image * factors, 0.0, 1.0)
+
+
 def cutout(image: tf.Tensor, seed: Seed, side: int) -> tf.Tensor:
     """Zeroes a ``side x side`` patch of [S, S, C] centred uniformly, clipped to the image."""
     size = image.shape[0]
@@ -469,6 +489,9 @@ def _appearance(
     x = _with_prob(seeds[6], solarize_p, lambda x=x: solarize(x, cfg.solarize_threshold), x)
     if cfg.gain is not None:
         x = x * _uniform(seeds[7], *cfg.gain)
+    if cfg.channel_gain is not None:
+        # Its own seed from the gain's, so the other stages draw as without it.
+        x = channel_gain(x, tf.random.experimental.stateless_fold_in(seeds[7], 1), cfg.channel_gain)
     side = round(cfg.cutout_fraction * size)
     x = _with_prob(seeds[8], cfg.cutout_prob, lambda x=x: cutout(x, seeds[9], side), x)
     if cfg.noise_std[1] > 0:

@@ -35,12 +35,24 @@ choice.
 ``config.source_kwargs`` passes keyword arguments to the generator of a
 synthetic built-in source (phantoms: ``num_train``, ``num_test_controls``,
 ``num_test_patients``, ``delta_d``, ``seed``; see
-:func:`contrastive_jax.data.synthetic.phantom_splits`).
+:func:`contrastive_jax.data.synthetic.phantom_splits`). An image folder takes
+``test_subset`` (see below).
 
 ``config.train_subset`` replaces the training split by a deterministic,
 class-balanced subset (seed ``config.data_seed``); it applies to every
-consumer of the source (pretraining and evaluation alike). ``config.metadata``
-and ``config.metadata_scale`` then choose the metadata
+consumer of the source (pretraining and evaluation alike). For an image
+folder, ``config.source_kwargs.test_subset`` does the same to the test split
+(same seed), and ``config.in_memory = True`` decodes the (subset) images of
+every split into memory once instead of reading the files at every epoch. The
+CPU proxies of CIFAR-10 read the shared folder this way::
+
+    config.data.dataset = "cifar10"
+    config.data.data_dir = "PATH/TO/cifar10"    # <root>/{train,test}/<class>/<image>
+    config.data.train_subset = 5000
+    config.data.source_kwargs = {"test_subset": 2000}
+    config.data.in_memory = True
+
+``config.metadata`` and ``config.metadata_scale`` then choose the metadata
 (:func:`contrastive_jax.data.arrays.transform_metadata`).
 """
 
@@ -85,7 +97,9 @@ MAX_IN_MEMORY_BYTES = 2**30
 # --------------------------------------------------------------------------- subsets, noise
 
 
-def class_balanced_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+def class_balanced_subset(
+    labels: np.ndarray, size: int, seed: int, *, option: str = "train_subset"
+) -> np.ndarray:
     """Sorted positions of a deterministic class-balanced subset of ``size`` examples.
 
     Each of the K classes present gets ``size // K`` examples, and
@@ -96,13 +110,14 @@ def class_balanced_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarra
       labels: int [N].
       size: subset size, 1 <= size <= N.
       seed: subset seed.
+      option: the config option that asked for the subset (named by errors).
 
     Returns:
       int64 [size], increasing.
     """
     classes = np.unique(labels)
     if not 1 <= size <= len(labels):
-        raise ConfigError(f"train_subset must be in [1, {len(labels)}], got {size}")
+        raise ConfigError(f"{option} must be in [1, {len(labels)}], got {size}")
     rng = np.random.default_rng([seed, 1])
     per_class = np.full(len(classes), size // len(classes))
     per_class[rng.permutation(len(classes))[: size % len(classes)]] += 1
@@ -111,7 +126,7 @@ def class_balanced_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarra
         members = np.flatnonzero(labels == k)
         if count > len(members):
             raise ConfigError(
-                f"train_subset={size} needs {count} examples of class {k}, which has {len(members)}"
+                f"{option}={size} needs {count} examples of class {k}, which has {len(members)}"
             )
         rows.append(rng.choice(members, size=count, replace=False))
     return np.sort(np.concatenate(rows)).astype(np.int64)
@@ -463,12 +478,15 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
     stats = None if config.mean is None else (tuple(config.mean), tuple(config.std))
     data_dir = config.data_dir
     source_kwargs = dict(config.get("source_kwargs") or {})
-    if source_kwargs and name != "phantoms":
+    factory = arrays.registered_source(name)
+    folder = None if factory is not None else _image_folder_root(name, data_dir)
+    if folder is not None:
+        _check_folder_kwargs(source_kwargs)
+    elif source_kwargs and name != "phantoms":
         raise ConfigError(
             f"config.data.source_kwargs {sorted(source_kwargs)}: dataset {name!r} takes none "
-            "(only the synthetic 'phantoms' are generated with arguments)"
+            "(only the synthetic 'phantoms' and image folders take source_kwargs)"
         )
-    factory = arrays.registered_source(name)
     if factory is not None:
         source = factory(config)
     elif name in ("digits", "digits_cluttered"):
@@ -488,30 +506,20 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
             stats,
         )
     elif name.startswith(FOLDER_PREFIX):
-        folder = name[len(FOLDER_PREFIX):]
-        if not folder:
-            raise ConfigError(f"dataset {name!r} names no folder; write {FOLDER_PREFIX}PATH")
         known = os.path.basename(os.path.normpath(folder))  # folder:.../cifar10 -> CIFAR stats
         source = image_folder_source(
             folder, name=known if known in KNOWN_STATS else "image_folder", stats=stats
         )
-    elif name == "image_folder":
-        if data_dir is None:
-            raise ConfigError(
-                "dataset 'image_folder' needs config.data_dir (<root>/<split>/<class>/)"
-            )
-        source = image_folder_source(data_dir, stats=stats)
+    elif folder is not None:
+        source = image_folder_source(folder, name=name, stats=stats)
     else:
-        if data_dir is not None and is_image_folder(data_dir):
-            source = image_folder_source(data_dir, name=name, stats=stats)
-        else:
-            source = tfds_source(
-                name,
-                data_dir=data_dir,
-                download=config.download,
-                stats=stats,
-                in_memory=config.get("in_memory"),
-            )
+        source = tfds_source(
+            name,
+            data_dir=data_dir,
+            download=config.download,
+            stats=stats,
+            in_memory=config.get("in_memory"),
+        )
     if config.train_subset is not None:
         train = source.split("train")
         if train.streamed:
@@ -519,7 +527,89 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
         rows = class_balanced_subset(train.labels, config.train_subset, config.data_seed)
         log.info("dataset %s: class-balanced training subset of %d", name, len(rows))
         source = _replace_split(source, "train", train.take(rows))
+    if folder is not None:
+        source = _folder_subset_and_decode(
+            source, source_kwargs.get("test_subset"), config.data_seed, config.get("in_memory")
+        )
     return arrays.transform_metadata(source, config)
+
+
+#: ``config.source_kwargs`` of an image folder.
+FOLDER_KWARGS = ("test_subset",)
+
+
+def _image_folder_root(name: str, data_dir: str | None) -> str | None:
+    """The folder an image-folder dataset reads, or None for every other kind of dataset."""
+    if name in arrays.BUILTIN_NAMES and name != "image_folder":
+        return None
+    if name.startswith(FOLDER_PREFIX):
+        folder = name[len(FOLDER_PREFIX):]
+        if not folder:
+            raise ConfigError(f"dataset {name!r} names no folder; write {FOLDER_PREFIX}PATH")
+        return folder
+    if name == "image_folder":
+        if data_dir is None:
+            raise ConfigError(
+                "dataset 'image_folder' needs config.data_dir (<root>/<split>/<class>/)"
+            )
+        return data_dir
+    return data_dir if data_dir is not None and is_image_folder(data_dir) else None
+
+
+def _check_folder_kwargs(kwargs: dict) -> None:
+    unknown = sorted(set(kwargs) - set(FOLDER_KWARGS))
+    if unknown:
+        raise ConfigError(
+            f"config.data.source_kwargs {unknown}: an image folder takes {', '.join(FOLDER_KWARGS)}"
+        )
+    size = kwargs.get("test_subset")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+        raise ConfigError(f"config.data.source_kwargs.test_subset must be a positive int, got {size!r}")
+
+
+def _folder_subset_and_decode(
+    source: Source, test_subset: int | None, seed: int, in_memory: bool | None
+) -> Source:
+    """An image folder's class-balanced test subset (``test_subset`` images, subset seed
+    ``seed``) and, with ``in_memory``, every split decoded into uint8 [N, H, W, 3] (ids kept).
+
+    Raises:
+      ConfigError: ``test_subset`` without a test split or larger than it; ``in_memory`` for
+        a split of images of different sizes.
+    """
+    if test_subset is not None:
+        if "test" not in source.splits:
+            raise ConfigError(
+                f"config.data.source_kwargs.test_subset: image folder {source.name!r} has no "
+                f"'test' split; it has {sorted(source.splits)}"
+            )
+        test = source.split("test")
+        rows = class_balanced_subset(
+            test.labels, test_subset, seed, option="config.data.source_kwargs.test_subset"
+        )
+        log.info("dataset %s: class-balanced test subset of %d", source.name, len(rows))
+        source = _replace_split(source, "test", test.take(rows))
+    if not in_memory:
+        return source
+    splits = {}
+    for key, split in source.splits.items():
+        decoded = [decode_image_file(p) for p in split.paths]
+        shapes = sorted({image.shape for image in decoded})
+        if not decoded:
+            splits[key] = split  # nothing to decode
+            continue
+        if len(shapes) != 1:
+            raise ConfigError(
+                f"config.data.in_memory=True: split {key!r} of image folder {source.name!r} holds "
+                f"images of shapes {shapes[:4]}; read images of different sizes from their files "
+                "(in_memory None or False)"
+            )
+        splits[key] = Split(
+            labels=split.labels, images=np.stack(decoded), metadata=split.metadata, ids=split.ids
+        )
+    log.info("dataset %s: decoded %s into memory", source.name,
+             ", ".join(f"{k} {len(v.labels)}" for k, v in splits.items()))
+    return dataclasses.replace(source, splits=splits)
 
 
 def _phantom_splits(kwargs: dict) -> dict[str, Split]:
