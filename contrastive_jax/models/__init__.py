@@ -1,4 +1,4 @@
-"""Encoders (ResNet, ViT, a small CNN), projection/classification heads and their factories (Flax NNX).
+"""Encoders (ResNet, ViT, a small CNN, an MLP for vectors), projection/classification heads and their factories (Flax NNX).
 
 Needs the ``train`` extra (``pip install 'contrastive_jax[train]'``).
 """
@@ -17,7 +17,8 @@ from contrastive_jax.models.factory import (
     default_encoder_config,
     default_head_config,
 )
-from contrastive_jax.models.heads import LinearHead, MLPHead
+from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead
+from contrastive_jax.models.mlp import MLP
 from contrastive_jax.models.model import ContrastiveModel
 from contrastive_jax.models.resnet import BasicBlock, Bottleneck, ResNet
 from contrastive_jax.models.vit import VIT_VARIANTS, EncoderBlock, VisionTransformer, ViTVariant
@@ -31,7 +32,9 @@ __all__ = [
     "Bottleneck",
     "ContrastiveModel",
     "EncoderBlock",
+    "IdentityHead",
     "LinearHead",
+    "MLP",
     "MLPHead",
     "ResNet",
     "SmallCNN",

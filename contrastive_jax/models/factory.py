@@ -5,7 +5,7 @@ Encoder config fields (defaults from :func:`default_encoder_config`):
 ============================  =========================================================
 ``name``                      ``resnet18`` | ``resnet34`` | ``resnet50`` | ``vit_ti16`` |
                               ``vit_s16`` | ``vit_b16`` | ``vit_ti4`` | ``vit_s4`` |
-                              ``small_cnn`` (default ``resnet18``)
+                              ``small_cnn`` | ``mlp`` (vectors) (default ``resnet18``)
 ``dtype``                     compute dtype ``float32`` | ``bfloat16``; parameters are
                               always float32 (default ``float32``)
 ``stem``                      ResNet: ``cifar`` | ``imagenet`` (default ``cifar``)
@@ -22,18 +22,25 @@ Encoder config fields (defaults from :func:`default_encoder_config`):
 ``drop_path_rate``            ViT: stochastic depth of the last block (default 0)
 ``channels``                  small_cnn only: output channels per 3x3 conv (default (32, 64))
 ``strides``                   small_cnn only: stride per conv (default (1, 2))
+``in_features``               mlp only: input width D of the vectors (required)
+``widths``                    mlp only: output width per Linear layer (default (16, 16, 2))
+``use_bias``                  mlp only: Linear biases (default True)
+``init_std``                  mlp only: None = PyTorch's ``nn.Linear`` init, or the std
+                              of normal weights with zero biases (default None)
 ============================  =========================================================
 
-``channels`` and ``strides`` (:data:`SMALL_CNN_DEFAULTS`) are not in
-:func:`default_encoder_config`: a config sets them beside ``name="small_cnn"``, so the
-model config (which a checkpoint records) of every other encoder is unchanged.
+``channels`` and ``strides`` (:data:`SMALL_CNN_DEFAULTS`) and the ``mlp`` fields
+(:data:`MLP_DEFAULTS`) are not in :func:`default_encoder_config`: a config sets them
+beside ``name="small_cnn"`` / ``name="mlp"``, so the model config (which a checkpoint
+records) of every other encoder is unchanged.
 
 Head config fields (defaults from :func:`default_head_config`):
 
 ============================  =========================================================
 ``name``                      ``simclr_v2`` (MLP, BN in hidden layers) | ``mio`` (MLP
                               with a final BN) | ``linear`` (one Linear) |
-                              ``classifier`` (Linear to ``num_classes``)
+                              ``classifier`` (Linear to ``num_classes``) |
+                              ``identity`` (no projection: the encoder output)
                               (default ``simclr_v2``)
 ``num_hidden_layers``         MLP heads: Linear-BN-ReLU layers before the last Linear
                               (default 1, i.e. a 2-layer MLP)
@@ -63,15 +70,18 @@ from ml_collections import config_dict
 
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.models.cnn import SmallCNN
-from contrastive_jax.models.heads import LinearHead, MLPHead
+from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead
+from contrastive_jax.models.mlp import MLP
 from contrastive_jax.models.resnet import ResNet
 from contrastive_jax.models.vit import VIT_VARIANTS, VisionTransformer
 
 RESNET_DEPTHS = {"resnet18": 18, "resnet34": 34, "resnet50": 50}
-ENCODER_NAMES = (*RESNET_DEPTHS, *VIT_VARIANTS, "small_cnn")
+ENCODER_NAMES = (*RESNET_DEPTHS, *VIT_VARIANTS, "small_cnn", "mlp")
 #: Fields of the ``small_cnn`` encoder only, with their defaults.
 SMALL_CNN_DEFAULTS = {"channels": (32, 64), "strides": (1, 2)}
-HEAD_NAMES = ("simclr_v2", "mio", "linear", "classifier")
+#: Fields of the ``mlp`` encoder only, with their defaults (``in_features`` is required).
+MLP_DEFAULTS = {"in_features": None, "widths": (16, 16, 2), "use_bias": True, "init_std": None}
+HEAD_NAMES = ("simclr_v2", "mio", "linear", "classifier", "identity")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -112,9 +122,10 @@ def _resolve(config: Any, defaults: ml_collections.ConfigDict, kind: str) -> dic
     fields = dict(config.items()) if hasattr(config, "items") else dict(vars(config))
     known = set(defaults.keys())
     values = defaults.to_dict()
-    if kind == "encoder" and fields.get("name") == "small_cnn":
-        known |= set(SMALL_CNN_DEFAULTS)
-        values.update(SMALL_CNN_DEFAULTS)
+    own = {"small_cnn": SMALL_CNN_DEFAULTS, "mlp": MLP_DEFAULTS}.get(fields.get("name"))
+    if kind == "encoder" and own is not None:
+        known |= set(own)
+        values.update(own)
     unknown = sorted(set(fields) - known)
     if unknown:
         raise ConfigError(
@@ -138,8 +149,8 @@ def _resolve(config: Any, defaults: ml_collections.ConfigDict, kind: str) -> dic
 def create_encoder(config: Any, *, rngs: nnx.Rngs) -> nnx.Module:
     """Build the encoder named by ``config.name`` (fields: see the module docstring).
 
-    The encoder maps NHWC images [B, H, W, 3] to float32 features
-    [B, encoder.num_features] and is in training mode.
+    The encoder maps NHWC images [B, H, W, 3] (``mlp``: vectors [B, in_features]) to
+    float32 features [B, encoder.num_features] and is in training mode.
 
     Raises:
       ConfigError: unknown name or field, or an invalid value; the message names the field.
@@ -153,6 +164,14 @@ def create_encoder(config: Any, *, rngs: nnx.Rngs) -> nnx.Module:
     try:
         if c["name"] == "small_cnn":
             return SmallCNN(c["channels"], c["strides"], dtype=dtype, rngs=rngs)
+        if c["name"] == "mlp":
+            if c["in_features"] is None:
+                raise ConfigError(
+                    "encoder config.in_features (the width D of the input vectors) is required "
+                    "for the mlp encoder"
+                )
+            return MLP(c["in_features"], c["widths"], use_bias=c["use_bias"],
+                       init_std=c["init_std"], dtype=dtype, rngs=rngs)
         if c["name"] in RESNET_DEPTHS:
             return ResNet(
                 RESNET_DEPTHS[c["name"]],
@@ -184,7 +203,7 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
     """Build the head named by ``config.name`` on ``in_features``-wide inputs.
 
     The head maps [B, in_features] to float32 [B, out_features] (``num_classes``
-    for the classifier) and is in training mode.
+    for the classifier, ``in_features`` for ``identity``) and is in training mode.
 
     Raises:
       ConfigError: unknown name or field, or an invalid value; the message names the field.
@@ -209,6 +228,8 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
             )
         if c["name"] == "linear":
             return LinearHead(in_features, c["out_features"], dtype=dtype, rngs=rngs)
+        if c["name"] == "identity":
+            return IdentityHead(in_features)
         num_classes = c["num_classes"]
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise ConfigError(

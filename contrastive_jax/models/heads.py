@@ -10,6 +10,8 @@
     Linear(2048→2048) → BN → ReLU [→ Linear(→2048) → BN → ReLU] → Linear(→128) → BN.
 - :class:`LinearHead`: one Linear layer with bias, [B, in] -> [B, out]; the linear
   projection head and the classifier of supervised baselines and soft-target losses.
+- :class:`IdentityHead`: no parameters, [B, in] -> [B, in]; the loss then sees the
+  encoder output itself (the synthetic reproductions, whose embedding is the MLP's output).
 
 All heads map [B, in_features] -> [B, out_features] float32 (the compute ``dtype``
 applies inside). ``bn_axis_name`` averages BN statistics over that mesh axis
@@ -128,3 +130,18 @@ class LinearHead(nnx.Module):
 
     def __call__(self, h: jax.Array) -> jax.Array:
         return self.linear(h).astype(jnp.float32)
+
+
+class IdentityHead(nnx.Module):
+    """No projection: h [B, in_features] -> h float32 (``out_features = in_features``).
+
+    For objectives defined on the encoder output itself, e.g. ProjNCE's App. D.1 MLPs,
+    whose embedding is the MLP output.
+    """
+
+    def __init__(self, in_features: int):
+        _check_positive("in_features", in_features)
+        self.out_features = in_features
+
+    def __call__(self, h: jax.Array) -> jax.Array:
+        return h.astype(jnp.float32)

@@ -71,7 +71,7 @@ def test_encoder_names():
     """Each name is built through create_encoder by the count tests of test_resnet / test_vit."""
     assert set(ENCODER_NAMES) == {
         "resnet18", "resnet34", "resnet50", "vit_ti16", "vit_s16", "vit_b16", "vit_ti4", "vit_s4",
-        "small_cnn",
+        "small_cnn", "mlp",
     }  # fmt: skip
 
 
