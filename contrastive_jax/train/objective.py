@@ -8,6 +8,7 @@ Config (``config.loss``)::
     temperature = None            # None: each loss's own default; a number: every term's
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
     targets = {}                  # optional: per-term second argument, e.g. {"mio": "instance"}
+    mixing = None                 # optional: MixUp/CutMix + label smoothing of the label terms
 
 A temperature in a term's ``kwargs`` wins over ``temperature``; with neither, the loss's
 own default applies (MIO 0.5, the ProjNCE family 0.07, SINCERE/SupCon/NT-Xent 0.1).
@@ -18,7 +19,23 @@ labels for the supervised losses, metadata for the y-Aware family, nothing for
 ``global_uniformity``. ``config.loss.targets`` (optional) overrides it per term, e.g.
 ``{"mio": "instance"}`` for self-supervised MIO (the two views of an image as the
 positive pair). Besides the losses, the terms of :mod:`contrastive_jax.train.terms`
-(``align_uniform``) are names of ``config.loss.name``.
+(``align_uniform``, ``label_cross_entropy``, ``label_soft_target_infonce``) are names of
+``config.loss.name``.
+
+``config.loss.mixing`` (optional; absent, None or empty: off) turns on the soft targets of
+Hugger & Uhlmann (2024, arXiv:2404.14076, Sec. 4.1, Eq. 2): label smoothing with MixUp or
+CutMix in timm's batch mode (:mod:`contrastive_jax.data.mixing`). The training step then
+mixes the flat rows of each device's batch before the network and feeds the label terms
+the mixed, smoothed targets float [n, K] (``Targets.soft_label``) in place of the class
+labels. Fields (:class:`Mixing`; missing ones take the paper's values)::
+
+    mixing = {"num_classes": 10,  # K, the width of the class scores (required)
+              "label_smoothing": 0.1, "mixup_alpha": 0.8, "cutmix_alpha": 1.0,
+              "mixup_prob": 1.0, "switch_prob": 0.5}
+
+Every term must then be a label term (the images of the batch are mixed, so a loss on
+class labels or instance ids would see images that are not theirs), and the smoothing is
+``mixing.label_smoothing``, not a term's ``label_smoothing``.
 """
 
 from __future__ import annotations
@@ -35,12 +52,29 @@ from contrastive_jax.train import terms as extra_terms
 
 Array = jax.Array
 
+class Mixing(NamedTuple):
+    """The soft-target stage of ``config.loss.mixing`` (:func:`contrastive_jax.data.mixing.mix_batch`).
+
+    Defaults are the paper's recipe (Hugger & Uhlmann 2024, Sec. 4.1; timm's batch mode).
+    """
+
+    num_classes: int
+    label_smoothing: float = 0.1
+    mixup_alpha: float = 0.8
+    cutmix_alpha: float = 1.0
+    mixup_prob: float = 1.0
+    switch_prob: float = 0.5
+
+
 class Term(NamedTuple):
+    """One weighted term; ``mixing`` is the batch stage that makes its soft targets (or None)."""
+
     name: str
     weight: float
     target: str | None
     fn: Callable[..., Array]
     kwargs: Mapping[str, object]
+    mixing: Mixing | None = None
 
 
 class Targets(NamedTuple):
@@ -49,6 +83,53 @@ class Targets(NamedTuple):
     instance: Array  # int [n], global example index
     label: Array  # int [n]
     metadata: Array | None  # float [n, p]
+    soft_label: Array | None = None  # float [n, K], the mixed targets under config.loss.mixing
+
+#: Terms that take soft targets float [n, K] in place of class labels under ``config.loss.mixing``.
+SOFT_LABEL_TERMS = ("label_cross_entropy", "label_soft_target_infonce")
+
+
+def parse_mixing(loss_config) -> Mixing | None:
+    """Reads ``config.loss.mixing`` (None when absent or empty); raises ConfigError on bad fields."""
+    raw = loss_config.get("mixing", None)
+    if raw is None:
+        return None
+    fields = dict(raw.items()) if hasattr(raw, "items") else None
+    if fields is None:
+        raise ConfigError(f"config.loss.mixing must be a dict of fields or None, got {raw!r}")
+    if not fields:
+        return None
+    unknown = sorted(set(fields) - set(Mixing._fields))
+    if unknown:
+        raise ConfigError(
+            f"config.loss.mixing has unknown field(s) {unknown}; known: {list(Mixing._fields)}"
+        )
+    k = fields.get("num_classes")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ConfigError(
+            f"config.loss.mixing.num_classes must be an int >= 2 (the width of the class "
+            f"scores), got {k!r}"
+        )
+    mixing = Mixing(**{**fields, "num_classes": k})
+    for name in ("label_smoothing", "mixup_prob", "switch_prob"):
+        value = getattr(mixing, name)
+        if not 0.0 <= float(value) <= 1.0:
+            raise ConfigError(f"config.loss.mixing.{name} must be in [0, 1], got {value!r}")
+    for name in ("mixup_alpha", "cutmix_alpha"):
+        if float(getattr(mixing, name)) < 0.0:
+            raise ConfigError(
+                f"config.loss.mixing.{name} must be >= 0 (0 switches it off), got "
+                f"{getattr(mixing, name)!r}"
+            )
+    return mixing._replace(**{f: float(getattr(mixing, f)) for f in Mixing._fields[1:]})
+
+
+def batch_mixing(terms: list[Term]) -> Mixing | None:
+    """The one mixing stage of ``terms`` (None: no term mixes); raises if terms disagree."""
+    stages = {t.mixing for t in terms}
+    if len(stages) > 1:
+        raise ConfigError(f"the terms {[t.name for t in terms]} ask for different mixing stages")
+    return stages.pop() if stages else None
 
 
 def parse_terms(loss_config) -> list[Term]:
@@ -80,6 +161,21 @@ def parse_terms(loss_config) -> list[Term]:
             raise ConfigError(
                 f"config.loss.targets.{name}={target!r} is not one of {Targets._fields}"
             )
+    mixing = parse_mixing(loss_config)
+    if mixing is not None:
+        other = [n for n in names if n not in SOFT_LABEL_TERMS]
+        if other:
+            raise ConfigError(
+                f"config.loss.mixing mixes the images of the batch; the terms {other} do not "
+                f"take soft targets (only {list(SOFT_LABEL_TERMS)} do)"
+            )
+        smoothed = [n for n in names if "label_smoothing" in dict(all_kwargs.get(n, {}))]
+        if smoothed or overrides:
+            raise ConfigError(
+                f"with config.loss.mixing set, label smoothing is mixing.label_smoothing and the "
+                f"targets are the mixed ones: remove config.loss.kwargs.<term>.label_smoothing "
+                f"({smoothed}) and config.loss.targets ({sorted(overrides)})"
+            )
     embedding_losses = losses.embedding_losses()
     terms = []
     for name, weight in zip(names, weights, strict=True):
@@ -99,7 +195,9 @@ def parse_terms(loss_config) -> list[Term]:
                 raise ConfigError(f"config.loss.targets.{name}: {name!r} takes no second argument")
             target = overrides[name]
         kwargs.update(dict(all_kwargs.get(name, {})))
-        terms.append(Term(name, float(weight), target, fn, kwargs))
+        if mixing is not None:
+            target = "soft_label"
+        terms.append(Term(name, float(weight), target, fn, kwargs, mixing))
     return terms
 
 
@@ -120,9 +218,10 @@ def evaluate(
         else:
             second = getattr(targets, term.target)
             if second is None:
-                raise ConfigError(
-                    f"loss {term.name!r} needs per-example metadata, but the dataset has none"
-                )
+                what = {"metadata": "per-example metadata, but the dataset has none",
+                        "soft_label": "mixed soft targets, but the step made none "
+                                      "(config.loss.mixing is off)"}.get(term.target, term.target)
+                raise ConfigError(f"loss {term.name!r} needs {what}")
             value = term.fn(projections, second, axis_name=axis_name, valid=valid, **term.kwargs)
         values[term.name] = value
         total = total + term.weight * value

@@ -1,9 +1,10 @@
 """The jitted pretraining step: a pure function of (state, batch).
 
-Data flow: views [B, V, H, W, C] (sharded over ``data``) -> encoder + head per
-device inside ``jax.shard_map`` -> loss with ``axis_name="data"`` (local anchors
-against the gathered global batch) -> gradient of the replicated global loss,
-taken outside the ``shard_map`` -> optimiser update on replicated parameters.
+Data flow: views [B, V, H, W, C] (sharded over ``data``) -> [optional MixUp/CutMix
+of each device's flat rows] -> encoder + head per device inside ``jax.shard_map``
+-> loss with ``axis_name="data"`` (local anchors against the gathered global
+batch) -> gradient of the replicated global loss, taken outside the
+``shard_map`` -> optimiser update on replicated parameters.
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import metrics
+from contrastive_jax.data import mixing as mixing_lib
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train import objective
 
 Array = jax.Array
+
+#: Folded into a step's key to give the key of its MixUp/CutMix draws (a stream apart from
+#: the model's dropout keys, which fold the device index into the step's key directly).
+MIXING_STREAM = 0x6D6978
 
 
 class NonFinite(NamedTuple):
@@ -130,8 +137,19 @@ def make_train_step(
     of (run seed, step, device): the model's RNG streams are reseeded on every
     step with ``fold_in(fold_in(state.rng, state.step), device index)``, so a
     resumed run draws the masks an uninterrupted run would have drawn.
+
+    With a mixing stage (``config.loss.mixing``, :func:`objective.batch_mixing` of
+    ``terms``), each device mixes its flat rows [b V, H, W, C] (the V views of an
+    example on consecutive rows; a row's partner is the row at the mirrored
+    position of the device's rows) with
+    :func:`contrastive_jax.data.mixing.mix_batch` before the network, keyed by
+    ``fold_in(fold_in(fold_in(state.rng, state.step), MIXING_STREAM), device index)``
+    (deterministic per step, so resume stays exact), and the terms get the mixed,
+    smoothed targets as ``Targets.soft_label``. The online probe, if any, still
+    trains on the rows' own labels.
     """
     batch_keys = ("views", "label", "index", "metadata")
+    mix = objective.batch_mixing(terms)
 
     def per_device(params, batch_stats, key_data, local):
         # copy=True: fresh variables of this trace, so the RNG streams can be reseeded.
@@ -142,15 +160,32 @@ def make_train_step(
         nnx.reseed(model, default=device_key, dropout=device_key)
         views = local["views"]
         b, v = views.shape[:2]
-        features, projections = model.network(views.reshape((b * v,) + views.shape[2:]))
 
         def per_row(a):
             return None if a is None else jnp.repeat(a, v, axis=0)
 
+        rows = views.reshape((b * v,) + views.shape[2:])
+        label = per_row(local["label"]).astype(jnp.int32)
+        soft_label = None
+        if mix is not None:
+            mix_key = jax.random.fold_in(jax.random.wrap_key_data(key_data), MIXING_STREAM)
+            rows, soft_label = mixing_lib.mix_batch(
+                rows, label, mix_key, num_classes=mix.num_classes,
+                mixup_alpha=mix.mixup_alpha, cutmix_alpha=mix.cutmix_alpha,
+                mixup_prob=mix.mixup_prob, switch_prob=mix.switch_prob,
+                label_smoothing=mix.label_smoothing, axis_name=DATA_AXIS,
+            )
+        features, projections = model.network(rows)
+        if mix is not None and projections.shape[-1] != mix.num_classes:
+            raise ConfigError(
+                f"config.loss.mixing.num_classes={mix.num_classes}, but the head outputs "
+                f"{projections.shape[-1]} class scores per example"
+            )
         targets = objective.Targets(
             instance=per_row(local["index"]).astype(jnp.int32),
-            label=per_row(local["label"]).astype(jnp.int32),
+            label=label,
             metadata=per_row(local.get("metadata")),
+            soft_label=soft_label,
         )
         total, values = objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS)
         logged = {f"loss/{k}": val for k, val in values.items()}

@@ -10,9 +10,9 @@ global batch) and is selected by name in ``config.loss.name`` like a loss
 * ``label_cross_entropy`` and ``label_soft_target_infonce``: the supervised
   classifier objectives of Hugger & Uhlmann (2024) on class scores (the
   ``classifier`` head, ``config.model.head.name = "classifier"`` with
-  ``num_classes``), with label-smoothed targets built from the class labels.
-  (MixUp/CutMix targets need the images mixed before the network; the training
-  step has no such stage, so these terms take smoothed labels only.)
+  ``num_classes``), with label-smoothed targets built from the class labels, or
+  the soft targets float [B, K] of the training step's MixUp/CutMix stage
+  (``config.loss.mixing``, :mod:`contrastive_jax.train.objective`).
 
 :data:`TERMS` maps each name to ``(fn, second argument)``.
 """
@@ -88,11 +88,27 @@ def align_uniform(
 
 
 def _smoothed(logits: Array, label: Array, label_smoothing: float) -> Array:
-    """float32 [B, K] targets ``(1 - eps) onehot(y) + eps / K`` for class scores [B, K]."""
+    """float32 [B, K] targets for class scores [B, K].
+
+    Int labels [B] give ``(1 - eps) onehot(y) + eps / K``; float soft targets [B, K]
+    (already smoothed and mixed) are returned as they are, with eps = 0 required.
+    """
     if logits.ndim != 2:
         raise ValueError(f"`logits` must have shape [B, K], got {logits.shape}")
     if not 0.0 <= float(label_smoothing) <= 1.0:
         raise ValueError(f"`label_smoothing` must be in [0, 1], got {label_smoothing}")
+    if jnp.issubdtype(label.dtype, jnp.floating):
+        if label.shape != logits.shape:
+            raise ValueError(
+                f"soft targets must have the shape of `logits` {logits.shape}, got {label.shape}"
+            )
+        if label_smoothing:
+            raise ValueError(
+                "`label_smoothing` must be 0 with soft targets (they are smoothed already)"
+            )
+        return label.astype(jnp.float32)
+    if label.shape != logits.shape[:1]:
+        raise ValueError(f"`label` must be int [{logits.shape[0]}], got {label.shape}")
     k = logits.shape[1]
     eps = float(label_smoothing)
     return jax.nn.one_hot(label, k, dtype=jnp.float32) * (1.0 - eps) + eps / k
@@ -112,11 +128,12 @@ def label_cross_entropy(
     ``l_a = -sum_k t_a[k] log softmax(L[a] / tau)[k]`` with
     ``t_a = (1 - eps) onehot(y_a) + eps / K``
     (:func:`contrastive_jax.losses.soft_target_cross_entropy` on those targets); eps = 0
-    is the usual cross-entropy (NLL).
+    is the usual cross-entropy (NLL). Given soft targets instead of labels (the
+    MixUp/CutMix stage, Eq. 2), the loss is Eq. 3 on them (STCE).
 
     Args:
       logits: float [B, K] class scores (the classifier head's output).
-      label: int [B] class labels in [0, K).
+      label: int [B] class labels in [0, K), or float [B, K] soft targets (eps must be 0).
       label_smoothing: eps in [0, 1].
       temperature: tau > 0.
       axis_name, valid: as for every loss (global mean over valid rows).
@@ -146,27 +163,33 @@ def label_soft_target_infonce(
     *,
     label_smoothing: float = 0.0,
     temperature: float = 1.0,
+    class_prior: Array | tuple[float, ...] | None = None,
     axis_name: str | None = None,
     valid: Array | None = None,
 ) -> Array:
-    """Soft-target InfoNCE of class scores against label-smoothed targets.
+    """Soft-target InfoNCE of class scores against label-smoothed (or mixed) targets.
 
     :func:`contrastive_jax.losses.soft_target_infonce` (Hugger & Uhlmann Eq. 12, the
     negatives being the other rows of the global batch) on
-    ``t_a = (1 - eps) onehot(y_a) + eps / K``; see :func:`label_cross_entropy` for
-    the arguments.
+    ``t_a = (1 - eps) onehot(y_a) + eps / K``, or on the given soft targets float
+    [B, K]; with one-hot targets (eps = 0) it is the hard InfoNCE of their Eq. 5.
+    ``class_prior`` is eta float [K] (None: uniform; a tuple from a config is
+    accepted). See :func:`label_cross_entropy` for the other arguments.
 
     References:
       Jan Hugger and Virginie Uhlmann (2024). Towards noise contrastive estimation with
       soft targets for conditional models. arXiv:2404.14076, Eq. (12).
     """
     targets = _smoothed(logits, label, label_smoothing)
+    prior = None if class_prior is None else jnp.asarray(class_prior, jnp.float32)
     return losses.soft_target_infonce(
-        logits, targets, temperature=temperature, axis_name=axis_name, valid=valid
+        logits, targets, temperature=temperature, class_prior=prior, axis_name=axis_name,
+        valid=valid,
     )
 
 
-#: name -> (function, the second argument it takes: a field of ``objective.Targets``).
+#: name -> (function, the second argument it takes: a field of ``objective.Targets``; the label
+#: terms take ``soft_label`` instead when ``config.loss.mixing`` is set).
 TERMS = {
     "align_uniform": (align_uniform, "instance"),
     "label_cross_entropy": (label_cross_entropy, "label"),
