@@ -19,6 +19,10 @@ normalisation, sharding) as every other source::
 A registered name lives in this process only: a run restored elsewhere needs the
 same registration before its source is loaded.
 
+Float features [N, D] instead of images make a source of vectors
+(:func:`contrastive_jax.data.vectors.vector_source`: no augmentation, no
+normalisation, the ``mlp`` encoder), read by the same trainer and evaluation.
+
 :func:`transform_metadata` applies the data config's ``metadata`` and
 ``metadata_scale`` fields (every source goes through it in
 :func:`~.sources.load_source`).
@@ -33,6 +37,7 @@ import ml_collections
 import numpy as np
 
 from contrastive_jax.data.base import Source, Split, channel_stats
+from contrastive_jax.data.vectors import VectorSplit, vector_source
 from contrastive_jax.errors import ConfigError
 
 #: Built-in dataset names, which :func:`register_source` refuses.
@@ -85,7 +90,10 @@ def array_source(
       splits: split name -> a :class:`~.base.Split` of images, or a tuple
         ``(images, labels)`` / ``(images, labels, metadata)`` with images as
         :func:`as_images` takes them, int labels [N] and float metadata [N, p];
-        ``"train"`` is required (``"test"`` for evaluation).
+        ``"train"`` is required (``"test"`` for evaluation). Float features
+        [N, D] (rank 2) in place of the images, or
+        :class:`~.vectors.VectorSplit` s, give a source of vectors
+        (:func:`~.vectors.vector_source`; ``stats`` must then be None).
       class_names: K names; default ``"0" .. "K-1"``.
       num_classes: K; default ``len(class_names)``, else 1 + the largest label.
       metadata_names: names of the p metadata columns.
@@ -96,6 +104,12 @@ def array_source(
       ValueError: no ``"train"`` split, labels outside [0, K), splits of
         different image shapes, or a bad array (the message names it).
     """
+    if any(isinstance(v, VectorSplit) or (not isinstance(v, Split) and len(v) and np.ndim(v[0]) == 2)
+           for v in splits.values()):
+        if stats is not None:
+            raise ValueError(f"array source {name!r} holds vectors, which take no `stats`")
+        return vector_source(name, splits, class_names=class_names, num_classes=num_classes,
+                             metadata_names=metadata_names)
     built = {}
     for split, value in splits.items():
         if isinstance(value, Split):

@@ -82,6 +82,7 @@ from contrastive_jax.data.augment import (
 from contrastive_jax.data.base import Source, Split
 from contrastive_jax.data.records import RecordSet
 from contrastive_jax.data.sources import decode_image_file, load_source, symmetric_label_noise
+from contrastive_jax.data.vectors import VectorEvalIterator, VectorPretrainIterator, VectorSource
 from contrastive_jax.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
@@ -489,8 +490,11 @@ def make_pretrain_iterator(
     process_index: int | None = None,
     process_count: int | None = None,
     source: Source | None = None,
-) -> PretrainIterator:
+) -> PretrainIterator | VectorPretrainIterator:
     """Pretraining batches of this process from ``start_step`` on (infinite).
+
+    A source of vectors (:mod:`.vectors`) is served by a
+    :class:`~.vectors.VectorPretrainIterator`, in the same batch format.
 
     Args:
       config: data config (:func:`~contrastive_jax.data.default_data_config`).
@@ -503,6 +507,12 @@ def make_pretrain_iterator(
     Returns:
       A :class:`PretrainIterator` of numpy batches (format in the module docstring).
     """
+    source = load_source(config) if source is None else source
+    if isinstance(source, VectorSource):
+        return VectorPretrainIterator(
+            config, seed=seed, source=source, start_step=start_step,
+            process_index=process_index, process_count=process_count,
+        )
     return PretrainIterator(
         config,
         seed=seed,
@@ -635,8 +645,9 @@ def make_eval_iterator(
     process_index: int | None = None,
     process_count: int | None = None,
     source: Source | None = None,
-) -> EvalIterator:
-    """Evaluation batches of a whole split (format in the module docstring).
+) -> EvalIterator | VectorEvalIterator:
+    """Evaluation batches of a whole split (format in the module docstring; a source of
+    vectors is served by a :class:`~.vectors.VectorEvalIterator`, ``"image"`` [B, D]).
 
     Args:
       config: data config.
@@ -646,6 +657,12 @@ def make_eval_iterator(
       process_index, process_count: as for :func:`make_pretrain_iterator`.
       source: an already loaded source (else ``load_source(config)``).
     """
+    source = load_source(config) if source is None else source
+    if isinstance(source, VectorSource):
+        return VectorEvalIterator(
+            split, batch_size, source=source, process_index=process_index,
+            process_count=process_count,
+        )
     return EvalIterator(
         config,
         split,
