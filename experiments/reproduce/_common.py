@@ -302,3 +302,192 @@ def accuracy(result: dict, which: str, probe: dict | None = None) -> float:
     NaN for a diverged run."""
     rec = probe or final(result)
     return float("nan") if rec.get(which) is None else rec[which]["accuracy"]
+
+
+def projections(config: ml_collections.ConfigDict, split: str, *, workdir: Path | None = None,
+                step: int | None = None, source=None):
+    """Projection-head outputs (the space the loss shaped) of ``split``, network in eval mode.
+
+    From the checkpoint at ``step`` of ``workdir``, or, without ``workdir``, from the network
+    ``config`` initialises (its seed). Returns :class:`contrastive_jax.embed.Embedded`
+    (features [N, D] = the projections, labels [N]).
+    """
+    from contrastive_jax import data
+    from contrastive_jax.embed import embed_split
+    from contrastive_jax.train import loop
+    from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
+    from contrastive_jax.train.pretrained import load_pretrained
+
+    source = data.load_source(config.data) if source is None else source
+    if workdir is None:
+        network = loop.build_model(config, source.num_classes).network
+        network.eval()
+    else:
+        network = load_pretrained(str(Path(workdir) / CHECKPOINT_DIR / str(step))).network
+    return embed_split(network, config.data, split, output="projections", source=source)
+
+
+# ----------------------------------------------------------------------------- SINCERE claim
+
+
+def pack_bits(correct: np.ndarray) -> str:
+    """Per-example correctness (bool [N]) as a hex string, for paired tests between runs."""
+    return np.packbits(np.asarray(correct, bool)).tobytes().hex()
+
+
+def unpack_bits(text: str, n: int) -> np.ndarray:
+    """The bool [n] correctness :func:`pack_bits` stored."""
+    return np.unpackbits(np.frombuffer(bytes.fromhex(text), np.uint8))[:n].astype(bool)
+
+
+def loss_references(train_labels: np.ndarray, batch: int, views: int, seed: int = 0) -> dict:
+    """Reference values of SupCon and SINCERE on random ``batch``-image batches
+    (docs/reproductions.md, "SINCERE protocol").
+
+    Over 2,000 batches drawn without replacement from ``train_labels`` (n = views * batch
+    embeddings each), the anchor-weighted means of ``log |P_t|`` (SupCon's floor),
+    ``log(n - 1)`` (SupCon at constant embeddings), ``log(1 + |N_t|)`` (SINCERE at constant
+    embeddings) and of ``|P_t|`` (same-class views per anchor).
+    """
+    rng = np.random.default_rng(seed)
+    k = int(train_labels.max()) + 1
+    floors, const_sincere, positives = [], [], []
+    for _ in range(2000):
+        counts = np.bincount(rng.choice(train_labels, batch, replace=False), minlength=k) * views
+        weights = counts / counts.sum()
+        present = counts > 0
+        pos = counts[present] - 1
+        floors.append(np.sum(weights[present] * np.log(np.maximum(pos, 1))))
+        const_sincere.append(np.sum(weights[present] * np.log1p(views * batch - counts[present])))
+        positives.append(np.sum(weights[present] * pos))
+    return {
+        "supcon_floor": float(np.mean(floors)),
+        "supcon_constant": float(np.log(views * batch - 1)),
+        "sincere_constant": float(np.mean(const_sincere)),
+        "positives_per_anchor": float(np.mean(positives)),
+    }
+
+
+def class_similarities(z: np.ndarray, labels: np.ndarray, num_classes: int,
+                       hist_class: int) -> dict:
+    """Class-by-class mean cosine similarity ``M_ab`` of ``z`` [N, D] (SINCERE Fig. 2;
+    :func:`contrastive_jax.metrics.class_similarity_matrix`), its mean diagonal / off-diagonal
+    (``mean_within`` / ``mean_between``), and the mean within-class and class-vs-rest cosine of
+    class ``hist_class`` (Fig. 3)."""
+    from contrastive_jax import metrics
+
+    matrix = metrics.class_similarity_matrix(z, labels, num_classes)
+    within, between = metrics.within_between_similarities(z, labels, hist_class % num_classes)
+    return {
+        "matrix": np.round(matrix, 6).tolist(),
+        **metrics.similarity_summary(matrix),
+        "hist_class_within": float(within.mean()),
+        "hist_class_between": float(between.mean()),
+    }
+
+
+def pm(s: dict, digits: int = 3) -> str:
+    """``"mean ± std"`` of a :func:`stat` record."""
+    return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
+
+
+#: The two losses of the SINCERE claim, in table order.
+SINCERE_LOSSES = ("sincere", "supcon")
+
+
+def compare_sincere_supcon(pairs: Sequence[tuple[dict, dict]], resamples: int = 1000) -> dict:
+    """Mean ± std over seeds of every statistic of the SINCERE claim, and paired tests.
+
+    Args:
+      pairs: one ``(sincere_record, supcon_record)`` per seed, each with ``references``
+        (:func:`loss_references`), ``num_test``, ``loss_initial``, ``loss_final``,
+        ``similarity`` (``{"projection" | "encoder": class_similarities(...)}``) and
+        ``linear`` (``{"top1" | "top5": bootstrap accuracy + "bits"}``).
+      resamples: of the paired bootstrap of SINCERE - SupCon (seed 0).
+
+    Returns:
+      ``{"seeds", "references", "sincere", "supcon", "supcon_minus_sincere",
+      "paired_sincere_minus_supcon"}`` (accuracies in %), what :func:`sincere_tables` prints.
+    """
+    from contrastive_jax import eval as eval_lib
+
+    entry: dict = {"seeds": len(pairs), "references": pairs[0][0]["references"]}
+    for i, loss in enumerate(SINCERE_LOSSES):
+        rs = [p[i] for p in pairs]
+        entry[loss] = {
+            "loss_initial": stat([r["loss_initial"] for r in rs]),
+            "loss_final": stat([r["loss_final"] for r in rs]),
+            **{f"{space}_{key}": stat([r["similarity"][space][key] for r in rs])
+               for space in ("projection", "encoder") for key in ("mean_within", "mean_between")},
+            **{f"linear_{top}": stat([100 * r["linear"][top]["accuracy"] for r in rs])
+               for top in rs[0]["linear"]},
+            "linear_per_seed": [{top: {k: 100 * v[k] for k in ("accuracy", "low", "high")}
+                                 for top, v in r["linear"].items()} for r in rs],
+        }
+    entry["supcon_minus_sincere"] = {
+        f"{space}_{key}": stat([sup["similarity"][space][key] - sin["similarity"][space][key]
+                                for sin, sup in pairs])
+        for space in ("projection", "encoder") for key in ("mean_within", "mean_between")
+    }
+    paired = {}
+    for top in pairs[0][0]["linear"]:
+        tests = []
+        for sin, sup in pairs:
+            n = sin["num_test"]
+            d = eval_lib.paired_bootstrap_difference(
+                unpack_bits(sin["linear"][top]["bits"], n), unpack_bits(sup["linear"][top]["bits"], n),
+                resamples=resamples, seed=0,
+            )
+            tests.append({k: (100 * v if k != "significant" else v) for k, v in d.items()})
+        paired[top] = tests
+    entry["paired_sincere_minus_supcon"] = paired
+    return entry
+
+
+def sincere_tables(summary: dict) -> str:
+    """Markdown tables of ``{"b<batch>": compare_sincere_supcon(...)}`` (mean ± std over seeds):
+    losses against their references (Table 1), class similarities (Fig. 2), linear probe
+    accuracy (Table 2) and the paired bootstrap of SINCERE - SupCon."""
+    lines = []
+    for key, e in summary.items():
+        ref = e["references"]
+        lines += [
+            f"### batch {key[1:]} ({e['seeds']} seeds; mean same-class partners per anchor "
+            f"|P_t| = {ref['positives_per_anchor']:.1f})",
+            "",
+            "| loss | initial loss | final loss | constant-embedding value | SupCon floor "
+            "E log|P_t| |",
+            "|---|---|---|---|---|",
+        ]
+        for loss in SINCERE_LOSSES:
+            floor = f"{ref['supcon_floor']:.3f}" if loss == "supcon" else "0"
+            lines.append(f"| {loss} | {pm(e[loss]['loss_initial'])} | {pm(e[loss]['loss_final'])} "
+                         f"| {ref[f'{loss}_constant']:.3f} | {floor} |")
+        lines += ["", "| loss | space | within | between |", "|---|---|---|---|"]
+        for loss in SINCERE_LOSSES:
+            for space in ("projection", "encoder"):
+                lines.append(f"| {loss} | {space} | {pm(e[loss][f'{space}_mean_within'])} "
+                             f"| {pm(e[loss][f'{space}_mean_between'])} |")
+        for space in ("projection", "encoder"):
+            d = e["supcon_minus_sincere"]
+            lines.append(f"| SupCon − SINCERE | {space} | {pm(d[f'{space}_mean_within'])} "
+                         f"| {pm(d[f'{space}_mean_between'])} |")
+        tops = list(e["paired_sincere_minus_supcon"])
+        lines += ["", "| loss | " + " | ".join(f"{t} mean ± std (%)" for t in tops)
+                  + " | per-seed " + " / ".join(tops) + " [95 % CI] |",
+                  "|---|" + "---|" * (len(tops) + 1)]
+        for loss in SINCERE_LOSSES:
+            per_seed = "; ".join(
+                " / ".join(f"{s[t]['accuracy']:.2f} [{s[t]['low']:.2f}, {s[t]['high']:.2f}]"
+                           for t in tops)
+                for s in e[loss]["linear_per_seed"])
+            lines.append(f"| {loss} | " + " | ".join(pm(e[loss][f"linear_{t}"], 2) for t in tops)
+                         + f" | {per_seed} |")
+        lines += ["", "| paired SINCERE − SupCon (pp) | per seed: diff [95 % CI] |", "|---|---|"]
+        for t in tops:
+            cells = "; ".join(f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
+                              + (" significant" if d["significant"] else "")
+                              for d in e["paired_sincere_minus_supcon"][t])
+            lines.append(f"| {t} | {cells} |")
+        lines.append("")
+    return "\n".join(lines)
