@@ -34,6 +34,12 @@ features, test accuracy with a bootstrap interval), :func:`few_shot_rows` (a
 k-per-class training subset) and :func:`cross_validated_binary_probe` (stratified
 k-fold AUC and balanced accuracy with the training folds sub-sampled, the
 downstream protocol of Dufumier et al. 2021, arXiv:2111.05643, Fig. 3).
+
+Classifiers trained end to end (the ``classifier`` head, or any head whose outputs are
+class scores, trained with the label terms of :mod:`contrastive_jax.train.terms`):
+:func:`evaluate_classifier` scores the head's logits on a split of a checkpoint with
+:func:`classifier_metrics` (top-1/top-5 with bootstrap intervals, expected calibration
+error and reliability bins, NLL; Hugger & Uhlmann 2024, arXiv:2404.14076, Sec. 4.2).
 """
 
 from __future__ import annotations
@@ -339,6 +345,103 @@ def cross_validated_binary_probe(
             baccs.append(balanced_accuracy_score(labels[test_rows], score > 0))
         out[int(n_train)] = {"auc": float(np.mean(aucs)), "bacc": float(np.mean(baccs))}
     return out
+
+
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row softmax of ``logits / temperature`` in float64: float [N, K] -> float64 [N, K]."""
+    if not temperature > 0:
+        raise ValueError(f"`temperature` must be > 0, got {temperature}")
+    z = np.asarray(logits, np.float64) / temperature
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def classifier_metrics(
+    logits: np.ndarray,
+    labels: np.ndarray,
+    *,
+    temperature: float = 1.0,
+    num_bins: int = 15,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Test metrics of class scores: accuracy, calibration and NLL of ``softmax(logits / tau)``.
+
+    Args:
+      logits: float [N, K] class scores; labels: int [N] in [0, K).
+      temperature: tau of the class probabilities ``p = softmax(logits / tau)``.
+      num_bins: M equal-width confidence bins of the ECE
+        (:func:`contrastive_jax.eval.expected_calibration_error`; the soft-target paper's 15).
+      resamples, seed: the bootstrap intervals of the accuracies.
+
+    Returns:
+      JSON-able ``{"top1", "top5"}`` (:func:`contrastive_jax.eval.bootstrap_accuracy` of
+      top-k correctness; top-K when K < 5), ``"ece"`` (in [0, 1]), ``"nll"``
+      (``mean -log p[y]``, nats), ``"reliability"`` (per bin ``count``, ``accuracy``,
+      ``confidence``; None for an empty bin) and ``"num_examples"``.
+
+    Raises:
+      ValueError: logits not [N, K] finite floats, labels of another length or outside [0, K).
+    """
+    logits = np.asarray(logits)
+    if logits.ndim != 2 or not np.issubdtype(logits.dtype, np.floating):
+        raise ValueError(f"`logits` must be float [N, K], got {logits.dtype} {logits.shape}")
+    if not np.all(np.isfinite(logits)):
+        raise ValueError("`logits` holds non-finite values")
+    probs = softmax(logits, temperature)
+    labels = np.asarray(labels)
+    bins = eval_lib.reliability_bins(probs, labels, num_bins)  # checks the labels
+    record: dict[str, Any] = _accuracies(logits, labels, resamples, seed)
+    record["ece"] = eval_lib.expected_calibration_error(probs, labels, num_bins)
+    picked = probs[np.arange(len(labels)), labels]
+    record["nll"] = float(-np.mean(np.log(np.maximum(picked, np.finfo(np.float64).tiny))))
+    record["reliability"] = {
+        name: [float(v) if np.isfinite(v) else None for v in bins[name]]
+        for name in ("accuracy", "confidence")
+    }
+    record["reliability"]["count"] = [int(c) for c in bins["count"]]
+    record["num_examples"] = int(len(labels))
+    return record
+
+
+def classifier_logits(path: str, split: str = "test", *, source=None) -> Embedded:
+    """The head outputs (class scores) of every example of ``split``, from a checkpoint.
+
+    Args:
+      path: a work directory (newest readable checkpoint) or ``<workdir>/checkpoints/<step>``.
+      split: the split to score (evaluation transform, clean labels).
+      source: the run's data source (None: loaded from the run's data config).
+
+    Returns:
+      :class:`contrastive_jax.embed.Embedded` with ``features`` = logits float32 [N, K].
+    """
+    run = load_pretrained(path)
+    source = data_lib.load_source(run.config.data) if source is None else source
+    return embed_split(run.network, run.config.data, split, output="projections", source=source)
+
+
+def evaluate_classifier(
+    path: str,
+    split: str = "test",
+    *,
+    temperature: float = 1.0,
+    num_bins: int = 15,
+    resamples: int = 1000,
+    seed: int = 0,
+    source=None,
+) -> tuple[dict[str, Any], Embedded]:
+    """:func:`classifier_metrics` of a checkpoint's head on ``split``.
+
+    Returns:
+      (the metrics record, the logits of :func:`classifier_logits`, for per-example
+      statistics such as paired bootstraps).
+    """
+    scored = classifier_logits(path, split, source=source)
+    record = classifier_metrics(
+        scored.features, scored.labels, temperature=temperature, num_bins=num_bins,
+        resamples=resamples, seed=seed,
+    )
+    return record, scored
 
 
 def format_results(results: dict[str, Any]) -> str:
