@@ -5,120 +5,107 @@ Both at CPU scale; the papers' full references are in docs/reproductions.md.
     python -m experiments.reproduce.cifar_proxy                       # both claims, seeds 0 1 2
     python -m experiments.reproduce.cifar_proxy --claims mio --seeds 0 --mio_optimizer lars
     python -m experiments.reproduce.cifar_proxy --aggregate_only      # tables/plots of finished runs
-    python -m experiments.reproduce.cifar_proxy --quick               # smoke run (< 2 min), own out dir
+    python -m experiments.reproduce.cifar_proxy --quick               # smoke run, own out dir
 
-Proxy settings (both claims), chosen so that a run takes about 4 minutes on an idle 2-core machine.
-Measured with ``nice -n 10`` beside a background job (so upper bounds; the process had about one
-core): about 6.5 s per epoch, 8 s of compilation per method, 50-70 s per probe (5,000 x 128
-logistic regression), so 4-5 min per 36-epoch run; the default grid (21 runs + 6 random-init
-probes) 1.5-2 h there, less on an idle machine. A 16x16 down-sampled variant
-(``_cifar_common.load_split(downsample=True)``, stride-1 first convolution) cost the same per step
-and was not better (random init 0.391, SimCLR/LARS 0.368 after 12 epochs), so runs use 32x32:
-
-* data: class-balanced subsets of the shared CIFAR-10 image folder (``_cifar_common.py``),
-  NUM_TRAIN training and NUM_TEST test images at 32x32, float in [0, 1], fixed subset seed;
-* encoder: three 3x3 stride-2 ReLU convolutions 32-64-128 on RGB, global average pool, h in R^128
-  (``conditional_uniformity.Arch``); projector Linear(128, 128)-BN-ReLU-Linear(128, 64);
-* augmentation: ``_cifar_common.augment_cifar`` (pad-4 random crop, flip, contrast, brightness and
-  per-channel colour gains), two views, batch 128 (256 views), last partial batch dropped;
-* probe: logistic regression on standardised frozen h of the NUM_TRAIN training images, scored on the
-  NUM_TEST test images, 95 % percentile bootstrap intervals (1,000 resamples). Every seed also
-  probes its random-init encoder (the trained runs' starting point), so a reader can see what
-  training added.
+The configs are ``experiments/configs/cifar_proxy.py`` (``get_config("CLAIM,METHOD,OPTIMIZER,
+EPOCHS")``): class-balanced subsets of the CIFAR-10 image folder ``--data_dir`` (NUM_TRAIN
+training and NUM_TEST test images at 32x32, the same images for every seed), the ``cifar_proxy``
+augmentation (pad-4 shift crop, flip, brightness and contrast, per-channel gain), two views,
+batch 128, the ``small_cnn`` encoder (3x3 stride-2 ReLU convolutions 32-64-128, global average
+pool, h in R^128). Every run pretrains with the library's trainer
+(``contrastive_jax.train.loop.train``, Orbax checkpoints in its work directory) and is probed on
+the frozen network in inference mode (no augmentation). Every seed also probes its random-init
+network (the trained runs' starting point, method ``random_init``), so a reader can see what
+training added.
 
 ``--claims sincere`` (SINCERE's Tables 1-2 and Fig. 2): SupCon and SINCERE, tau 0.1, class
-labels, the digits proxies' optimiser (AdamW lr 1e-3 constant, weight decay 5e-5 on weights), same
-encoder and projector (no BN after the output). Reported as in ``sincere.py``, whose aggregation
-and tables are reused: initial and final pretraining loss (means of the per-epoch losses over the
-first and the last fifth of the epochs) beside the constant-embedding values and SupCon's floor
-E log|P_t|; the class-by-class mean cosine similarity of the test set for the L2-normalised
-projector output (BN with the test set's statistics) and for h (within = mean diagonal, between =
-mean off-diagonal; the paper has SupCon - SINCERE = 0.06 within and 0.11 between); linear top-1
-and top-5 with bootstrap intervals and the paired bootstrap of SINCERE - SupCon.
+labels, AdamW lr 1e-3 constant, weight decay 5e-5 (not on biases and BN), projector
+Linear(128, 128)-BN-ReLU-Linear(128, 64). Reported: initial and final pretraining loss (means of
+the per-epoch losses over the first and the last fifth of the epochs) beside the
+constant-embedding values and SupCon's floor E log|P_t|; the class-by-class mean cosine
+similarity of the test set for the L2-normalised projector output and for h (within = mean
+diagonal, between = mean off-diagonal; the paper has SupCon - SINCERE = 0.06 within and 0.11
+between); the linear probe of SINCERE's Sec. 4.3 protocol
+(:func:`contrastive_jax.eval.train_linear_classifier`, 100 epochs) with top-1 and top-5 test
+accuracy, 95 % bootstrap intervals and the paired bootstrap of SINCERE - SupCon.
 
-``--claims mio`` (MIO's Table 4; ``mio.py``'s proxy with CIFAR in place of the digits): SimCLR
-(NT-Xent) and MIO (A)-(D) with ``mio.py``'s projectors (BN after the output) and losses, tau 0.5;
-full-label and 5-shot probe accuracy with bootstrap intervals. Optimiser (``--mio_optimizer``):
-``adamw`` (default; the AdamW above, a fallback for the paper's LARS) or ``lars`` (``mio.py``'s
-LARS lr 1.5 and schedule). In pilots of this proxy (seed 0, SimCLR, full-label probe) LARS did
-not move the probe off the random-init encoder's 0.379 (0.373 at lr 1.5 after 10 epochs, 0.381
-after 36, 0.373 at lr 0.3 after 12), while AdamW reached 0.408 after 12 epochs and 0.440 after 36.
-SupCon (AdamW) reached top-1 0.431 after 4 epochs, SINCERE 0.417 (random init 0.378).
+``--claims mio`` (MIO's Table 4): SimCLR (NT-Xent) and MIO (A)-(D) with
+``experiments/configs/mio.py``'s projectors (BN after the output) and losses, tau 0.5; a
+logistic-regression probe on standardised features with all labels and with 5 per class, 95 %
+bootstrap intervals (:func:`contrastive_jax.evaluate.logistic_probe`). Optimiser
+(``--mio_optimizer``): ``adamw`` (default; the AdamW above, a fallback for the paper's LARS) or
+``lars`` (``mio.py``'s LARS lr 1.5 and schedule).
 
-Resumable like ``conditional_uniformity.py``: each run writes
+Resumable like ``conditional_uniformity``: each run writes
 ``<out>/runs/<task>/<method>/seed<k>.json`` (task ``cifar_sincere_<E>ep`` or
-``cifar_mio_<optimizer>_<E>ep``; method ``random_init`` is the random-init probe) and is skipped
-when that exists; an unfinished run resumes from its checkpoint; a stored run of another budget
-is refused.
-``<task>_summary.json``, ``<task>_table.md`` and ``<task>.png`` go to ``--out`` (default
-``experiments/results/cifar_proxy``; ``--quick`` defaults to ``runs/cifar_proxy_quick``).
+``cifar_mio_<optimizer>_<E>ep``) and is skipped when that exists; an unfinished run resumes from
+the newest checkpoint of ``<out>/work/<task>/<method>/seed<k>``; a stored run of another budget
+(or of the former hand-made stack) is refused. ``<task>_summary.json``, ``<task>_table.md`` and
+``<task>.png`` go to ``--out`` (default ``experiments/results/cifar_proxy``; ``--quick``:
+``runs/cifar_proxy_quick``).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import sys
+import time
 from pathlib import Path
 
-import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _cifar_common as cifar  # noqa: E402
-import _legacy_cu as cu  # noqa: E402
-import _legacy_mio as mio  # noqa: E402
-import _synthetic_common as common  # noqa: E402
-import sincere  # noqa: E402
-
-from contrastive_jax import eval as eval_lib  # noqa: E402
-from contrastive_jax import losses  # noqa: E402
+from experiments.configs import cifar_proxy as configs
+from experiments.reproduce import _common as common
+from experiments.reproduce import mio as mio_report
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "experiments" / "results" / "cifar_proxy"
 QUICK_OUT = ROOT / "runs" / "cifar_proxy_quick"
-NUM_TRAIN, NUM_TEST, EPOCHS = 5000, 2000, 36
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "cifar10"
 QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS = 256, 200, 2
-DOWNSAMPLE = False
-RUN_OPTIONS = cifar.RunOptions(EPOCHS, DEFAULT_OUT, QUICK_OUT, QUICK_EPOCHS, NUM_TRAIN, NUM_TEST,
-                               QUICK_TRAIN, QUICK_TEST)
-BATCH = 128
-ARCH = cu.Arch(convs=((32, 2), (64, 2), (128, 2)), in_channels=3)
-SINCERE_METHODS: dict[str, cu.LossFn] = {
-    "supcon": lambda z, ids, labels, meta: losses.supcon(z, labels, temperature=0.1),
-    "sincere": lambda z, ids, labels, meta: losses.sincere(z, labels, temperature=0.1),
-}
-MIO_TAU, MIO_LR = 0.5, 1.5
+#: Linear-probe epochs of the SINCERE claim (SINCERE Sec. 4.3 protocol), full and ``--quick``.
+PROBE_EPOCHS, QUICK_PROBE_EPOCHS = 100, 5
+#: Fraction of the epochs whose mean loss is the initial / final loss (Table 1).
+LOSS_WINDOW = 0.2
+#: Class of the within / class-vs-rest cosine statistics (CIFAR-10's "truck", SINCERE Fig. 3).
+HIST_CLASS = 9
+SHOTS, RESAMPLES = 5, 1000
 
 
 # ----------------------------------------------------------------------------- probes
 
 
-def sincere_probe(task: cu.Task, data: cu.Data, seed: int):
-    """Probe of the SINCERE claim: ``probe(epoch, params) -> record``.
+def sincere_probe(config: ml_collections.ConfigDict, workdir: Path | None, per_epoch: int,
+                  source, probe_epochs: int):
+    """``probe(epoch, {"train", "test"} encoder features or None) -> record`` of the SINCERE claim.
 
-    The record holds ``linear`` (top1/top5: bootstrap accuracy and the per-example correctness
-    packed as hex ``bits``, as ``sincere.py`` stores them) and ``similarity`` (``sincere.py``'s
-    class-similarity statistics of the test set for the projector output and for h).
+    The record holds ``linear`` (top1 / top5: bootstrap accuracy and the per-example correctness
+    packed as hex ``bits``) and ``similarity`` (:func:`_common.class_similarities` of the test
+    set for the projections and for h). The projections come from the checkpoint of the probed
+    epoch in ``workdir``, or, with ``workdir`` None, from the network ``config`` initialises.
     """
-    del seed  # the probe is deterministic; bootstrap indices use seed 0 like sincere.py
+    from contrastive_jax import eval as eval_lib
 
-    def probe(epoch: int, params: dict | None) -> dict:
-        if params is None:
+    def probe(epoch: int, emb: dict | None) -> dict:
+        if emb is None:
             return {"epoch": epoch, "linear": None, "similarity": None, "summary": "diverged"}
-        h_train = cu.features(task, params, data.x_train)
-        h_test = cu.features(task, params, data.x_test)
-        scores = cu.logistic_scores(h_train, data.y_train, h_test)
+        train, test = emb["train"], emb["test"]
+        classifier = eval_lib.train_linear_classifier(
+            train.features, train.labels, num_classes=source.num_classes, epochs=probe_epochs,
+            warmup_epochs=min(10, probe_epochs - 1), seed=int(config.seed),
+        )
+        logits = eval_lib.predict_logits(classifier, test.features)
         linear = {}
         for k in (1, 5):
-            correct = eval_lib.topk_correct(scores, data.y_test, k)
-            linear[f"top{k}"] = {**eval_lib.bootstrap_accuracy(correct, resamples=cu.RESAMPLES),
-                                 "bits": sincere._bits(correct)}
-        z_test = np.asarray(cu.project(task.arch, params, jnp.asarray(h_test, jnp.float32)))
+            correct = eval_lib.topk_correct(logits, test.labels, k)
+            linear[f"top{k}"] = {**eval_lib.bootstrap_accuracy(correct, resamples=RESAMPLES),
+                                 "bits": common.pack_bits(correct)}
+        step = None if workdir is None else epoch * per_epoch
+        z = common.projections(config, "test", workdir=workdir, step=step, source=source)
+        k = source.num_classes
         similarity = {
-            "projection": sincere._similarities(z_test, data.y_test, cifar.NUM_CLASSES),
-            "encoder": sincere._similarities(h_test, data.y_test, cifar.NUM_CLASSES),
+            "projection": common.class_similarities(z.features, z.labels, k, HIST_CLASS),
+            "encoder": common.class_similarities(test.features, test.labels, k, HIST_CLASS),
         }
         proj = similarity["projection"]
         summary = (f"top-1 {linear['top1']['accuracy']:.3f} top-5 {linear['top5']['accuracy']:.3f} "
@@ -128,52 +115,101 @@ def sincere_probe(task: cu.Task, data: cu.Data, seed: int):
     return probe
 
 
+# ----------------------------------------------------------------------------- runs
+
+
+def run_config(claim: str, method: str, args: argparse.Namespace,
+               seed: int) -> ml_collections.ConfigDict:
+    """The library config of one run: ``configs.get_config`` with the command line's data."""
+    optimizer = args.mio_optimizer if claim == "mio" else "adamw"
+    config = configs.get_config(f"{claim},{method},{optimizer},{args.epochs}")
+    config.seed = seed
+    config.data.data_dir = str(args.data_dir)
+    config.data.train_subset = args.num_train
+    config.data.source_kwargs.test_subset = args.num_test
+    return config
+
+
+def run_one(task: str, claim: str, method: str, seed: int, args: argparse.Namespace, source,
+            progress: common.Progress) -> dict:
+    """One run (skipped when its JSON exists); ``random_init`` probes the network the seed's
+    runs of the claim's first method start from, without training."""
+    path = common.run_path(args.out, task, method, seed)
+    label = f"{task}/{method}/seed{seed}"
+    budget = {"epochs": 0 if method == "random_init" else args.epochs, "trainer": common.TRAINER,
+              "num_train": args.num_train, "num_test": args.num_test}
+    done = common.load_finished(path, budget, progress, label)
+    if done is not None:
+        return done
+    config = run_config(claim, configs.METHODS[claim][0] if method == "random_init" else method,
+                        args, seed)
+    workdir = None if method == "random_init" else common.work_path(args.out, task, method, seed)
+    per_epoch = source.split("train").num_examples // int(config.data.global_batch_size)
+    if claim == "sincere":
+        probe = sincere_probe(config, workdir, per_epoch, source, args.probe_epochs)
+    else:
+        probe = common.labelled_probe(seed, SHOTS, RESAMPLES)
+    if workdir is None:
+        start = time.time()
+        record = probe(0, common.initial_embeddings(config, ("train", "test"), source))
+        outcome = {"probes": [record], "seconds": time.time() - start}
+    else:
+        outcome = common.pretrain_and_probe(
+            config, workdir, epochs=args.epochs, probes=(args.epochs,), splits=("train", "test"),
+            probe=probe, progress=progress, label=label, source=source,
+        )
+    result = {"task": task, "claim": claim, "method": method, "seed": seed,
+              "optimizer": config.optimizer.name, "batch": int(config.data.global_batch_size),
+              **budget, **outcome}
+    common.save_json(path, result)
+    progress.log(f"{label}: {common.final(result)['summary']} ({result['seconds']:.0f}s)")
+    return result
+
+
 # ----------------------------------------------------------------------------- summaries
 
 
-def sincere_records(results: dict[str, list[dict]], references: dict, num_test: int) -> dict:
-    """``cu.run_one`` results -> the per-run records ``sincere.aggregate`` reads, keyed by
-    ``sincere.RunSpec("cifar10", loss, seed, BATCH).name``; initial and final loss are the means
-    of the per-epoch losses over the first and the last ``sincere.LOSS_WINDOW`` of the epochs."""
-    records = {}
-    for loss, runs in results.items():
-        for r in runs:
-            final = cu.final(r)
-            if final["linear"] is None:
-                continue  # a diverged run has no statistics to aggregate
-            curve = np.asarray(r["epoch_losses"])
-            window = max(1, round(sincere.LOSS_WINDOW * r["epochs"]))
-            records[sincere.RunSpec("cifar10", loss, r["seed"], BATCH).name] = {
-                "references": references, "num_test": num_test,
-                "loss_initial": float(curve[:window].mean()),
-                "loss_final": float(curve[-window:].mean()),
-                "similarity": final["similarity"], "linear": final["linear"],
-            }
-    return records
+def sincere_record(result: dict, references: dict, num_test: int) -> dict:
+    """A finished run's statistics as :func:`_common.compare_sincere_supcon` reads them; initial
+    and final loss are the means of the per-epoch losses over the first and the last
+    :data:`LOSS_WINDOW` of the epochs."""
+    final = common.final(result)
+    curve = np.asarray(result["epoch_losses"])
+    window = max(1, round(LOSS_WINDOW * result["epochs"]))
+    return {"references": references, "num_test": num_test,
+            "loss_initial": float(curve[:window].mean()),
+            "loss_final": float(curve[-window:].mean()),
+            "similarity": final["similarity"], "linear": final["linear"]}
 
 
 def summarise_sincere(results: dict[str, list[dict]], init: list[dict], references: dict,
-                      num_test: int, seeds: list[int]) -> tuple[str, dict]:
-    """``sincere.py``'s tables and summary (key ``b<BATCH>``), plus the random-init probe."""
-    runs = [sincere.RunSpec("cifar10", loss, s, BATCH) for s in seeds for loss in sincere.LOSSES]
-    summary = sincere.aggregate(sincere_records(results, references, num_test), runs, tuple(seeds))
-    text = sincere.tables(summary)
+                      num_test: int) -> tuple[str, dict]:
+    """The SINCERE claim's tables and summary (key ``b<batch>``), plus the random-init probe."""
+    by_seed = {m: {r["seed"]: r for r in runs if common.final(r)["linear"] is not None}
+               for m, runs in results.items()}
+    seeds = sorted(set(by_seed.get("sincere", {})) & set(by_seed.get("supcon", {})))
+    summary: dict = {}
+    text = ""
+    if seeds:
+        pairs = [tuple(sincere_record(by_seed[loss][s], references, num_test)
+                       for loss in common.SINCERE_LOSSES) for s in seeds]
+        summary[f"b{configs.BATCH}"] = common.compare_sincere_supcon(pairs, RESAMPLES)
+        text = common.sincere_tables(summary)
     text += ("\nPaper (Feeney & Hughes 2023, arXiv:2309.14277; CIFAR-10, ResNet-50, 1,000 "
-             "epochs): SupCon - SINCERE cosine 0.06 within, "
-             "0.11 between (Fig. 2); top-1 95.78 (SupCon) vs 95.93 (SINCERE), not significant "
-             "(Table 2).\n")
+             "epochs): SupCon - SINCERE cosine 0.06 within, 0.11 between (Fig. 2); top-1 95.78 "
+             "(SupCon) vs 95.93 (SINCERE), not significant (Table 2).\n")
     if init:
-        linear = [cu.final(r)["linear"] for r in init]
-        proj = [cu.final(r)["similarity"]["projection"] for r in init]
+        linear = [common.final(r)["linear"] for r in init]
+        proj = [common.final(r)["similarity"]["projection"] for r in init]
         ri = {**{f"linear_{t}": common.stat([100 * x[t]["accuracy"] for x in linear])
                  for t in ("top1", "top5")},
               **{f"projection_{k}": common.stat([x[k] for x in proj])
                  for k in ("mean_within", "mean_between")}}
         summary["random_init"] = ri
-        text += (f"\nRandom-init encoder ({len(init)} seeds): linear top-1 "
-                 f"{sincere._pm(ri['linear_top1'], 2)} %, top-5 {sincere._pm(ri['linear_top5'], 2)} %"
-                 f"; projection cosine within {sincere._pm(ri['projection_mean_within'])}, between "
-                 f"{sincere._pm(ri['projection_mean_between'])}.\n")
+        text += (f"\nRandom-init network ({len(init)} seeds): linear top-1 "
+                 f"{common.pm(ri['linear_top1'], 2)} %, top-5 {common.pm(ri['linear_top5'], 2)} %"
+                 f"; projection cosine within {common.pm(ri['projection_mean_within'])}, between "
+                 f"{common.pm(ri['projection_mean_between'])}.\n")
     return text, summary
 
 
@@ -181,14 +217,12 @@ def plot_sincere(results: dict[str, list[dict]], summary: dict, references: dict
                  path: Path) -> None:
     """Per-epoch loss curves (every seed), projection cosine similarities and top-1 probe
     accuracy (mean ± std over seeds; random init dashed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     colours = {"sincere": "tab:blue", "supcon": "tab:orange"}
-    entry = summary.get(f"b{BATCH}")
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    entry = summary.get(f"b{configs.BATCH}")
+    fig = Figure(figsize=(13, 3.6), layout="constrained")
+    axes = fig.subplots(1, 3)
     for loss, runs in results.items():
         for i, r in enumerate(runs):
             epochs = np.arange(1, len(r["epoch_losses"]) + 1)
@@ -202,7 +236,7 @@ def plot_sincere(results: dict[str, list[dict]], summary: dict, references: dict
     accuracies = [init["linear_top1"]["mean"]] if init else []
     if entry is not None:
         x = np.arange(2)
-        for j, loss in enumerate(sincere.LOSSES):
+        for j, loss in enumerate(common.SINCERE_LOSSES):
             stats = [entry[loss][f"projection_mean_{k}"] for k in ("within", "between")]
             axes[1].bar(x + 0.35 * j, [s["mean"] for s in stats], 0.35, color=colours[loss],
                         yerr=[s["std"] for s in stats], capsize=3, label=loss)
@@ -215,22 +249,18 @@ def plot_sincere(results: dict[str, list[dict]], summary: dict, references: dict
         axes[2].axhline(init["linear_top1"]["mean"], color="grey", ls="--", label="random init")
         axes[2].legend(fontsize=8)
     axes[1].set(ylabel="mean cosine (test, projection)", title="class similarity (Fig. 2)")
-    axes[2].set_xticks(range(len(sincere.LOSSES)), sincere.LOSSES)
+    axes[2].set_xticks(range(len(common.SINCERE_LOSSES)), common.SINCERE_LOSSES)
     axes[2].set_ylim(min(accuracies, default=10.0) - 5, max(accuracies, default=90.0) + 5)
     axes[2].set(ylabel="linear probe top-1 (%)", title="linear probe (Table 2)")
-    fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_mio(summary: dict, optimizer: str, path: Path) -> None:
     """Full-label probe accuracy of SimCLR and MIO (A)-(D), mean ± std, random init dashed."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    fig = Figure(figsize=(5.5, 3.5), layout="constrained")
+    ax = fig.subplots()
     trained = [(k.split("/")[1], v) for k, v in summary.items() if k != "main/random_init"]
     ax.bar([m for m, _ in trained], [v["full"][0] for _, v in trained],
            yerr=[v["full"][1] for _, v in trained], capsize=3)
@@ -241,64 +271,50 @@ def plot_mio(summary: dict, optimizer: str, path: Path) -> None:
     values = [v["full"][0] for v in summary.values()]
     ax.set_ylim(min(values, default=0.5) - 0.05, max(values, default=0.5) + 0.05)
     ax.set(ylabel="linear probe accuracy (test)",
-           title=f"CIFAR-10: SimCLR vs MIO ({optimizer}, tau {MIO_TAU})")
-    fig.tight_layout()
+           title=f"CIFAR-10: SimCLR vs MIO ({optimizer}, tau {configs.MIO_TAU})")
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- driver
 
 
-def run_claim(claim: str, args: argparse.Namespace, data: cu.Data) -> str:
+def run_claim(claim: str, args: argparse.Namespace) -> str:
     """Train (or load) every run of one claim, then write its summary, table and plot."""
+    from contrastive_jax import data
+
     prefix = "quick_" if args.quick else ""
     name = f"{prefix}cifar_{claim}_{args.epochs}ep"
     if claim == "mio":
         name = f"{prefix}cifar_mio_{args.mio_optimizer}_{args.epochs}ep"
-    methods = list(SINCERE_METHODS) if claim == "sincere" else list(mio.VARIANTS)
-    probe_factory = sincere_probe if claim == "sincere" else cu.digits_probe
+    methods = configs.METHODS[claim]
+    source = data.load_source(run_config(claim, methods[0], args, 0).data)
     progress = common.Progress((len(methods) + 1) * len(args.seeds), name)
     results: dict[str, list[dict]] = {m: [] for m in methods}
     init: list[dict] = []
-
-    def task_for(method: str) -> cu.Task:
-        arch = ARCH if claim == "sincere" else dataclasses.replace(
-            ARCH, hidden_layers=mio.VARIANTS[method][0], last_bn=True)
-        return cu.Task(name, arch, cifar.augment_cifar, args.epochs, BATCH, (args.epochs,))
-
-    first = methods[0]  # SupCon / SimCLR: its arch's random init is every run's start
     for seed in args.seeds:  # seed-major: a first seed of every method before more seeds
-        if args.aggregate_only:
-            for m in ["random_init", *methods]:
-                done = common.load_json(common.run_path(args.out, name, m, seed))
-                if done is not None:
-                    (init if m == "random_init" else results[m]).append(done)
-            continue
-        init.append(cu.random_init_run(task_for(first), data, probe_factory, seed, args.out, progress))
-        for m in methods:
-            if claim == "sincere":
-                loss_fn, opt = SINCERE_METHODS[m], cu.adamw
+        for method in ("random_init", *methods):
+            if args.aggregate_only:
+                result = common.load_json(common.run_path(args.out, name, method, seed))
+                if result is None:
+                    continue
             else:
-                loss_fn = mio.loss_for(m, MIO_TAU)
-                opt = mio.lars(MIO_LR) if args.mio_optimizer == "lars" else cu.adamw
-            results[m].append(cu.run_one(task_for(m), m, loss_fn, opt, data, probe_factory, seed,
-                                         args.out, progress))
+                result = run_one(name, claim, method, seed, args, source, progress)
+            (init if method == "random_init" else results[method]).append(result)
     results = {m: r for m, r in results.items() if r}
+    train_labels, num_test = source.split("train").labels, source.split("test").num_examples
     if claim == "sincere":
-        references = sincere.loss_references(data.y_train, BATCH, 2)
-        table, summary = summarise_sincere(results, init, references, len(data.y_test),
-                                           args.seeds)
+        references = common.loss_references(train_labels, configs.BATCH, 2)
+        table, summary = summarise_sincere(results, init, references, num_test)
         plot_sincere(results, summary, references, args.out / f"{name}.png")
     else:
         keyed = {("main", m): r for m, r in results.items()}
         if init:
             keyed[("main", "random_init")] = init
-        table, summary = mio.summarise(keyed)
+        table, summary = mio_report.summarise(keyed)
         plot_mio(summary, args.mio_optimizer, args.out / f"{name}.png")
     common.save_json(args.out / f"{name}_summary.json", summary)
-    text = (f"## {name} ({args.epochs} epochs, {len(data.y_train)} training / "
-            f"{len(data.y_test)} test images, seeds {args.seeds})\n\n{table}")
+    text = (f"## {name} ({args.epochs} epochs, {len(train_labels)} training / {num_test} test "
+            f"images, seeds {args.seeds})\n\n{table}")
     (args.out / f"{name}_table.md").write_text(text)
     return text
 
@@ -307,14 +323,36 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", nargs="+", default=["sincere", "mio"],
                         choices=["sincere", "mio"])
-    parser.add_argument("--mio_optimizer", choices=["adamw", "lars"], default="adamw",
-                        help=f"MIO claim: AdamW lr 1e-3 or mio.py's LARS lr {MIO_LR}")
-    cifar.add_run_options(parser, RUN_OPTIONS)
+    parser.add_argument("--mio_optimizer", choices=configs.OPTIMIZERS["mio"], default="adamw",
+                        help=f"MIO claim: AdamW lr 1e-3 or mio.py's LARS lr {configs.MIO_LARS_LR}")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=configs.EPOCHS)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
+                             f"{QUICK_TRAIN}/{QUICK_TEST} images")
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
+    parser.add_argument("--data_dir", type=Path, default=DEFAULT_DATA,
+                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image>")
     args = parser.parse_args(argv)
-    num_train, num_test = cifar.resolve_run_options(args, RUN_OPTIONS)
-    data = cifar.cifar_data(num_train, num_test, DOWNSAMPLE)
+    if args.epochs < 1:
+        parser.error(f"--epochs must be >= 1, got {args.epochs}")
+    if not args.data_dir.is_dir():
+        parser.error(f"--data_dir {args.data_dir}: no such folder (a CIFAR-10 image folder "
+                     "<root>/{train,test}/<class>/<image>)")
+    args.num_train, args.num_test, args.probe_epochs = (
+        configs.NUM_TRAIN, configs.NUM_TEST, PROBE_EPOCHS)
+    if args.quick:
+        args.epochs, args.seeds = QUICK_EPOCHS, [0]
+        args.num_train, args.num_test, args.probe_epochs = (
+            QUICK_TRAIN, QUICK_TEST, QUICK_PROBE_EPOCHS)
+    if args.out is None:
+        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
+    args.out.mkdir(parents=True, exist_ok=True)
     for claim in args.claims:
-        print(run_claim(claim, args, data), flush=True)
+        print(run_claim(claim, args), flush=True)
 
 
 if __name__ == "__main__":
