@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from contrastive_jax.losses import _core, blockwise
+from contrastive_jax.losses import _core, blockwise, nw_gram
 from contrastive_jax.losses.nce import supcon_per_anchor
 
 Array = jax.Array
@@ -618,19 +618,51 @@ def _supcon_type_block(kind: str):
             )
         else:
             alignment = jnp.take_along_axis(class_logits, anchor_class[:, None], axis=1)[:, 0]
-        # m_ic = n_c - 1[c = c_i]: the rows k != i of class c.
-        is_own = jnp.arange(num_classes)[None, :] == anchor_class[:, None]
-        others_per_class = counts[None, :].astype(jnp.float32) - is_own
-        log_numerator = _core.masked_logsumexp(
-            class_logits + jnp.log(jnp.maximum(others_per_class, 1.0)),
-            others_per_class > 0,
-            axis=1,
+        per_anchor = _supcon_type_rows(
+            uniformity, alignment, class_logits, anchor_class, counts, anchor_ok, beta
         )
-        log_r = jnp.where(anchor_ok, log_numerator - uniformity, 0.0)
-        per_anchor = uniformity - alignment + beta * jnp.exp(log_r)
-        return jnp.where(anchor_ok, per_anchor, 0.0), anchor_ok
+        return per_anchor, anchor_ok
 
     return block_fn
+
+
+def _supcon_type_rows(uniformity, alignment, class_logits, anchor_class, counts, anchor_ok,
+                      beta):
+    """``U_i - alignment_i + beta R_i`` on scored anchors, 0 elsewhere: [b].
+
+    ``uniformity`` [b] is ``log sum_{k != i} e^{S_ik}``, ``class_logits`` [b, K] is
+    ``T``, ``counts`` int32 [K] is ``n_c``; ``log R_i = log sum_c m_ic e^{T_ic} - U_i``.
+    """
+    num_classes = counts.shape[0]
+    # m_ic = n_c - 1[c = c_i]: the rows k != i of class c.
+    is_own = jnp.arange(num_classes)[None, :] == anchor_class[:, None]
+    others_per_class = counts[None, :].astype(jnp.float32) - is_own
+    log_numerator = _core.masked_logsumexp(
+        class_logits + jnp.log(jnp.maximum(others_per_class, 1.0)),
+        others_per_class > 0,
+        axis=1,
+    )
+    log_r = jnp.where(anchor_ok, log_numerator - uniformity, 0.0)
+    per_anchor = uniformity - alignment + beta * jnp.exp(log_r)
+    return jnp.where(anchor_ok, per_anchor, 0.0)
+
+
+def _soft_supcon_rows(uniformity, class_dots, temperature, anchor_valid, anchor_class, counts):
+    """SoftSupCon of each anchor from ``U`` [b] and ``z_i . f̂(c)`` [b, K]
+    (:data:`nw_gram.RowLoss`): ``(loss, 0 where not scored; anchor_ok)``."""
+    class_logits = class_dots / temperature
+    anchor_ok = anchor_valid & (counts[anchor_class] >= 2)
+    alignment = jnp.take_along_axis(class_logits, anchor_class[:, None], axis=1)[:, 0]
+    per_anchor = _supcon_type_rows(
+        uniformity, alignment, class_logits, anchor_class, counts, anchor_ok, 1.0
+    )
+    return per_anchor, anchor_ok
+
+
+def _soft_nce_rows(uniformity, class_dots, temperature, anchor_valid, anchor_class, counts):
+    """SoftNCE of each anchor from ``z_i . f̂(c)`` [b, K] (``uniformity`` is None)."""
+    del uniformity
+    return _nce_type_block((class_dots,), (temperature,), (anchor_valid, anchor_class), (counts,))
 
 
 def _nce_type_block(dots, params, rows, cols):
@@ -746,6 +778,17 @@ def _streamed_total(kind, k, rows, anchor_rows, class_ids, temperature, n, axis_
     anchor_class = jax.lax.dynamic_slice_in_dim(
         class_ids, _core.local_row_offset(n, axis_name), n
     )
+    if kind.startswith("soft") and distance == "cosine":
+        # Kernel and logits from the same Gram blocks: one fused pass pair (nw_gram).
+        m = z.shape[0]
+        return nw_gram.soft_cosine_total(
+            _soft_supcon_rows if kind == "soft_supcon" else _soft_nce_rows,
+            kind == "soft_supcon", k, block, z,
+            blockwise.like_anchors(temperature, rows.anchors),
+            blockwise.like_anchors(bandwidth, rows.anchors),
+            z_valid, class_ids, _class_onehot(class_ids, k, m), anchor_valid, anchor_class,
+            counts, _core.local_row_offset(n, axis_name),
+        )
     if kind == "projnce":
         sums = jax.ops.segment_sum(jnp.where(z_valid[:, None], z, 0.0), class_ids, num_segments=k)
         prototypes = _core.safe_divide(sums, counts.astype(jnp.float32)[:, None])
