@@ -30,7 +30,8 @@ learned representation has to beat.
 
 Probes on arrays (features in, accuracy out), for features a driver already holds:
 :func:`logistic_probe` (multinomial logistic regression on standardised
-features, test accuracy with a bootstrap interval), :func:`few_shot_rows` (a
+features, test accuracy with a bootstrap interval; :func:`logistic_predict` its
+per-example predictions), :func:`few_shot_rows` (a
 k-per-class training subset) and :func:`cross_validated_binary_probe` (stratified
 k-fold AUC and balanced accuracy with the training folds sub-sampled, the
 downstream protocol of Dufumier et al. 2021, arXiv:2111.05643, Fig. 3).
@@ -262,18 +263,36 @@ def logistic_probe(
     Raises:
       ValueError: wrong shapes, non-finite features, one class only.
     """
+    _check_probe_arrays(test_x, test_y, "test")
+    predicted = logistic_predict(train_x, train_y, test_x, max_iter=max_iter)
+    return eval_lib.bootstrap_accuracy(predicted == test_y, resamples=resamples, seed=seed)
+
+
+def logistic_predict(
+    train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, *, max_iter: int = 2000
+) -> np.ndarray:
+    """Test predictions int [M] of :func:`logistic_probe`'s classifier (per-example, e.g. for a
+    paired bootstrap between two probes of the same test set).
+
+    Raises:
+      ValueError: wrong shapes, non-finite features, one class only.
+    """
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
     _check_probe_arrays(train_x, train_y, "train")
-    _check_probe_arrays(test_x, test_y, "test")
+    if np.ndim(test_x) != 2 or np.shape(test_x)[1] != np.shape(train_x)[1]:
+        raise ValueError(
+            f"`test_x` must have shape [M, {np.shape(train_x)[1]}], got {np.shape(test_x)}"
+        )
+    if not np.all(np.isfinite(test_x)):
+        raise ValueError("`test_x` holds non-finite values")
     classes = np.unique(train_y)
     if len(classes) < 2:
         raise ValueError(f"`train_y` must hold at least two classes, got {classes.tolist()}")
     scaler = StandardScaler().fit(train_x)
     clf = LogisticRegression(max_iter=max_iter).fit(scaler.transform(train_x), train_y)
-    predicted = clf.predict(scaler.transform(test_x))
-    return eval_lib.bootstrap_accuracy(predicted == test_y, resamples=resamples, seed=seed)
+    return clf.predict(scaler.transform(test_x))
 
 
 def few_shot_rows(labels: np.ndarray, shots: int, seed: int) -> np.ndarray:

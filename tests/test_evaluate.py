@@ -33,6 +33,10 @@ def test_logistic_probe_scores_the_standardised_fit():
         evaluate.logistic_probe(x, np.zeros_like(y), tx, ty)
     with pytest.raises(ValueError, match="`test_y` must have shape"):
         evaluate.logistic_probe(x, y, tx, ty[:-1])
+    predicted = evaluate.logistic_predict(x, y, tx)
+    np.testing.assert_array_equal(predicted, clf.predict((tx - mean) / std))
+    with pytest.raises(ValueError, match="`test_x` must have shape"):
+        evaluate.logistic_predict(x, y, tx[:, :2])
 
 
 def test_few_shot_rows():
