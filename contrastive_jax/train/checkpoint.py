@@ -93,6 +93,9 @@ class Checkpointer:
         # The verification under way: its thread (None when it ran on the caller's)
         # and its results, step -> the read error or None.
         self._verifying: tuple[threading.Thread | None, dict[int, Exception | None]] | None = None
+        # Orbax's tree metadata per state structure (the sorted checksum keys): the same for
+        # every checkpoint of a run, and reading it costs half of a verification.
+        self._trees: dict[tuple[str, ...], Any] = {}
 
     def steps(self) -> list[int]:
         """Steps of the finalised checkpoints, oldest first."""
@@ -182,8 +185,13 @@ class Checkpointer:
             expected = json_reader.restore(os.path.join(self.directory, str(step), "meta"))
         expected = expected.get(CHECKSUM_KEY)
         path = os.path.join(self.directory, str(step), "state")
+        structure = tuple(sorted(expected)) if isinstance(expected, dict) else None
         with ocp.PyTreeCheckpointer() as reader:
-            tree = reader.metadata(path).item_metadata.tree
+            tree = self._trees.get(structure)
+            if tree is None:
+                tree = reader.metadata(path).item_metadata.tree
+                if structure is not None:
+                    self._trees[structure] = tree
             stored = ocp.tree.to_flat_dict(tree)
             as_numpy = ocp.tree.from_flat_dict(
                 dict.fromkeys(stored, ocp.RestoreArgs(restore_type=np.ndarray)), target=tree
@@ -213,16 +221,20 @@ class Checkpointer:
         pending = [s for s in self.steps() if s not in self._verified]
         results: dict[int, Exception | None] = {}
 
-        def read_back() -> None:
+        def read_back(in_thread: bool) -> None:
+            if in_thread:
+                _lower_thread_priority()
             for step in pending:
                 results[step] = _read_error(self.verify_files, step)
 
         thread = None
         if background and pending:
-            thread = threading.Thread(target=read_back, name="verify-checkpoints", daemon=True)
+            thread = threading.Thread(
+                target=read_back, args=(True,), name="verify-checkpoints", daemon=True
+            )
             thread.start()
         else:
-            read_back()
+            read_back(False)
         self._verifying = (thread, results)
 
     def _collect(self) -> None:
@@ -335,6 +347,19 @@ class Checkpointer:
             self.wait()
         finally:
             self._manager.close()
+
+
+def _lower_thread_priority() -> None:
+    """Gives the calling thread the lowest CPU priority (nice 19), where the OS allows it.
+
+    Linux schedules threads on their own nice values: the background verification
+    then takes the cores only when the training step leaves them idle, which
+    matters when the "device" is the CPU. Elsewhere the thread keeps its priority.
+    """
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
 
 
 def _read_error(read, step: int) -> Exception | None:

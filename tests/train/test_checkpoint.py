@@ -286,3 +286,43 @@ def test_one_process_reads_checkpoints_back_in_a_background_thread(tmp_path, mon
     assert read_by == [(1, "verify-checkpoints"), (2, threading.main_thread().name)]
     assert checkpointer.steps() == [2]
     checkpointer.close()
+
+
+def test_tree_metadata_is_read_once_and_later_damage_still_found(tmp_path, monkeypatch):
+    """Verification reuses the first checkpoint's tree metadata for the same state structure."""
+    reads = []
+    original = ocp.PyTreeCheckpointer.metadata
+
+    def spy(self, path, *args, **kwargs):
+        reads.append(path)
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.PyTreeCheckpointer, "metadata", spy)
+    workdir = str(tmp_path)
+    checkpointer = Checkpointer(workdir, max_to_keep=3)
+    for step in (1, 2, 3):
+        checkpointer.save(step, _random_state(step), {"step": step})
+    checkpointer.wait()  # 1 and 2 read back
+    runs.flip_checkpoint_bytes(workdir, 3, value_files_only=True)
+    checkpointer.flush()  # 3 read back with the cached tree: the flipped bytes are found
+    checkpointer.close()
+    assert len(reads) == 1
+    assert runs.checkpoint_steps(workdir) == [1, 2]
+    assert os.listdir(os.path.join(workdir, DAMAGED_DIR))[0].startswith("3-")
+
+
+def test_background_verification_runs_at_the_lowest_priority(tmp_path, monkeypatch):
+    niceness = []
+    original = Checkpointer.verify_files
+
+    def spy(self, step):
+        niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return original(self, step)
+
+    monkeypatch.setattr(Checkpointer, "verify_files", spy)
+    checkpointer = Checkpointer(str(tmp_path), max_to_keep=1)
+    _save(checkpointer, 1)
+    _save(checkpointer, 2)  # 1 read back in the background thread
+    checkpointer.flush()  # 2 read back on the caller's thread, whose priority is untouched
+    checkpointer.close()
+    assert niceness == [19, os.getpriority(os.PRIO_PROCESS, 0)]
