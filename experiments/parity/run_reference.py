@@ -11,8 +11,9 @@ Everything after ``--`` is passed to ``main_supcon.py`` as its own command line.
 needs only PyTorch and torchvision (it runs in their environment, not ours) and changes nothing
 in the reference's files. At run time it:
 
-* puts the checkout on ``sys.path`` (``main_supcon.py`` imports ``util``, ``losses`` and
-  ``networks.resnet_big`` as top-level modules);
+* loads the checkout's ``util.py``, ``losses.py`` and ``networks/resnet_big.py`` from their files
+  under the names ``main_supcon.py`` imports them by (``util``, ``losses``,
+  ``networks.resnet_big``), so the script's imports find them;
 * registers a no-op ``tensorboard_logger`` module (``Logger(logdir, flush_secs).log_value``
   does nothing) when the real package is not installed: the script only logs loss and learning
   rate to TensorBoard with it;
@@ -28,6 +29,7 @@ No ``.cuda()`` call needs patching: the script guards each with ``torch.cuda.is_
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -55,6 +57,25 @@ def _stub_tensorboard_logger() -> None:
         sys.modules["tensorboard_logger"] = module
 
 
+def _load_module(name: str, path: Path) -> types.ModuleType:
+    """Imports the file ``path`` as the module ``name`` (registered in ``sys.modules``)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load_reference_modules(checkout: Path) -> types.ModuleType:
+    """The checkout's modules that ``main_supcon.py`` imports; returns ``util``."""
+    networks = types.ModuleType("networks")  # a directory without __init__.py in the checkout
+    networks.__path__ = [str(checkout / "networks")]
+    sys.modules["networks"] = networks
+    networks.resnet_big = _load_module("networks.resnet_big", checkout / "networks" / "resnet_big.py")
+    _load_module("losses", checkout / "losses.py")
+    return _load_module("util", checkout / "util.py")
+
+
 def main() -> int:
     argv = sys.argv[1:]
     if "--" not in argv:
@@ -80,9 +101,8 @@ def main() -> int:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     _stub_tensorboard_logger()
-    sys.path.insert(0, str(script.parent))
+    util = _load_reference_modules(script.parent)
     # Count training images: main_supcon.py calls TwoCropTransform once per image per epoch.
-    import util
 
     counter = {"images": 0}
     original_call = util.TwoCropTransform.__call__
