@@ -491,3 +491,73 @@ def sincere_tables(summary: dict) -> str:
             lines.append(f"| {t} | {cells} |")
         lines.append("")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- classifier runs
+
+
+def classifier_test(workdir: Path, step: int, source, *, temperature: float = 1.0,
+                    num_bins: int = 15, resamples: int = 1000, seed: int = 0) -> dict:
+    """Test metrics of a classifier head at ``step`` of ``workdir``
+    (:func:`contrastive_jax.evaluate.evaluate_classifier`), with the per-example top-1/top-5
+    correctness (:func:`pack_bits` ``bits``) and confidence (max probability of
+    ``softmax(logits / temperature)``, rounded to 1e-6) for paired bootstraps."""
+    from contrastive_jax import eval as eval_lib
+    from contrastive_jax import evaluate
+    from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
+
+    record, scored = evaluate.evaluate_classifier(
+        str(Path(workdir) / CHECKPOINT_DIR / str(step)), temperature=temperature,
+        num_bins=num_bins, resamples=resamples, seed=seed, source=source)
+    for k in (1, 5):
+        correct = eval_lib.topk_correct(scored.features, scored.labels, k)
+        record[f"top{k}"]["bits"] = pack_bits(correct)
+    probs = evaluate.softmax(scored.features, temperature)
+    record["confidence"] = [round(float(c), 6) for c in probs.max(axis=1)]
+    return record
+
+
+def correct_bits(test: dict, which: str = "top1") -> np.ndarray:
+    """Per-example correctness bool [N] stored in a :func:`classifier_test` record."""
+    return unpack_bits(test[which]["bits"], len(test["confidence"]))
+
+
+def train_classifier(config: ml_collections.ConfigDict, workdir: Path, *, epochs: int, source,
+                     progress: Progress, label: str, temperature: float = 1.0,
+                     num_bins: int = 15) -> dict:
+    """Trains (or resumes) a classifier ``config`` for ``epochs`` with the library, then scores
+    its head on the test split (:func:`classifier_test`) from the final checkpoint.
+
+    A run whose loss turns non-finite (:class:`contrastive_jax.train.loop.NonFiniteLoss`) is
+    recorded as diverged, with no test record.
+
+    Returns:
+      ``{"test": record or None, "diverged": bool, "epoch_losses": [...], "final_step": int,
+      "seconds": float}``.
+    """
+    from contrastive_jax.train.loop import NonFiniteLoss
+
+    per_epoch = source.split("train").num_examples // int(config.data.global_batch_size)
+    total = epochs * per_epoch
+    config = schedule_checkpoints(config, total, [total])
+    start = time.time()
+    progress.log(f"{label}: training in {workdir}", finished=False)
+    diverged = False
+    try:
+        pretrain(config, workdir)
+    except NonFiniteLoss as err:
+        progress.log(f"{label}: {err}", finished=False)
+        diverged = True
+    test = None if diverged else classifier_test(
+        workdir, total, source, temperature=temperature, num_bins=num_bins, seed=0)
+    return {"test": test, "diverged": diverged,
+            "epoch_losses": epoch_mean_losses(workdir, per_epoch), "final_step": total,
+            "seconds": time.time() - start}
+
+
+def classifier_summary(test: dict | None) -> str:
+    """One-line summary of a :func:`classifier_test` record (None: diverged)."""
+    if test is None:
+        return "diverged"
+    return (f"top-1 {test['top1']['accuracy']:.3f} top-5 {test['top5']['accuracy']:.3f} "
+            f"ECE {test['ece']:.3f} NLL {test['nll']:.3f}")

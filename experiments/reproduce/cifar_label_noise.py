@@ -3,19 +3,21 @@
 Paper: M. Jeong and A. Hero (2025), "Generalizing Supervised Contrastive Learning: A Projection
 Perspective", arXiv:2506.09810.
 
-    python -m experiments.reproduce.cifar_label_noise                  # full grid, seeds 0 1 2
-    python -m experiments.reproduce.cifar_label_noise --methods supcon projnce --seeds 0
-    python -m experiments.reproduce.cifar_label_noise --aggregate_only # tables/plot of finished runs
-    python -m experiments.reproduce.cifar_label_noise --quick          # smoke run (< 2 min)
+    python -m experiments.reproduce.cifar_label_noise --data_dir PATH/TO/cifar10   # grid, seeds 0 1 2
+    python -m experiments.reproduce.cifar_label_noise --data_dir PATH/TO/cifar10 \
+        --methods supcon projnce --seeds 0
+    python -m experiments.reproduce.cifar_label_noise --aggregate_only  # tables/plot of finished runs
+    python -m experiments.reproduce.cifar_label_noise --data_dir PATH/TO/cifar10 --quick  # smoke run
 
 The paper's Table 3 trains on STL-10 with symmetric label noise p in {0, 0.1, ..., 0.7} and reports
-linear top-1 (its Table 3). This proxy uses p in {0, 0.2, 0.4} and the CIFAR-10 subsets,
-encoder, projector and augmentation of ``cifar_proxy.py`` (5,000 training / 2,000 test images at
-32x32, three stride-2 convolutions 32-64-128, projector Linear(128, 128)-BN-ReLU-Linear(128, 64),
-two views, batch 128), with the paper's tau = 0.07 for every loss and the conditional-uniformity
-proxy's AdamW (lr 1e-3 constant, weight decay 5e-5 on weights; docs/reproductions.md) in place of
-the paper's AdamW lr 0.05 (likely unstable at this scale). Budget: EPOCHS epochs, not
-the paper's 500.
+linear top-1. This proxy uses p in {0, 0.2, 0.4} and the configs
+``experiments/configs/cifar_label_noise.py``: class-balanced CIFAR-10 subsets of ``--data_dir``
+(5,000 training / 2,000 test images at 32x32), the CIFAR proxy's augmentation, ``small_cnn``
+encoder (three stride-2 convolutions 32-64-128) and projector Linear(128, 128)-BN-ReLU-Linear(128,
+64), two views, batch 128, the paper's tau = 0.07 for every loss and AdamW (lr 1e-3 constant,
+weight decay 5e-5 on weights; docs/reproductions.md) in place of the paper's AdamW lr 0.05 (likely
+unstable at this scale). Budget: 24 epochs, not the paper's 500. Every run trains with the
+library's trainer (``contrastive_jax.train.loop.train``, Orbax checkpoints in its work directory).
 
 Methods (ProjNCE Sec. 2-3; docs/losses.md, "ProjNCE family"):
 
@@ -23,19 +25,22 @@ Methods (ProjNCE Sec. 2-3; docs/losses.md, "ProjNCE family"):
   pretraining on the noisy labels;
 * ``simclr``: NT-Xent on instance ids. It never sees a label, so one pretraining run per seed
   serves every p (stored under the task ``cifar_labelnoise_simclr_<E>ep``);
-* ``random_init``: the probes of the seed's random-init encoder (every contrastive run's
-  starting point), so a reader can see what training added (stored beside SimCLR's runs);
-* ``ce``: the encoder with ``_cifar_classifier``'s MLP head trained end to end with softmax
-  cross-entropy on the noisy labels (one augmented view per image, batch 256, the same AdamW and
-  epochs) and scored with its own head, the paper's "CE" row.
+* ``random_init``: the probes of the seed's random-init network (SimCLR's config and seed), so a
+  reader can see what training added (stored beside SimCLR's runs);
+* ``ce``: the encoder with the soft-target proxy's MLP classifier head trained end to end with
+  softmax cross-entropy on the noisy labels (one augmented view per image, batch 256, the same
+  AdamW and epochs) and scored with its own head (the paper's "CE" row;
+  :func:`contrastive_jax.evaluate.evaluate_classifier`).
 
-Noise: :func:`contrastive_jax.data.sources.symmetric_label_noise` (docs/reproductions.md, "ProjNCE protocol": each training
-label is replaced with probability p by a uniformly drawn class), drawn with the training seed,
-so each seed has its own noise and a method sees the same noisy labels as the others of its seed.
+Noise: ``config.data.label_noise`` = p, i.e. :func:`contrastive_jax.data.sources.symmetric_label_noise`
+of the training subset's labels (docs/reproductions.md, "ProjNCE protocol": each training label is
+replaced with probability p by a uniformly drawn class), drawn with the data seed 0: every
+method and every training seed sees the same noisy labels at a given p (the seeds differ in
+initialisation, augmentation and data order).
 
-Probe: logistic regression on standardised frozen h (``cu.logistic_scores``), scored on the test
-images, with 95 % percentile bootstrap intervals, fitted twice (an ambiguity of the paper;
-docs/reproductions.md):
+Probe: logistic regression on standardised frozen h (:func:`contrastive_jax.evaluate.logistic_predict`),
+scored on the test images, with 95 % percentile bootstrap intervals, fitted twice (an ambiguity of
+the paper; docs/reproductions.md):
 
 * ``clean``: on the clean training labels (our default reading of "fitting a linear classifier ...
   with clean labels");
@@ -45,61 +50,36 @@ docs/reproductions.md):
 
 The CE runs also get both probes of their frozen h beside their own head's accuracy.
 
-Resumable like ``conditional_uniformity.py``: each run writes
+Resumable like ``conditional_uniformity``: each run writes
 ``<out>/runs/<task>/<method>/seed<k>.json`` (task ``cifar_labelnoise_p<p>_<E>ep``) and is skipped
-when that exists; an unfinished run resumes from its checkpoint; a stored run of another budget is
-refused. ``cifar_labelnoise_<E>ep_summary.json``, ``_table.md`` and ``.png`` go to ``--out``
-(default ``experiments/results/cifar_label_noise``; ``--quick`` defaults to
+when that exists; an unfinished run resumes from the newest checkpoint of
+``<out>/work/<task>/<method>/seed<k>``; a stored run of another budget (or of the former
+hand-made stack) is refused. ``cifar_labelnoise_<E>ep_summary.json``, ``_table.md`` and ``.png``
+go to ``--out`` (default ``experiments/results/cifar_label_noise``; ``--quick`` defaults to
 ``runs/cifar_label_noise_quick``).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import time
 from pathlib import Path
 
 import numpy as np
-import optax
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _cifar_classifier as classifier  # noqa: E402
-import _cifar_common as cifar  # noqa: E402
-import _legacy_cu as cu  # noqa: E402
-import _synthetic_common as common  # noqa: E402
-import cifar_proxy  # noqa: E402
-import sincere  # noqa: E402
-
-from contrastive_jax import eval as eval_lib  # noqa: E402
-from contrastive_jax import losses  # noqa: E402
-from contrastive_jax.data.sources import symmetric_label_noise  # noqa: E402
+from contrastive_jax import eval as eval_lib
+from experiments.configs import cifar_label_noise as configs
+from experiments.configs import cifar_soft_target as classifier_configs
+from experiments.reproduce import _common as common
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "experiments" / "results" / "cifar_label_noise"
 QUICK_OUT = ROOT / "runs" / "cifar_label_noise_quick"
-NOISE = (0.0, 0.2, 0.4)
-EPOCHS = 24
-QUICK_EPOCHS, QUICK_NOISE = 2, (0.0, 0.4)
-TAU = 0.07
-RUN_OPTIONS = cifar.RunOptions(EPOCHS, DEFAULT_OUT, QUICK_OUT, QUICK_EPOCHS, cifar_proxy.NUM_TRAIN,
-                               cifar_proxy.NUM_TEST, cifar_proxy.QUICK_TRAIN, cifar_proxy.QUICK_TEST)
-SUPERVISED: dict[str, cu.LossFn] = {
-    "supcon": lambda z, ids, labels, meta: losses.supcon(z, labels, temperature=TAU),
-    "projnce": lambda z, ids, labels, meta: losses.projnce(z, labels, temperature=TAU),
-    "med_supcon": lambda z, ids, labels, meta: losses.med_supcon(z, labels, temperature=TAU),
-}
-
-
-def simclr_loss(z, ids, labels, meta):
-    """NT-Xent over instance ids at tau 0.07 (``cu.LossFn``; labels and meta unused)."""
-    del labels, meta
-    return losses.nt_xent(z, ids, temperature=TAU)
-
-
-METHODS = ("ce", "random_init", "simclr", *SUPERVISED)
-#: Label-free methods: one run per seed serves every noise level.
-LABEL_FREE = ("random_init", "simclr")
+NOISE, EPOCHS, TAU = configs.NOISE, configs.EPOCHS, configs.TAU
+METHODS, LABEL_FREE = configs.METHODS, configs.LABEL_FREE
+NUM_TRAIN, NUM_TEST = 5000, 2000
+QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS, QUICK_NOISE = 256, 200, 2, (0.0, 0.4)
+NUM_CLASSES, RESAMPLES = 10, 1000
 #: Jeong & Hero (2025), arXiv:2506.09810, Table 3 (STL-10, ResNet-18, 500 epochs) at our noise
 #: levels, linear top-1 %.
 PAPER = {"ce": (69.14, 56.19, 41.03), "simclr": (64.49, 59.78, 58.94),
@@ -107,9 +87,12 @@ PAPER = {"ce": (69.14, 56.19, 41.03), "simclr": (64.49, 59.78, 58.94),
          "med_supcon": (79.04, 72.70, 60.78)}
 
 
-def noisy_labels(y: np.ndarray, p: float, seed: int) -> np.ndarray:
-    """The training labels of noise level ``p`` for training seed ``seed`` (int64 [N])."""
-    return symmetric_label_noise(y, cifar.NUM_CLASSES, p, seed)
+def noisy_labels(y: np.ndarray, p: float, data_seed: int = 0) -> np.ndarray:
+    """The training labels of noise level ``p`` as the trainer draws them (int64 [N]):
+    ``symmetric_label_noise`` of the subset's labels ``y`` with the config's ``data_seed``."""
+    from contrastive_jax.data.sources import symmetric_label_noise
+
+    return symmetric_label_noise(y, NUM_CLASSES, p, data_seed)
 
 
 def task_name(p: float | None, epochs: int, quick: bool) -> str:
@@ -118,100 +101,123 @@ def task_name(p: float | None, epochs: int, quick: bool) -> str:
     return f"{'quick_' if quick else ''}cifar_labelnoise_{level}_{epochs}ep"
 
 
+def run_config(method: str, p: float, args: argparse.Namespace, seed: int):
+    """The config of one run, reading ``--data_dir`` with the run's subset sizes."""
+    config = configs.get_config(f"{method},{0.0 if method in LABEL_FREE else p},{args.epochs}")
+    config.data.data_dir = str(args.data_dir)
+    config.data.train_subset = args.num_train
+    config.data.source_kwargs.test_subset = args.num_test
+    config.seed = seed
+    return config
+
+
 # ----------------------------------------------------------------------------- probe
 
 
 def _linear(h_train: np.ndarray, y_train: np.ndarray, h_test: np.ndarray, y_test: np.ndarray,
             seed: int) -> dict:
     """Top-1 of a logistic probe with its bootstrap interval and packed per-example bits."""
-    correct = eval_lib.topk_correct(cu.logistic_scores(h_train, y_train, h_test), y_test, 1)
-    return {**eval_lib.bootstrap_accuracy(correct, resamples=cu.RESAMPLES, seed=seed),
-            "n": len(correct), "bits": sincere._bits(correct)}
+    from contrastive_jax import evaluate
+
+    correct = evaluate.logistic_predict(h_train, y_train, h_test) == y_test
+    return {**eval_lib.bootstrap_accuracy(correct, resamples=RESAMPLES, seed=seed),
+            "n": len(correct), "bits": common.pack_bits(correct)}
 
 
-def features_probe(clean: cu.Data, levels: tuple[float, ...], seed: int):
-    """``probe(h_train, h_test) -> {"clean": ..., "noisy": {str(p): ...}}`` for features of
-    ``clean``'s images; ``noisy[p]`` is fitted on the seed's labels of noise level p."""
+def features_probe(y_train: np.ndarray, y_test: np.ndarray, levels: tuple[float, ...],
+                   seed: int):
+    """``probe(h_train, h_test) -> {"clean": ..., "noisy": {str(p): ...}}`` for features of the
+    training and test images (clean labels ``y_train``, ``y_test``, in that row order);
+    ``noisy[p]`` is fitted on the trainer's labels of noise level p."""
 
     def probe(h_train: np.ndarray, h_test: np.ndarray) -> dict:
-        clean_rec = _linear(h_train, clean.y_train, h_test, clean.y_test, seed)
-        noisy = {f"{p:g}": _linear(h_train, noisy_labels(clean.y_train, p, seed), h_test,
-                                   clean.y_test, seed) for p in levels}
+        clean_rec = _linear(h_train, y_train, h_test, y_test, seed)
+        noisy = {f"{p:g}": _linear(h_train, noisy_labels(y_train, p), h_test, y_test, seed)
+                 for p in levels}
         return {"clean": clean_rec, "noisy": noisy}
 
     return probe
 
 
-def contrastive_probe(clean: cu.Data, levels: tuple[float, ...]):
-    """``cu.run_one``'s probe factory for a contrastive run: both probes of frozen h.
+def embedding_probe(levels: tuple[float, ...], seed: int):
+    """``common.pretrain_and_probe``'s ``probe(epoch, {"train", "test"} embeddings or None)``:
+    both probes of frozen h (``levels``: the noise levels of the noisy-label probe)."""
 
-    ``levels``: the noise levels of the noisy-label probe (one for a supervised run, all of them
-    for SimCLR, whose pretraining serves every level).
-    """
+    def probe(epoch: int, emb: dict | None) -> dict:
+        if emb is None:
+            return {"epoch": epoch, "clean": None, "noisy": None, "summary": "diverged"}
+        train, test = emb["train"], emb["test"]
+        fit = features_probe(train.labels, test.labels, levels, seed)
+        record = {"epoch": epoch, **fit(train.features, test.features)}
+        noisy = " ".join(f"p{p} {r['accuracy']:.3f}" for p, r in record["noisy"].items())
+        record["summary"] = f"clean-label probe {record['clean']['accuracy']:.3f}, noisy {noisy}"
+        return record
 
-    def factory(task: cu.Task, data: cu.Data, seed: int):
-        del data  # the run trains on noisy labels; the probe needs the clean ones
-        fit = features_probe(clean, levels, seed)
-
-        def probe(epoch: int, params: dict | None) -> dict:
-            if params is None:
-                return {"epoch": epoch, "clean": None, "noisy": None, "summary": "diverged"}
-            record = {"epoch": epoch, **fit(cu.features(task, params, clean.x_train),
-                                            cu.features(task, params, clean.x_test))}
-            noisy = " ".join(f"p{p} {r['accuracy']:.3f}" for p, r in record["noisy"].items())
-            record["summary"] = f"clean-label probe {record['clean']['accuracy']:.3f}, noisy {noisy}"
-            return record
-
-        return probe
-
-    return factory
+    return probe
 
 
 # ----------------------------------------------------------------------------- runs
 
 
-def contrastive_run(method: str, p: float, clean: cu.Data, args: argparse.Namespace,
+def contrastive_run(method: str, p: float, args: argparse.Namespace, source,
                     progress: common.Progress) -> dict:
     """One pretraining run with its probes; for the label-free methods the seed's one run."""
     seed = args.seed
     levels = args.noise if method in LABEL_FREE else (p,)
-    name = task_name(None if method in LABEL_FREE else p, args.epochs, args.quick)
-    task = cu.Task(name, cifar_proxy.ARCH, cifar.augment_cifar, args.epochs, cifar_proxy.BATCH,
-                   (args.epochs,))
+    task = task_name(None if method in LABEL_FREE else p, args.epochs, args.quick)
+    path = common.run_path(args.out, task, method, seed)
+    label = f"{task}/{method}/seed{seed}"
+    budget = {"epochs": 0 if method == "random_init" else args.epochs,
+              "num_train": args.num_train, "num_test": args.num_test, "trainer": common.TRAINER}
+    done = common.load_finished(path, budget, progress, label)
+    if done is not None:
+        return done
+    config = run_config(method, p, args, seed)
+    probe = embedding_probe(tuple(levels), seed)
     if method == "random_init":
-        return cu.random_init_run(task, clean, contrastive_probe(clean, levels), seed,
-                                  args.out, progress)
-    if method == "simclr":
-        loss_fn, data = simclr_loss, clean
+        start = time.time()
+        emb = common.initial_embeddings(config, ("train", "test"), source)
+        outcome = {"probes": [probe(0, emb)], "seconds": time.time() - start}
     else:
-        loss_fn = SUPERVISED[method]
-        data = cu.Data(clean.x_train, noisy_labels(clean.y_train, p, seed), clean.meta_train,
-                       clean.x_test, clean.y_test)
-    return cu.run_one(task, method, loss_fn, cu.adamw, data, contrastive_probe(clean, levels),
-                      seed, args.out, progress)
+        outcome = common.pretrain_and_probe(
+            config, common.work_path(args.out, task, method, seed), epochs=args.epochs,
+            probes=(args.epochs,), splits=("train", "test"), probe=probe, progress=progress,
+            label=label, source=source)
+    result = {"task": task, "method": method, "seed": seed, "noise": None if method in LABEL_FREE
+              else p, **budget, **outcome}
+    common.save_json(path, result)
+    progress.log(f"{label}: {common.final(result)['summary']} ({result['seconds']:.0f}s)")
+    return result
 
 
-def cross_entropy(logits, labels, targets):
-    """Softmax cross-entropy on integer labels (``_cifar_classifier.LossFn``; targets unused)."""
-    del targets
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-
-
-def ce_run(p: float, clean: cu.Data, args: argparse.Namespace, progress: common.Progress) -> dict:
+def ce_run(p: float, args: argparse.Namespace, source, progress: common.Progress) -> dict:
     """Cross-entropy on the noisy labels, scored by its own head (``test``) and by both probes
     of its frozen h (``probe``)."""
-    config = classifier.Config(task_name(p, args.epochs, args.quick), args.epochs)
-    encoder = cu.Task(config.task, config.encoder, config.augment, args.epochs, config.batch, ())
-    fit = features_probe(clean, (p,), args.seed)
-
-    def probe(params: dict) -> dict:
-        return fit(cu.features(encoder, params, clean.x_train),
-                   cu.features(encoder, params, clean.x_test))
-
-    return classifier.run_classifier(
-        config, "ce", cross_entropy, False, clean.x_train,
-        noisy_labels(clean.y_train, p, args.seed), clean.x_test, clean.y_test, args.seed,
-        args.out, progress, extra={"noise": p}, probe=probe)
+    seed = args.seed
+    task = task_name(p, args.epochs, args.quick)
+    path = common.run_path(args.out, task, "ce", seed)
+    label = f"{task}/ce/seed{seed}"
+    budget = {"epochs": args.epochs, "batch": classifier_configs.BATCH,
+              "num_train": args.num_train, "num_test": args.num_test, "trainer": common.TRAINER}
+    done = common.load_finished(path, budget, progress, label)
+    if done is not None:
+        return done
+    workdir = common.work_path(args.out, task, "ce", seed)
+    outcome = common.train_classifier(run_config("ce", p, args, seed), workdir,
+                                      epochs=args.epochs, source=source, progress=progress,
+                                      label=label)
+    final_step = outcome.pop("final_step")
+    probe = None
+    if not outcome["diverged"]:
+        emb = common.embeddings_at(workdir, final_step, ("train", "test"), source)
+        probe = features_probe(emb["train"].labels, emb["test"].labels, (p,), seed)(
+            emb["train"].features, emb["test"].features)
+    result = {"task": task, "method": "ce", "seed": seed, "noise": p, **budget, **outcome,
+              "probe": probe}
+    common.save_json(path, result)
+    progress.log(f"{label}: {common.classifier_summary(result['test'])} "
+                 f"({result['seconds']:.0f}s)")
+    return result
 
 
 # ----------------------------------------------------------------------------- summary
@@ -219,12 +225,12 @@ def ce_run(p: float, clean: cu.Data, args: argparse.Namespace, progress: common.
 
 def _top1(run: dict, probe: str, p: float) -> dict | None:
     """A run's final top-1 record: ``probe`` in {"clean", "noisy", "head"}."""
-    if run["method"] == "ce":  # a _cifar_classifier record
+    if run["method"] == "ce":  # a classifier record: its head's test metrics and the probes
         if probe == "head":
             return (run["test"] or {}).get("top1")
         rec = run["probe"] or {}
     else:
-        rec = cu.final(run)
+        rec = common.final(run)
     if probe == "noisy":
         return (rec.get("noisy") or {}).get(f"{p:g}")
     return rec.get("clean")
@@ -279,8 +285,8 @@ def differences(runs: dict[tuple[str, float], list[dict]], noise: tuple[float, .
                     a, b = _top1(r, probe, p), base.get(r["seed"])
                     if a and b:
                         diffs.append((r["seed"], eval_lib.paired_bootstrap_difference(
-                            sincere._unbits(a["bits"], a["n"]), sincere._unbits(b["bits"], b["n"]),
-                            resamples=cu.RESAMPLES)))
+                            common.unpack_bits(a["bits"], a["n"]),
+                            common.unpack_bits(b["bits"], b["n"]), resamples=RESAMPLES)))
                 if not diffs:
                     continue
                 values = [100 * d["diff"] for _, d in diffs]
@@ -332,19 +338,43 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--noise", type=float, nargs="+", default=list(NOISE))
-    cifar.add_run_options(parser, RUN_OPTIONS, quick_note=f", p {QUICK_NOISE}")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
+                             f"{QUICK_TRAIN}/{QUICK_TEST} images, p {QUICK_NOISE}")
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
+    parser.add_argument("--data_dir", type=Path, default=None,
+                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image> "
+                             "(needed unless --aggregate_only)")
     args = parser.parse_args(argv)
     if any(not 0.0 <= p <= 1.0 for p in args.noise):
-        raise ValueError(f"--noise levels must be in [0, 1], got {args.noise}")
-    num_train, num_test = cifar.resolve_run_options(args, RUN_OPTIONS)
+        parser.error(f"--noise levels must be in [0, 1], got {args.noise}")
+    if args.epochs < 1:
+        parser.error(f"--epochs must be >= 1, got {args.epochs}")
+    if not args.aggregate_only and (args.data_dir is None or not args.data_dir.is_dir()):
+        parser.error(f"--data_dir {args.data_dir}: give a CIFAR-10 image folder "
+                     "<root>/{train,test}/<class>/<image>")
+    args.num_train, args.num_test = NUM_TRAIN, NUM_TEST
     if args.quick:
-        args.noise = list(QUICK_NOISE)
+        args.epochs, args.seeds, args.noise = QUICK_EPOCHS, [0], list(QUICK_NOISE)
+        args.num_train, args.num_test = QUICK_TRAIN, QUICK_TEST
+    if args.out is None:
+        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
+    args.out.mkdir(parents=True, exist_ok=True)
     args.noise = tuple(sorted(set(args.noise)))
     methods = tuple(m for m in METHODS if m in args.methods)
-    clean = cifar.cifar_data(num_train, num_test, cifar_proxy.DOWNSAMPLE)
     grid = [(m, p) for p in args.noise for m in methods
             if not (m in LABEL_FREE and p != args.noise[0])]
     progress = common.Progress(len(grid) * len(args.seeds), "cifar_label_noise")
+    source = None
+    if not args.aggregate_only:
+        from contrastive_jax import data
+
+        source = data.load_source(run_config("supcon", 0.0, args, 0).data)
     runs: dict[tuple[str, float], list[dict]] = {}
     for seed in args.seeds:  # seed-major: every cell of seed 0 before seed 1
         args.seed = seed
@@ -355,17 +385,17 @@ def main(argv: list[str] | None = None) -> None:
                 if run is None:
                     continue
             elif m == "ce":
-                run = ce_run(p, clean, args, progress)
+                run = ce_run(p, args, source, progress)
             else:
-                run = contrastive_run(m, p, clean, args, progress)
+                run = contrastive_run(m, p, args, source, progress)
             for level in args.noise if m in LABEL_FREE else (p,):
                 runs.setdefault((m, level), []).append(run)
     table, summary = summarise(runs, args.noise, methods)
     name = f"{'quick_' if args.quick else ''}cifar_labelnoise_{args.epochs}ep"
     common.save_json(args.out / f"{name}_summary.json", summary)
     plot(summary, args.noise, methods, args.out / f"{name}.png")
-    text = (f"## {name} ({args.epochs} epochs, {num_train} training / {num_test} test images, "
-            f"seeds {args.seeds}, tau {TAU})\n\n{table}")
+    text = (f"## {name} ({args.epochs} epochs, {args.num_train} training / {args.num_test} test "
+            f"images, seeds {args.seeds}, tau {TAU})\n\n{table}")
     (args.out / f"{name}_table.md").write_text(text)
     print(text, flush=True)
 

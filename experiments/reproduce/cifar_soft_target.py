@@ -3,45 +3,42 @@
 Paper: J. Hugger and V. Uhlmann (2024), "Towards noise contrastive estimation with soft targets for
 conditional models", arXiv:2404.14076.
 
-    python -m experiments.reproduce.cifar_soft_target                  # 4 methods x seeds 0 1 2
-    python -m experiments.reproduce.cifar_soft_target --seeds 0 --epochs 12
-    python -m experiments.reproduce.cifar_soft_target --aggregate_only # tables/plots of finished runs
-    python -m experiments.reproduce.cifar_soft_target --quick          # smoke run (< 2 min), own out dir
+    python -m experiments.reproduce.cifar_soft_target --data_dir PATH/TO/cifar10   # 4 methods x seeds 0 1 2
+    python -m experiments.reproduce.cifar_soft_target --data_dir PATH/TO/cifar10 --seeds 0 --epochs 12
+    python -m experiments.reproduce.cifar_soft_target --aggregate_only  # tables/plots of finished runs
+    python -m experiments.reproduce.cifar_soft_target --data_dir PATH/TO/cifar10 --quick  # smoke run
 
-A classifier (``_cifar_classifier.py``) is trained from scratch with four losses and compared on
-test top-1 / top-5 accuracy (the paper's Tables 1 and 2) and calibration (its Sec. 4.2, Fig. 4):
+A classifier is trained from scratch with four losses by the library's trainer
+(``contrastive_jax.train.loop.train``, Orbax checkpoints in the run's work directory; configs
+``experiments/configs/cifar_soft_target.py``) and compared on test top-1 / top-5 accuracy (the
+paper's Tables 1 and 2) and calibration (its Sec. 4.2, Fig. 4):
 
 * ``nll``: cross-entropy on the integer labels, no label smoothing, no MixUp/CutMix (Eq. 1);
-* ``stce``: soft-target cross-entropy (``losses.soft_target_cross_entropy``, tau 1) on soft targets
-  from label smoothing 0.1 + MixUp 0.8 + CutMix 1.0 (``data.mixing.mix_batch``: batch mode,
-  mixup_prob 1.0, switch_prob 0.5, partner = reversed batch) (Eqs. 2-3; docs/reproductions.md);
-* ``infonce``: hard InfoNCE, ``losses.soft_target_infonce`` fed the one-hot labels (the library has
-  no separate hard-InfoNCE entry point; the paper's code does the same), in-batch label negatives,
-  nothing masked (Eq. 5);
-* ``sti``: soft-target InfoNCE (``losses.soft_target_infonce``) on the same smoothed + mixed
-  targets as ``stce`` (Eq. 12).
+* ``stce``: soft-target cross-entropy (tau 1) on the soft targets of the trainer's mixing stage
+  (``config.loss.mixing``: label smoothing 0.1 + MixUp 0.8 / CutMix 1.0, batch mode,
+  mixup_prob 1.0, switch_prob 0.5, partner = the mirrored row; Eqs. 2-3; docs/reproductions.md);
+* ``infonce``: hard InfoNCE, soft-target InfoNCE fed the one-hot labels (the paper's code does
+  the same), in-batch label negatives, nothing masked (Eq. 5);
+* ``sti``: soft-target InfoNCE on the same smoothed + mixed targets as ``stce`` (Eq. 12).
 
 tau = 1 and eta = the empirical class frequencies of the training subset (class-balanced, so
-uniform; passed explicitly as ``class_prior``). Metrics on the test subset, no augmentation:
-top-1 / top-5 (bootstrap intervals over the test set; per-example correctness stored, so the
-differences get a paired bootstrap), ECE with 15 equal-width confidence bins of
-``softmax(logits / tau)`` (``contrastive_jax.eval.calibration``; for the InfoNCE-type models this
-is the paper's inference model, the same as ``softmax(logits / tau - log eta)`` for uniform eta, see
-``_cifar_classifier``), and the test NLL. The differences STI - STCE, STI - NLL and InfoNCE - NLL
-are reported per seed (paired bootstrap 95 % intervals for top-1 and for ECE) and as mean ± std
-over seeds.
+uniform; passed explicitly as ``class_prior``). Metrics on the test subset, no augmentation, from
+the final checkpoint (:func:`contrastive_jax.evaluate.evaluate_classifier`): top-1 / top-5
+(bootstrap intervals over the test set; per-example correctness stored, so the differences get a
+paired bootstrap), ECE with 15 equal-width confidence bins of ``softmax(logits / tau)`` and the
+test NLL. For the InfoNCE-type models ``softmax(logits / tau)`` is the paper's inference model:
+training scores are ``L / tau - log eta`` and model ``log p(k|x) / eta_k`` up to a per-example
+constant, so ``L / tau`` models ``log p(k|x)`` (the same as ``softmax(L / tau - log eta)`` for a
+uniform eta). The differences STI - STCE, STI - NLL and InfoNCE - NLL are reported per seed
+(paired bootstrap 95 % intervals for top-1 and for ECE) and as mean ± std over seeds.
 
-Proxy settings (the CIFAR proxy of ``cifar_proxy.py``): class-balanced subsets of the shared
-CIFAR-10 folder, NUM_TRAIN = 5,000 training and NUM_TEST = 2,000 test images at 32x32
-(``_cifar_common.cifar_data(5000, 2000, False)``), three 3x3 stride-2 ReLU convolutions 32-64-128,
-global average pool, head Linear(128, 128)-ReLU-Linear(128, 10); one ``augment_cifar`` view per
-image; AdamW lr 1e-3 constant, weight decay 5e-5 on weights; batch 256 (last partial batch
-dropped); 36 epochs; seeds 0 1 2 (a seed fixes the initialisation and the data order, shared by
-the four methods, so differences are paired). Timing, measured with ``nice -n 10`` beside a
-background job on the 2-core machine (upper bounds): about 3 s per epoch (19 steps of 256
-images) for every method, 8-12 s of compilation per method (once per process; the seeds share
-it), under 1 s of evaluation and about 2 s for the bootstraps, so about 2 min per 36-epoch run
-and 25 min for the default grid (12 runs); ``--quick`` takes about 1 min, mostly compilation.
+Proxy settings (``experiments/configs/cifar_soft_target.py``): class-balanced subsets of a
+CIFAR-10 image folder (``--data_dir``), 5,000 training and 2,000 test images at 32x32, the
+``small_cnn`` encoder (three 3x3 stride-2 ReLU convolutions 32-64-128, global average pool), head
+Linear(128, 128)-BN-ReLU-Linear(128, 10); one ``cifar_proxy``-augmented view per image; AdamW lr
+1e-3 constant, weight decay 5e-5 on weights; batch 256 (last partial batch dropped); 36 epochs;
+seeds 0 1 2 (a seed fixes the initialisation, the augmentation and the data order, shared by the
+four methods, so differences are paired).
 
 Expectation worth knowing (docs/reproductions.md, "Soft-target InfoNCE protocol"): with in-batch label negatives, hard InfoNCE is NLL on
 logits shifted by ``log(n_k / eta_k)`` (``n_k`` the class counts of the batch) plus a constant;
@@ -59,13 +56,14 @@ Deviations from the paper (Sec. 4.1, App. A.4), all for CPU scale:
 * 100 epochs, 5 warm-up, cosine, layer-wise lr decay, per-method base lr -> 36 epochs of AdamW
   at a constant lr 1e-3 for every method;
 * 3-layer MLP head (hidden 4,096, BN, non-affine BN on the class scores) -> a 2-layer MLP head
-  without BN;
+  with BN after the hidden layer;
 * the repo keeps the best top-1 over epochs -> the last epoch is evaluated;
 * single runs -> 3 seeds, with bootstrap intervals.
 
 Resumable: each run writes ``<out>/runs/<task>/<method>/seed<k>.json`` (task
 ``cifar_soft_target_<E>ep``, ``quick_...`` for ``--quick``) and is skipped when that exists; an
-unfinished run resumes from its checkpoint; a stored run of another budget is refused. Methods
+unfinished run resumes from the newest checkpoint of ``<out>/work/<task>/<method>/seed<k>``; a
+stored run of another budget (or of the former hand-made stack) is refused. Methods
 run seed-major (all four methods of seed 0 before seed 1). ``<task>_summary.json``,
 ``<task>_table.md`` and ``<task>.png`` go to ``--out`` (default
 ``experiments/results/cifar_soft_target``; ``--quick`` defaults to ``runs/cifar_soft_target_quick``).
@@ -74,33 +72,21 @@ run seed-major (all four methods of seed 0 before seed 1). ``<task>_summary.json
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
+import ml_collections
 import numpy as np
-import optax
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _cifar_classifier as clf  # noqa: E402
-import _cifar_common as cifar  # noqa: E402
-import _synthetic_common as common  # noqa: E402
-
-from contrastive_jax import eval as eval_lib  # noqa: E402
-from contrastive_jax import losses  # noqa: E402
+from contrastive_jax import eval as eval_lib
+from experiments.configs import cifar_soft_target as configs
+from experiments.reproduce import _common as common
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "experiments" / "results" / "cifar_soft_target"
 QUICK_OUT = ROOT / "runs" / "cifar_soft_target_quick"
-NUM_TRAIN, NUM_TEST, EPOCHS = 5000, 2000, 36
 QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS = 256, 200, 2
-DOWNSAMPLE = False
-RUN_OPTIONS = cifar.RunOptions(EPOCHS, DEFAULT_OUT, QUICK_OUT, QUICK_EPOCHS, NUM_TRAIN, NUM_TEST,
-                               QUICK_TRAIN, QUICK_TEST)
-TAU = 1.0
+TAU = configs.TAU
+NUM_BINS, RESAMPLES = 15, 1000
 #: (a, b): report a - b.
 COMPARISONS = (("sti", "stce"), ("sti", "nll"), ("infonce", "nll"))
 LABELS = {"nll": "NLL", "stce": "STCE", "infonce": "InfoNCE", "sti": "STI"}
@@ -121,46 +107,6 @@ PAPER_TEXT = (
 )
 
 
-class Method(NamedTuple):
-    """A training loss (``_cifar_classifier.LossFn``) and whether it trains on mixed targets."""
-
-    loss_fn: clf.LossFn
-    mix: bool
-
-
-def make_methods(prior: np.ndarray, temperature: float = TAU) -> dict[str, Method]:
-    """The four methods of Table 1 with class prior eta = ``prior`` float [K] (InfoNCE types).
-
-    Every loss has the signature ``(logits [B, K], labels int [B], targets float [B, K])``;
-    ``targets`` are one-hot for ``mix=False`` methods and smoothed + mixed for ``mix=True`` ones.
-    """
-    eta = jnp.asarray(prior, jnp.float32)
-    num_classes = eta.shape[0]
-
-    def nll(logits, labels, targets):
-        del targets  # hard labels only
-        return optax.softmax_cross_entropy_with_integer_labels(logits / temperature,
-                                                               labels).mean()
-
-    def stce(logits, labels, targets):
-        del labels
-        return losses.soft_target_cross_entropy(logits, targets, temperature=temperature)
-
-    def infonce(logits, labels, targets):
-        del targets
-        onehot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
-        return losses.soft_target_infonce(logits, onehot, temperature=temperature,
-                                          class_prior=eta)
-
-    def sti(logits, labels, targets):
-        del labels
-        return losses.soft_target_infonce(logits, targets, temperature=temperature,
-                                          class_prior=eta)
-
-    return {"nll": Method(nll, False), "stce": Method(stce, True),
-            "infonce": Method(infonce, False), "sti": Method(sti, True)}
-
-
 # ----------------------------------------------------------------------------- summaries
 
 
@@ -173,16 +119,16 @@ def _pm(stat: dict, digits: int = 2) -> str:
     return f"{_num(stat['mean'], digits)} ± {_num(stat['std'], digits)}"
 
 
-def paired_ece_bootstrap(test_a: dict, test_b: dict, resamples: int = clf.RESAMPLES,
+def paired_ece_bootstrap(test_a: dict, test_b: dict, resamples: int = RESAMPLES,
                          seed: int = 0, confidence: float = 0.95) -> dict:
     """Paired percentile bootstrap of ``ECE(a) - ECE(b)`` (in [0, 1] units) on one test set.
 
-    ``test_a``/``test_b`` are ``_cifar_classifier.evaluate`` records of the same test images
+    ``test_a``/``test_b`` are :func:`common.classifier_test` records of the same test images
     (per-example confidence and top-1 correctness); each resample draws the same indices for
     both. Returns ``diff`` (full test set), ``low``, ``high``, ``significant``.
     """
     conf = [np.asarray(t["confidence"]) for t in (test_a, test_b)]
-    hit = [clf.correct_bits(t) for t in (test_a, test_b)]
+    hit = [common.correct_bits(t) for t in (test_a, test_b)]
     n = len(conf[0])
     if len(conf[1]) != n:
         raise ValueError("the two records must be of the same test set")
@@ -191,11 +137,11 @@ def paired_ece_bootstrap(test_a: dict, test_b: dict, resamples: int = clf.RESAMP
     diffs = np.empty(resamples)
     for r in range(resamples):
         rows = rng.integers(0, n, n)
-        diffs[r] = (ece(conf[0][rows], hit[0][rows], clf.NUM_BINS)
-                    - ece(conf[1][rows], hit[1][rows], clf.NUM_BINS))
+        diffs[r] = (ece(conf[0][rows], hit[0][rows], NUM_BINS)
+                    - ece(conf[1][rows], hit[1][rows], NUM_BINS))
     tail = 100 * (1 - confidence) / 2
     low, high = np.percentile(diffs, [tail, 100 - tail])
-    return {"diff": ece(conf[0], hit[0], clf.NUM_BINS) - ece(conf[1], hit[1], clf.NUM_BINS),
+    return {"diff": ece(conf[0], hit[0], NUM_BINS) - ece(conf[1], hit[1], NUM_BINS),
             "low": float(low), "high": float(high),
             "significant": bool(low > 0 or high < 0)}
 
@@ -212,8 +158,8 @@ def _differences(results: dict[str, list[dict]]) -> dict:
         per_seed = []
         for s in seeds:
             top1 = eval_lib.paired_bootstrap_difference(
-                clf.correct_bits(runs_a[s]), clf.correct_bits(runs_b[s]),
-                resamples=clf.RESAMPLES, seed=0)
+                common.correct_bits(runs_a[s]), common.correct_bits(runs_b[s]),
+                resamples=RESAMPLES, seed=0)
             ece = paired_ece_bootstrap(runs_a[s], runs_b[s])
             per_seed.append({
                 "seed": s,
@@ -231,7 +177,7 @@ def _differences(results: dict[str, list[dict]]) -> dict:
 
 
 def summarise(results: dict[str, list[dict]]) -> tuple[str, dict]:
-    """Markdown tables and the JSON summary of finished runs (``run_classifier`` records).
+    """Markdown tables and the JSON summary of finished runs (:func:`run_one` records).
 
     Accuracies and ECE in %, NLL in nats; mean ± std (ddof 1) over seeds.
     """
@@ -343,51 +289,114 @@ def task_name(epochs: int, quick: bool) -> str:
     return f"{'quick_' if quick else ''}cifar_soft_target_{epochs}ep"
 
 
-def run_all(args: argparse.Namespace, num_train: int, num_test: int) -> str:
+def data_config(config: ml_collections.ConfigDict, args: argparse.Namespace):
+    """``config`` reading ``--data_dir`` with the run's subset sizes."""
+    config.data.data_dir = str(args.data_dir)
+    config.data.train_subset = args.num_train
+    config.data.source_kwargs.test_subset = args.num_test
+    return config
+
+
+def class_prior(labels: np.ndarray, num_classes: int) -> list[float]:
+    """Empirical class frequencies of int labels [N] (the paper's eta), as a list of K floats."""
+    counts = np.bincount(np.asarray(labels), minlength=num_classes)
+    if counts.shape != (num_classes,):
+        raise ValueError(f"labels must be in [0, {num_classes})")
+    return (counts / counts.sum()).tolist()
+
+
+def run_one(task: str, method: str, seed: int, args: argparse.Namespace, source,
+            prior: list[float], progress: common.Progress) -> dict:
+    """One (method, seed) run: loaded if its JSON exists (with this budget), else trained with
+    the library (resuming from its work directory), scored on the test split and stored."""
+    path = common.run_path(args.out, task, method, seed)
+    label = f"{task}/{method}/seed{seed}"
+    budget = {"epochs": args.epochs, "batch": configs.BATCH, "num_train": args.num_train,
+              "num_test": args.num_test, "trainer": common.TRAINER}
+    done = common.load_finished(path, budget, progress, label)
+    if done is not None:
+        return done
+    config = data_config(configs.get_config(f"{method},{args.epochs}"), args)
+    config.seed = seed
+    term = config.loss.name
+    if term == "label_soft_target_infonce":
+        config.loss.kwargs[term].class_prior = tuple(prior)
+    outcome = common.train_classifier(
+        config, common.work_path(args.out, task, method, seed), epochs=args.epochs,
+        source=source, progress=progress, label=label, temperature=TAU, num_bins=NUM_BINS)
+    del outcome["final_step"]
+    result = {"task": task, "method": method, "seed": seed, **budget, **outcome,
+              "class_prior": prior, "temperature": TAU}
+    common.save_json(path, result)
+    progress.log(f"{label}: {common.classifier_summary(result['test'])} "
+                 f"({result['seconds']:.0f}s)")
+    return result
+
+
+def run_all(args: argparse.Namespace) -> str:
     """Train (or load) every run, seed-major, then write the summary, table and plot."""
-    config = clf.Config(task=task_name(args.epochs, args.quick), epochs=args.epochs,
-                        temperature=TAU)
+    task = task_name(args.epochs, args.quick)
     names = list(LABELS)
     results: dict[str, list[dict]] = {m: [] for m in names}
     if args.aggregate_only:
         for seed in args.seeds:
             for m in names:
-                done = common.load_json(common.run_path(args.out, config.task, m, seed))
+                done = common.load_json(common.run_path(args.out, task, m, seed))
                 if done is not None:
                     results[m].append(done)
     else:
-        data = cifar.cifar_data(num_train, num_test, DOWNSAMPLE)
-        prior = clf.class_prior(data.y_train, cifar.NUM_CLASSES)
-        methods = make_methods(prior)
-        progress = common.Progress(len(methods) * len(args.seeds), config.task)
+        from contrastive_jax import data
+
+        source = data.load_source(data_config(configs.get_config("nll,1"), args).data)
+        prior = class_prior(source.split("train").labels, configs.NUM_CLASSES)
+        progress = common.Progress(len(names) * len(args.seeds), task)
         for seed in args.seeds:  # seed-major: a first seed of every method before more seeds
-            for m, method in methods.items():
-                results[m].append(clf.run_classifier(
-                    config, m, method.loss_fn, method.mix, data.x_train, data.y_train,
-                    data.x_test, data.y_test, seed, args.out, progress,
-                    extra={"class_prior": prior.tolist(), "temperature": TAU}))
+            for m in names:
+                results[m].append(run_one(task, m, seed, args, source, prior, progress))
     results = {m: r for m, r in results.items() if r}
     table, summary = summarise(results)
     any_run = next((r for runs in results.values() for r in runs), None)
-    if any_run is not None:
-        num_train, num_test = any_run["num_train"], any_run["num_test"]
-    summary["config"] = {"task": config.task, "epochs": args.epochs, "batch": config.batch,
+    num_train, num_test = ((any_run["num_train"], any_run["num_test"]) if any_run
+                           else (args.num_train, args.num_test))
+    summary["config"] = {"task": task, "epochs": args.epochs, "batch": configs.BATCH,
                          "num_train": num_train, "num_test": num_test, "tau": TAU,
-                         "seeds": args.seeds, "ece_bins": clf.NUM_BINS}
-    common.save_json(args.out / f"{config.task}_summary.json", summary)
-    plot(results, summary, args.out / f"{config.task}.png")
-    text = (f"## {config.task} ({args.epochs} epochs, {num_train} training / {num_test} test "
-            f"images, batch {config.batch}, tau {TAU}, seeds {args.seeds})\n\n{table}")
-    (args.out / f"{config.task}_table.md").write_text(text)
+                         "seeds": args.seeds, "ece_bins": NUM_BINS, "trainer": common.TRAINER}
+    common.save_json(args.out / f"{task}_summary.json", summary)
+    plot(results, summary, args.out / f"{task}.png")
+    text = (f"## {task} ({args.epochs} epochs, {num_train} training / {num_test} test "
+            f"images, batch {configs.BATCH}, tau {TAU}, seeds {args.seeds})\n\n{table}")
+    (args.out / f"{task}_table.md").write_text(text)
     return text
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    cifar.add_run_options(parser, RUN_OPTIONS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=configs.EPOCHS)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
+                             f"{QUICK_TRAIN}/{QUICK_TEST} images")
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
+    parser.add_argument("--data_dir", type=Path, default=None,
+                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image> "
+                             "(needed unless --aggregate_only)")
     args = parser.parse_args(argv)
-    num_train, num_test = cifar.resolve_run_options(args, RUN_OPTIONS)
-    print(run_all(args, num_train, num_test), flush=True)
+    if args.epochs < 1:
+        parser.error(f"--epochs must be >= 1, got {args.epochs}")
+    if not args.aggregate_only and (args.data_dir is None or not args.data_dir.is_dir()):
+        parser.error(f"--data_dir {args.data_dir}: give a CIFAR-10 image folder "
+                     "<root>/{train,test}/<class>/<image>")
+    args.num_train, args.num_test = configs.NUM_TRAIN, configs.NUM_TEST
+    if args.quick:
+        args.epochs, args.seeds = QUICK_EPOCHS, [0]
+        args.num_train, args.num_test = QUICK_TRAIN, QUICK_TEST
+    if args.out is None:
+        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(run_all(args), flush=True)
 
 
 if __name__ == "__main__":

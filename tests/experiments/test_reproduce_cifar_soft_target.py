@@ -1,198 +1,109 @@
-"""The CIFAR-10 proxy of soft-target InfoNCE's Table 1 (``experiments/reproduce/cifar_soft_target.py``) and its
-classifier trainer (``_cifar_classifier.py``).
+"""The CIFAR-10 proxy of soft-target InfoNCE's Table 1 (``experiments/reproduce/cifar_soft_target.py``,
+configs ``experiments/configs/cifar_soft_target.py``).
 
-The unmarked tests check the four training losses, the classifier's shapes, a tiny NLL run on
-random 8x8 images (resume, skip, budget refusal) and the tables from fake run records, in
-seconds and without the CIFAR data; the ``slow`` one runs ``--quick`` end to end (skipped when the
-shared CIFAR-10 folder is absent).
+The unmarked tests check the four methods' configs (terms, mixing stage, class prior), their
+losses on one batch, and the tables from fake run records, in seconds and without the CIFAR data;
+the ``slow`` one runs ``--quick`` end to end with the library's trainer, then again to check that
+finished runs are skipped (skipped when the shared CIFAR-10 folder is absent).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from contrastive_jax import eval as eval_lib
-from tests.experiments.scripts import load_script
+from contrastive_jax import evaluate, losses
+from contrastive_jax.train import objective
+from experiments.configs import cifar_soft_target as configs
+from experiments.reproduce import _common as common
+from experiments.reproduce import cifar_soft_target as st
 
-
-@pytest.fixture(scope="module")
-def st():
-    return load_script("cifar_soft_target")
-
-
-@pytest.fixture(scope="module")
-def clf(st):
-    return st.clf  # the module object the driver uses
-
-
-@pytest.fixture(scope="module")
-def methods(st):
-    return st.make_methods(np.full(10, 0.1, np.float32))
+SHARED_CIFAR10 = Path(__file__).resolve().parents[3] / "shared" / "data" / "cifar10"
 
 
 def _batch(seed=0, b=20, k=10):
     rng = np.random.default_rng(seed)
     logits = jnp.asarray(rng.normal(size=(b, k)) * 2, jnp.float32)
     labels = jnp.asarray(np.arange(b) % k, jnp.int32)  # every class exactly b / k times
-    soft = jnp.asarray(rng.dirichlet(np.ones(k), size=b), jnp.float32)
-    return logits, labels, jax.nn.one_hot(labels, k), soft
+    return logits, labels
 
 
-# ----------------------------------------------------------------------------- losses
+# ----------------------------------------------------------------------------- configs
 
 
-def test_methods_and_mix_flags(methods):
-    assert list(methods) == ["nll", "stce", "infonce", "sti"]
-    assert {m: v.mix for m, v in methods.items()} == {
-        "nll": False, "stce": True, "infonce": False, "sti": True}
+def test_method_configs_select_terms_and_the_mixing_stage():
+    for method, (term, mixed) in configs.METHODS.items():
+        config = configs.get_config(f"{method},3")
+        (parsed,) = objective.parse_terms(config.loss)
+        assert parsed.name == term and parsed.kwargs == {"temperature": 1.0}
+        assert (parsed.mixing is not None) == mixed
+        assert parsed.target == ("soft_label" if mixed else "label")
+        assert config.train.epochs == 3 and config.data.global_batch_size == 256
+        assert config.data.num_views == 1 and config.model.head.out_features == 10
+        assert config.model.encoder.name == "small_cnn"
+        assert config.model.encoder.channels == (32, 64, 128)
+    mixing = objective.parse_terms(configs.get_config("sti").loss)[0].mixing
+    assert mixing == objective.Mixing(10, 0.1, 0.8, 1.0, 1.0, 0.5)  # the paper's recipe
+    assert configs.get_config("nll").train.epochs == configs.EPOCHS
+    for bad in ("ce", "sti,0", "sti,x", "sti,2,3"):
+        with pytest.raises(ValueError, match="METHOD"):
+            configs.get_config(bad)
 
 
-def test_one_hot_reductions(methods):
-    logits, labels, onehot, soft = _batch()
-    loss = {m: float(v.loss_fn(logits, labels, onehot)) for m, v in methods.items()}
-    # STCE on one-hot targets is NLL; STI on one-hot targets is hard InfoNCE.
-    assert loss["stce"] == pytest.approx(loss["nll"], rel=1e-6)
-    assert loss["sti"] == pytest.approx(loss["infonce"], rel=1e-6)
-    # Hard InfoNCE ignores the targets argument (it uses the labels) ...
-    assert float(methods["infonce"].loss_fn(logits, labels, soft)) == pytest.approx(
-        loss["infonce"], rel=1e-6)
-    # ... and NLL too, while the soft-target losses do not.
-    assert float(methods["nll"].loss_fn(logits, labels, soft)) == pytest.approx(loss["nll"])
-    assert abs(float(methods["sti"].loss_fn(logits, labels, soft)) - loss["sti"]) > 1e-3
-    assert abs(float(methods["stce"].loss_fn(logits, labels, soft)) - loss["stce"]) > 1e-3
-    # Each class m = 2 times in the batch and uniform eta -> InfoNCE = NLL + log m (hard InfoNCE
-    # is NLL on count-shifted logits: docs/reproductions.md, "Soft-target InfoNCE protocol").
-    assert loss["infonce"] == pytest.approx(loss["nll"] + np.log(2), rel=1e-5)
+def test_method_losses_on_one_hot_targets():
+    """STCE on one-hot targets is NLL, STI is hard InfoNCE; with each class m = 2 times in the
+    batch and uniform eta, hard InfoNCE = NLL + log m (docs/reproductions.md)."""
+    logits, labels = _batch()
+    values = {}
+    for method in configs.METHODS:
+        (t,) = objective.parse_terms(configs.get_config(method).loss)
+        soft = jax.nn.one_hot(labels, 10) if t.mixing is not None else None
+        targets = objective.Targets(jnp.arange(20), labels, None, soft_label=soft)
+        values[method] = float(objective.evaluate([t], logits, targets, axis_name=None)[0])
+    assert values["stce"] == pytest.approx(values["nll"], rel=1e-6)
+    assert values["sti"] == pytest.approx(values["infonce"], rel=1e-6)
+    assert values["infonce"] == pytest.approx(values["nll"] + np.log(2), rel=1e-5)
 
 
-def test_class_prior_is_used(st):
-    logits, labels, onehot, _ = _batch(1)
-    skewed = np.linspace(1, 3, 10).astype(np.float32)
-    skewed /= skewed.sum()
-    uniform = st.make_methods(np.full(10, 0.1, np.float32))["infonce"].loss_fn
-    other = st.make_methods(skewed)["infonce"].loss_fn
-    assert abs(float(uniform(logits, labels, onehot)) - float(other(logits, labels, onehot))) > 1e-3
-
-
-def test_class_prior_helper(clf):
-    np.testing.assert_allclose(clf.class_prior(np.array([0, 1, 1, 3]), 4), [0.25, 0.5, 0, 0.25])
+def test_class_prior_reaches_the_infonce_terms():
+    logits, labels = _batch(1)
+    skewed = tuple(np.linspace(1, 3, 10) / np.linspace(1, 3, 10).sum())
+    config = configs.get_config("infonce")
+    config.loss.kwargs.label_soft_target_infonce.class_prior = skewed
+    (t,) = objective.parse_terms(config.loss)
+    targets = objective.Targets(jnp.arange(20), labels, None)
+    value = float(objective.evaluate([t], logits, targets, axis_name=None)[0])
+    expected = losses.soft_target_infonce(logits, jax.nn.one_hot(labels, 10),
+                                          class_prior=jnp.asarray(skewed, jnp.float32))
+    assert value == pytest.approx(float(expected), rel=1e-6)
+    uniform = losses.soft_target_infonce(logits, jax.nn.one_hot(labels, 10))
+    assert abs(value - float(uniform)) > 1e-3
+    np.testing.assert_allclose(st.class_prior(np.array([0, 1, 1, 3]), 4), [0.25, 0.5, 0, 0.25])
     with pytest.raises(ValueError, match="labels"):
-        clf.class_prior(np.array([0, 4]), 4)
-
-
-def test_paper_mix_is_cached_and_gives_soft_targets(clf):
-    assert clf.paper_mix(10) is clf.paper_mix(10)
-    x = jnp.ones((4, 8, 8, 3))
-    images, targets = jax.jit(clf.paper_mix(10))(jax.random.PRNGKey(0), x, jnp.arange(4))
-    assert images.shape == x.shape and targets.shape == (4, 10)
-    np.testing.assert_allclose(np.asarray(targets).sum(1), 1.0, rtol=1e-6)
-    assert float(targets.min()) >= 0.01 - 1e-7  # label smoothing 0.1 / K
-
-
-# ----------------------------------------------------------------------------- classifier
-
-
-@pytest.fixture(scope="module")
-def tiny(clf):
-    """A 1-conv encoder on 8x8 images, batch 8: compiles in a few seconds. The tests that
-    train share it (and so the compiled step of ``nll``)."""
-    return clf.Config(task="tiny", epochs=2, batch=8, hidden=16, checkpoint_every=1,
-                      encoder=dataclasses.replace(clf.ENCODER, convs=((8, 2),)))
-
-
-def test_classifier_shapes_and_weight_decay_mask(clf, tiny):
-    config = clf.Config(task="t", epochs=1)
-    assert config.encoder.convs == ((32, 2), (64, 2), (128, 2)) and config.encoder.in_channels == 3
-    key = jax.random.PRNGKey(0)
-    params = jax.eval_shape(lambda k: clf.init_classifier(config, k), key)  # nothing compiled
-    assert set(params) == {"conv0", "conv1", "conv2", "fc0", "fc1"}
-    assert params["fc0"]["w"].shape == (128, 128) and params["fc1"]["w"].shape == (128, 10)
-    assert params["fc1"]["b"].shape == (10,)
-    assert clf.cu.weight_mask(params)["fc1"] == {"w": True, "b": False}
-    x = jax.ShapeDtypeStruct((3, 32, 32, 3), jnp.float32)
-    assert jax.eval_shape(lambda p, x: clf.classifier_logits(config, p, x), params, x).shape == (
-        3, 10)
-    # No batch statistics: an image's logits do not depend on the rest of its batch.
-    small = clf.init_classifier(tiny, key)
-    images = np.random.default_rng(0).random((3, 8, 8, 3), dtype=np.float32)
-    logits = clf.predict_logits(tiny, small, images)
-    assert logits.shape == (3, 10) and logits.dtype == np.float64
-    alone = clf.predict_logits(tiny, small, images[:1])
-    np.testing.assert_allclose(alone[0], logits[0], rtol=1e-5, atol=1e-6)
-
-
-def test_evaluate_logits_record(clf):
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(60, 10)) * 3
-    labels = rng.integers(0, 10, 60)
-    rec = clf.evaluate_logits(logits, labels)
-    correct = logits.argmax(1) == labels
-    assert rec["top1"]["accuracy"] == pytest.approx(correct.mean())
-    np.testing.assert_array_equal(clf.correct_bits(rec), correct)
-    np.testing.assert_array_equal(clf.correct_bits(rec, "top5"),
-                                  eval_lib.topk_correct(logits, labels, 5))
-    probs = clf.softmax_np(logits)
-    assert rec["ece"] == pytest.approx(eval_lib.expected_calibration_error(probs, labels))
-    assert rec["nll"] == pytest.approx(-np.mean(np.log(probs[np.arange(60), labels])))
-    assert len(rec["confidence"]) == 60 and sum(rec["reliability"]["count"]) == 60
-    assert len(rec["reliability"]["accuracy"]) == clf.NUM_BINS
-    json.dumps(rec, allow_nan=False)  # empty bins are None, not NaN
-
-
-def test_tiny_run_resume_skip_and_budget(clf, methods, tiny, tmp_path):
-    """A 2-epoch NLL run on 32 random 8x8 images, with noisy-label style ``extra`` fields."""
-    rng = np.random.default_rng(0)
-    x = rng.random((32, 8, 8, 3), dtype=np.float32)
-    y = np.arange(32) % 10
-    progress = clf.common.Progress(2, "tiny")
-    nll = methods["nll"]
-
-    def run(config):
-        return clf.run_classifier(config, "nll", nll.loss_fn, nll.mix, x, y, x[:12], y[:12], 0,
-                                  tmp_path, progress, extra={"noise": 0.2})
-
-    record = run(tiny)
-    assert record["epochs"] == 2 and len(record["epoch_losses"]) == 2 and not record["diverged"]
-    assert record["noise"] == 0.2 and record["num_train"] == 32 and record["num_test"] == 12
-    assert np.all(np.isfinite(record["epoch_losses"]))
-    assert 0.0 <= record["test"]["ece"] <= 1.0 and len(record["test"]["confidence"]) == 12
-    path = clf.common.run_path(tmp_path, "tiny", "nll", 0)
-    assert path.exists() and not path.with_name("seed0.ckpt.npz").exists()
-    # A finished run is loaded, not retrained; a different budget is refused.
-    assert run(tiny) == record == json.loads(path.read_text())
-    with pytest.raises(ValueError, match="different budgets"):
-        run(dataclasses.replace(tiny, epochs=3))
-
-
-def test_training_resumes_from_checkpoint(clf, methods, tiny, tmp_path):
-    x = np.random.default_rng(1).random((32, 8, 8, 3), dtype=np.float32)  # shapes as above
-    y = np.arange(32) % 10
-    nll = methods["nll"]
-    ckpt = tmp_path / "a.ckpt.npz"
-    # run_classifier's compilation key: the compiled step of the test above is reused.
-    key = (clf.model_identity(tiny), "nll", nll.loss_fn, None)
-    full, losses_full = clf.train(tiny, nll.loss_fn, False, x, y, 0, ckpt, print, key)
-    ckpt.unlink()
-    one = dataclasses.replace(tiny, epochs=1)
-    assert clf.model_identity(one) == clf.model_identity(tiny)
-    clf.train(one, nll.loss_fn, False, x, y, 0, ckpt, print, key)
-    resumed, losses_resumed = clf.train(tiny, nll.loss_fn, False, x, y, 0, ckpt, print, key)
-    np.testing.assert_allclose(losses_resumed, losses_full, rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        st.class_prior(np.array([0, 4]), 4)
 
 
 # ----------------------------------------------------------------------------- tables
 
 
-def _fake_results(clf, seeds=(0, 1), n=80):
-    """Run records of the four methods: STI's logits are the labels' one-hot (all correct)."""
+def _test_record(logits, labels):
+    """What ``common.classifier_test`` stores, from logits."""
+    from contrastive_jax import eval as eval_lib
+
+    record = evaluate.classifier_metrics(logits, labels, resamples=200)
+    for k in (1, 5):
+        record[f"top{k}"]["bits"] = common.pack_bits(eval_lib.topk_correct(logits, labels, k))
+    record["confidence"] = [round(float(c), 6) for c in evaluate.softmax(logits).max(1)]
+    return record
+
+
+def _fake_results(seeds=(0, 1), n=80):
+    """Run records of the four methods: STI's logits favour the labels (all correct)."""
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 10, n)
     results = {}
@@ -205,12 +116,20 @@ def _fake_results(clf, seeds=(0, 1), n=80):
             results[m].append({
                 "task": "fake", "method": m, "seed": s, "epochs": 3, "batch": 8,
                 "num_train": 100, "num_test": n, "epoch_losses": [2.0, 1.5, 1.0 + s],
-                "diverged": False, "test": clf.evaluate_logits(logits, labels), "seconds": 1.0})
+                "diverged": False, "test": _test_record(logits, labels), "seconds": 1.0})
     return results
 
 
-def test_summary_and_table_format(st, clf):
-    results = _fake_results(clf)
+def test_correct_bits_round_trip():
+    rng = np.random.default_rng(2)
+    logits, labels = rng.normal(size=(30, 10)), rng.integers(0, 10, 30)
+    rec = _test_record(logits, labels)
+    np.testing.assert_array_equal(common.correct_bits(rec), logits.argmax(1) == labels)
+    assert rec["top1"]["accuracy"] == pytest.approx(np.mean(logits.argmax(1) == labels))
+
+
+def test_summary_and_table_format():
+    results = _fake_results()
     text, summary = st.summarise(results)
     lines = text.splitlines()
     assert lines[0].startswith("| method | seeds | top-1 (%)")
@@ -231,8 +150,8 @@ def test_summary_and_table_format(st, clf):
     json.dumps(summary, allow_nan=False)
 
 
-def test_summary_of_partial_results(st, clf):
-    results = _fake_results(clf, seeds=(0,))
+def test_summary_of_partial_results():
+    results = _fake_results(seeds=(0,))
     del results["stce"]
     text, summary = st.summarise(results)
     assert set(summary["differences"]) == {"sti_minus_nll", "infonce_minus_nll"}
@@ -241,8 +160,8 @@ def test_summary_of_partial_results(st, clf):
     assert empty["methods"] == {} and empty["differences"] == {} and "90.84" in empty_text
 
 
-def test_paired_ece_bootstrap(st, clf):
-    results = _fake_results(clf, seeds=(0,))
+def test_paired_ece_bootstrap():
+    results = _fake_results(seeds=(0,))
     a, b = results["sti"][0]["test"], results["nll"][0]["test"]
     d = st.paired_ece_bootstrap(a, b, resamples=200)
     assert d["diff"] == pytest.approx(a["ece"] - b["ece"], abs=1e-5)
@@ -251,14 +170,22 @@ def test_paired_ece_bootstrap(st, clf):
     assert same["diff"] == 0 and same["low"] == same["high"] == 0 and not same["significant"]
 
 
+def test_cli_needs_the_data_folder(tmp_path):
+    with pytest.raises(SystemExit):
+        st.main(["--quick", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        st.main(["--quick", "--out", str(tmp_path), "--data_dir", str(tmp_path / "absent")])
+
+
 # ----------------------------------------------------------------------------- end to end
 
 
 @pytest.mark.slow
-def test_quick_end_to_end_and_resume(st, tmp_path, capsys):
-    if not st.cifar.CIFAR_DIR.is_dir():
-        pytest.skip(f"shared CIFAR-10 folder {st.cifar.CIFAR_DIR} not present")
-    st.main(["--quick", "--out", str(tmp_path)])
+def test_quick_end_to_end_and_resume(tmp_path, capsys):
+    if not SHARED_CIFAR10.is_dir():
+        pytest.skip(f"shared CIFAR-10 folder {SHARED_CIFAR10} not present")
+    flags = ["--quick", "--out", str(tmp_path), "--data_dir", str(SHARED_CIFAR10)]
+    st.main(flags)
     name = "quick_cifar_soft_target_2ep"
     runs = sorted((tmp_path / "runs" / name).rglob("seed0.json"))
     assert [p.parent.name for p in runs] == sorted(["nll", "stce", "infonce", "sti"])
@@ -270,12 +197,25 @@ def test_quick_end_to_end_and_resume(st, tmp_path, capsys):
     assert summary["config"]["num_train"] == 256 and summary["config"]["epochs"] == 2
     record = json.loads((tmp_path / "runs" / name / "sti" / "seed0.json").read_text())
     assert record["epochs"] == 2 and len(record["epoch_losses"]) == 2
+    assert record["trainer"] == common.TRAINER
     np.testing.assert_allclose(record["class_prior"], 0.1, atol=0.01)
     top1 = record["test"]["top1"]
     assert 0.0 <= top1["low"] <= top1["high"] <= 1.0
     assert top1["accuracy"] <= record["test"]["top5"]["accuracy"]
+    assert record["test"]["num_examples"] == 200 and len(record["test"]["confidence"]) == 200
+    # The library's work directory: Orbax checkpoint of the last step, per-step losses.
+    work = common.work_path(tmp_path, name, "sti", 0)
+    assert common.checkpoint_steps(work) == [2]
+    assert (work / "metrics.jsonl").exists()
     capsys.readouterr()
-    st.main(["--quick", "--out", str(tmp_path)])  # everything finished: loaded, not retrained
+    st.main(flags)  # everything finished: loaded, not retrained
     assert capsys.readouterr().out.count("done, skipped") == 4
     st.main(["--quick", "--aggregate_only", "--out", str(tmp_path)])
     assert (tmp_path / f"{name}_table.md").read_text() == table
+    # A record of the former hand-made stack (no "trainer") is refused, not skipped as done.
+    path = tmp_path / "runs" / name / "nll" / "seed0.json"
+    old = json.loads(path.read_text())
+    del old["trainer"]
+    path.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="budgets"):
+        st.main(flags)
