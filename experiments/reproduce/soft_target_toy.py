@@ -2,203 +2,54 @@
 
 Estimating a conditional model, InfoNCE vs NLL (the paper's Fig. 1).
 
-    python experiments/reproduce/soft_target_toy.py            # full: 2 constructions x 9 levels x 2 losses x 10 seeds
-    python experiments/reproduce/soft_target_toy.py --quick    # tiny version (< 1 min), own --out
-    python experiments/reproduce/soft_target_toy.py --constructions alt --levels 0 40 --losses nll
+    python -m experiments.reproduce.soft_target_toy            # full: 2 constructions x 9 levels x 2 losses x 10 seeds
+    python -m experiments.reproduce.soft_target_toy --quick --out /tmp/toy   # tiny version
+    python -m experiments.reproduce.soft_target_toy --constructions alt --levels 0 40 --losses nll
 
 Set-up (paper Sec. 3.1 and App. A.1; our choices where it is silent: docs/reproductions.md):
+the data, the linear softmax model ``q(k | x) = softmax_k(x . theta_hat_k)``, the losses (NLL;
+InfoNCE, Eq. 5, with the other batch samples' labels as negatives, tau = 1, eta = empirical
+label frequencies) and Adam (lr 1e-3, batch 1024) are the configs
+``experiments/configs/soft_target_toy.py`` (``get_config("CONSTRUCTION,LEVEL,LOSS")``). A seed
+fixes the data (``data_seed``) and the run (``seed``), so NLL and InfoNCE of one seed see the
+same data and their differences are paired; 10 seeds per level.
 
-* GMM ``p(x) = sum_i (1/20) N(x | 10 theta_i, I_20)``, K = d = 20, ``||theta_i|| = 1``.
-  Mode alignment ``perc`` in {0, 10, ..., 80} %: ``phi = (pi/2)(1 - perc/100)`` is the
-  angle between ``theta_1 = e_1`` and every other mode. ``alt`` construction (our
-  default): ``theta_j = cos(phi) e_1 + sin(phi) e_j``; ``spherical``: the
-  literal 20-spherical-coordinate reading, ``theta_j[m] = sin^{m-1}(phi) cos(phi)``
-  for m < j and ``theta_j[j] = sin^{j-1}(phi)``.
-* Data: 1,600 points from the GMM, subsampled with duplicates to 32,000; each
-  copy gets its own label ``k ~ softmax_k(x . theta_k)``. 90 % train, 10 % validation.
-* Model: linear softmax ``q(k | x) = softmax_k(x . theta_hat_k)`` (no bias),
-  ``theta_hat`` [20, 20] initialised N(0, 0.01^2).
-* Losses: NLL (cross-entropy) and InfoNCE (Eq. 5) with the labels of the other
-  1,023 batch samples as negatives, tau = 1, eta = empirical label frequencies
-  (``hard_infonce``: the exact O(B K) form of ``losses.soft_target_infonce``
-  with one-hot targets).
-* Adam lr 1e-3, batch 1024 (last incomplete batch dropped), at most 500 epochs,
-  early stopping on the method's own validation loss (patience 20 epochs, best
-  weights kept); 10 seeds per level; a seed fixes the data, so NLL and InfoNCE
-  of one seed see the same data and the differences are paired.
-* Metric: ``mean_{x in 1,600 points} KL(p(. | x, theta) || q(. | x, theta_hat))`` (nats).
+Every run trains with the library's trainer (``contrastive_jax.train.loop.train``), keeping a
+checkpoint every ``--eval_every`` epochs (default 5; ``--eval_every 1`` is the paper's per-epoch
+check, at about three times the cost: each check saves, restores and embeds a checkpoint).
+Early stopping on the method's own validation loss (patience 20 epochs, at most 500, best
+weights kept) is done on those checkpoints: the run trains up to the earliest epoch at which it
+could stop (best epoch + patience; the trainer resumes from its last checkpoint), the
+validation loss of each new checkpoint is measured (the objective the run trains, on the full
+``val`` batches), and it stops once ``patience`` epochs pass without improvement. Metric:
+``mean_{x in 1,600 points} KL(p(. | x, theta) || q(. | x, theta_hat))`` (nats) of the best
+checkpoint's network.
 
-Every (construction, level, loss) group trains its seeds at once (``vmap`` over
-seeds of a ``lax.while_loop`` over epochs), in well under 2 minutes, so there is
-no mid-run checkpoint: each seed's result is ``<out>/runs/<construction>_<level>/
-<loss>/seed<k>.json`` and a group whose seeds all have results is skipped.
+Resumable: each run writes ``<out>/runs/<construction>_<level>/<loss>/seed<k>.json`` when done
+and is then skipped; an unfinished run resumes from the newest checkpoint of its work directory
+``<out>/work/<construction>_<level>/<loss>/seed<k>`` (its earlier epochs are measured again).
 ``summary.json``, ``table.md`` and ``kl_vs_alignment.png`` go into ``<out>``.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
-import sys
 import time
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from experiments.configs import soft_target_toy as configs
+from experiments.reproduce import _common as common
 
-import _synthetic_common as common  # noqa: E402
-
-from contrastive_jax import losses  # noqa: E402
-
-K = 20
-LOSSES = ("nll", "infonce")
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "experiments" / "results" / "soft_target"
+LOSSES = tuple(configs.LOSSES)
 LABELS = {"nll": "NLL", "infonce": "InfoNCE"}
-CONSTRUCTIONS = ("alt", "spherical")
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "soft_target"
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """Sizes and optimisation of the toy."""
-
-    unique: int = 1600
-    samples: int = 32_000
-    batch: int = 1024
-    max_epochs: int = 500
-    patience: int = 20
-    lr: float = 1e-3
-    levels: tuple[int, ...] = (0, 10, 20, 30, 40, 50, 60, 70, 80)
-    seeds: int = 10
-
-
-QUICK = Config(
-    unique=400, samples=4096, batch=256, max_epochs=15, patience=5, levels=(0, 80), seeds=2
-)
-
-
-def modes(perc: float, construction: str) -> np.ndarray:
-    """Unit mode directions theta [K, K] at ``perc`` % alignment (see module docstring)."""
-    if construction not in CONSTRUCTIONS:
-        raise ValueError(f"`construction` must be one of {CONSTRUCTIONS}, got {construction!r}")
-    phi = 0.5 * math.pi * (1.0 - perc / 100.0)
-    theta = np.zeros((K, K))
-    theta[0, 0] = 1.0
-    for j in range(1, K):
-        if construction == "alt":
-            theta[j, 0], theta[j, j] = math.cos(phi), math.sin(phi)
-        else:
-            theta[j, :j] = [math.sin(phi) ** m * math.cos(phi) for m in range(j)]
-            theta[j, j] = math.sin(phi) ** j
-    return theta
-
-
-def hard_infonce(logits: jax.Array, labels: jax.Array, prior: jax.Array) -> jax.Array:
-    """Hard InfoNCE, Eq. (5), with the other batch samples' labels as negatives, tau = 1.
-
-    The O(B K) count form (docs/reproductions.md, "Soft-target InfoNCE protocol"): with
-    ``S = L - log eta`` and ``n_k`` the batch count of class k,
-    ``l_a = logsumexp_k (S[a, k] + log n_k) - S[a, k_a]``. It equals
-    ``losses.soft_target_infonce(logits, one_hot(labels), class_prior=prior)``
-    (tested) without the [B, B] score matrix.
-
-    Args:
-      logits: float [B, K] class scores ``x . theta_hat_k``.
-      labels: int [B].
-      prior: float [K] noise distribution eta (all entries > 0).
-
-    Returns:
-      The mean over the batch.
-    """
-    scores = logits - jnp.log(prior)
-    counts = jnp.bincount(labels, length=logits.shape[1])
-    log_counts = jnp.where(counts > 0, jnp.log(jnp.maximum(counts, 1)), -jnp.inf)
-    lse = jax.nn.logsumexp(scores + log_counts, axis=1)
-    return jnp.mean(lse - jnp.take_along_axis(scores, labels[:, None], axis=1)[:, 0])
-
-
-def make_group(cfg: Config, loss_name: str):
-    """jit ``(keys [S], theta [K, K]) -> dict of [S] arrays``: one training run per key."""
-    n_train = int(round(0.9 * cfg.samples))
-    steps = n_train // cfg.batch
-    n_val_batches = (cfg.samples - n_train) // cfg.batch
-    if steps < 1 or n_val_batches < 1:
-        raise ValueError(f"`cfg`: {cfg.samples} samples give no full batch of {cfg.batch}")
-
-    def objective(theta_hat, x, k, prior):
-        logits = x @ theta_hat.T
-        if loss_name == "nll":
-            return losses.soft_target_cross_entropy(logits, jax.nn.one_hot(k, K), temperature=1.0)
-        return hard_infonce(logits, k, prior)
-
-    def run(key, theta):
-        k_comp, k_noise, k_sub, k_lab, k_init, k_shuffle = jax.random.split(key, 6)
-        comp = jax.random.randint(k_comp, (cfg.unique,), 0, K)
-        x_unique = 10.0 * theta[comp] + jax.random.normal(k_noise, (cfg.unique, K))
-        x = x_unique[jax.random.randint(k_sub, (cfg.samples,), 0, cfg.unique)]
-        k = jax.random.categorical(k_lab, x @ theta.T)
-        prior = jnp.bincount(k, length=K) / cfg.samples
-        x_tr, k_tr = x[:n_train], k[:n_train]
-        val = n_val_batches * cfg.batch
-        x_val = x[n_train : n_train + val].reshape(n_val_batches, cfg.batch, K)
-        k_val = k[n_train : n_train + val].reshape(n_val_batches, cfg.batch)
-        optimizer = optax.adam(cfg.lr)
-        params = 0.01 * jax.random.normal(k_init, (K, K))
-
-        def step(carry, idx):
-            params, opt_state = carry
-            grads = jax.grad(objective)(params, x_tr[idx], k_tr[idx], prior)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), None
-
-        def val_loss(params):
-            return jax.vmap(lambda xb, kb: objective(params, xb, kb, prior))(x_val, k_val).mean()
-
-        def body(s):
-            perm = jax.random.permutation(jax.random.fold_in(k_shuffle, s["epoch"]), n_train)
-            (params, opt_state), _ = jax.lax.scan(
-                step, (s["params"], s["opt"]), perm[: steps * cfg.batch].reshape(steps, cfg.batch)
-            )
-            v = val_loss(params)
-            better = v < s["best_val"]
-            return {
-                "epoch": s["epoch"] + 1,
-                "params": params,
-                "opt": opt_state,
-                "best": jnp.where(better, params, s["best"]),
-                "best_val": jnp.where(better, v, s["best_val"]),
-                "best_epoch": jnp.where(better, s["epoch"] + 1, s["best_epoch"]),
-                "since": jnp.where(better, 0, s["since"] + 1),
-            }
-
-        def cond(s):
-            return (s["epoch"] < cfg.max_epochs) & (s["since"] < cfg.patience)
-
-        init = {
-            "epoch": jnp.int32(0),
-            "params": params,
-            "opt": optimizer.init(params),
-            "best": params,
-            "best_val": val_loss(params),
-            "best_epoch": jnp.int32(0),
-            "since": jnp.int32(0),
-        }
-        s = jax.lax.while_loop(cond, body, init)
-        log_p = jax.nn.log_softmax(x_unique @ theta.T)
-        log_q = jax.nn.log_softmax(x_unique @ s["best"].T)
-        kl = jnp.mean(jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=1))
-        return {
-            "kl": kl,
-            "epochs": s["epoch"],
-            "best_epoch": s["best_epoch"],
-            "best_val": s["best_val"],
-        }
-
-    return jax.jit(jax.vmap(run, in_axes=(0, None)))
+#: Early-stopping patience (epochs), epochs between validation measurements, and seeds of the
+#: full grid and of ``--quick``.
+PATIENCE, EVAL_EVERY, SEEDS = 20, 5, 10
+QUICK_PATIENCE, QUICK_EVAL_EVERY, QUICK_SEEDS, QUICK_LEVELS = 3, 1, 2, (0, 80)
 
 
 def setting_name(construction: str, level: int) -> str:
@@ -206,76 +57,153 @@ def setting_name(construction: str, level: int) -> str:
     return f"{construction}_{level:02d}"
 
 
-def summarise(out: Path, cfg: Config, constructions: list[str]) -> str:
-    """Write ``summary.json``, ``table.md`` and ``kl_vs_alignment.png``; return the table."""
-    import matplotlib
+def validation_loss(config):
+    """``fn(logits [n, K], labels [n]) -> float``: the run's objective, averaged over the full
+    batches of ``config.data.global_batch_size`` rows (the incomplete last one dropped)."""
+    import jax
+    import jax.numpy as jnp
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from contrastive_jax.train import objective
+
+    (term,) = objective.parse_terms(config.loss)
+    batch = int(config.data.global_batch_size)
+    batched = jax.jit(jax.vmap(lambda logits, labels: term.fn(logits, labels, **term.kwargs)))
+
+    def fn(logits: np.ndarray, labels: np.ndarray) -> float:
+        nb = len(labels) // batch
+        if nb < 1:
+            raise ValueError(f"the val split has {len(labels)} samples, less than a batch of {batch}")
+        lb = jnp.asarray(logits[: nb * batch].reshape(nb, batch, -1))
+        return float(batched(lb, jnp.asarray(labels[: nb * batch].reshape(nb, batch))).mean())
+
+    return fn
+
+
+def kl_to_truth(theta: np.ndarray, x: np.ndarray, logits: np.ndarray) -> float:
+    """``mean_x KL(p(. | x, theta) || q(. | x))`` (nats) with ``p = softmax(x theta^T)`` and
+    ``q = softmax(logits)``, x [n, K] the unique points and logits [n, K] the network's scores."""
+    from scipy import special
+
+    log_p = special.log_softmax(x.astype(np.float64) @ theta.T, axis=1)
+    log_q = special.log_softmax(logits.astype(np.float64), axis=1)
+    return float(np.mean(np.sum(np.exp(log_p) * (log_p - log_q), axis=1)))
+
+
+def run_one(construction: str, level: int, loss: str, seed: int, sizes: configs.Sizes,
+            patience: int, eval_every: int, out: Path, progress: common.Progress) -> dict:
+    """One (construction, level, loss, seed) run with early stopping (see the module docstring):
+    the validation loss is measured every ``eval_every`` epochs."""
+    from contrastive_jax import data
+    from contrastive_jax.train.loop import NonFiniteLoss
+
+    setting = setting_name(construction, level)
+    path = common.run_path(out, setting, loss, seed)
+    label = f"{setting}/{loss}/seed{seed}"
+    budget = {"max_epochs": sizes.max_epochs, "patience": patience, "eval_every": eval_every,
+              "samples": sizes.samples, "unique": sizes.unique, "trainer": common.TRAINER}
+    done = common.load_finished(path, budget, progress, label)
+    if done is not None:
+        return done
+    config = configs.with_data_seed(configs.get_config(f"{construction},{level},{loss}", sizes), seed)
+    config.seed = seed
+    source = data.load_source(config.data)
+    per_epoch = source.split("train").num_examples // sizes.batch
+    val_loss = validation_loss(config)
+    workdir = common.work_path(out, setting, loss, seed)
+    start = time.time()
+
+    def measure(emb: dict) -> float:
+        return val_loss(emb["val"].features, emb["val"].labels)
+
+    initial = common.initial_embeddings(config, ("val", "test"), source)
+    curve = {0: measure(initial)}  # epoch -> validation loss
+    best, epoch, diverged = 0, 0, False
+    progress.log(f"{label}: training in {workdir}", finished=False)
+    while epoch < sizes.max_epochs and epoch - best < patience and not diverged:
+        target = min(best + patience, sizes.max_epochs)  # the earliest epoch it could stop at
+        chunk = common.schedule_checkpoints(
+            config, target * per_epoch,
+            [e * per_epoch for e in range(eval_every, target + 1, eval_every)],
+        )
+        try:
+            common.pretrain(chunk, workdir)
+        except NonFiniteLoss as err:
+            progress.log(f"{label}: {err}", finished=False)
+            diverged = True
+        saved = set(common.checkpoint_steps(workdir))
+        for e in range(epoch + eval_every, target + 1, eval_every):
+            if e * per_epoch not in saved:
+                break
+            curve[e] = measure(common.embeddings_at(workdir, e * per_epoch, ("val",), source))
+            best = e if curve[e] < curve[best] else best
+            epoch = e
+            if epoch - best >= patience:
+                break
+    final = (initial if best == 0
+             else common.embeddings_at(workdir, best * per_epoch, ("test",), source))
+    theta = configs.modes(level, construction)
+    result = {
+        "construction": construction, "alignment": level, "loss": loss, "seed": seed, **budget,
+        "batch": sizes.batch,
+        "kl": kl_to_truth(theta, source.split("test").features, final["test"].features),
+        "epochs": epoch, "best_epoch": best, "best_val": curve[best],
+        "val_curve": [[e, v] for e, v in sorted(curve.items())],
+        "diverged": diverged, "seconds": time.time() - start,
+    }
+    common.save_json(path, result)
+    progress.log(f"{label}: KL {result['kl'] * 1e3:.2f}e-3, best epoch {best} of {epoch} "
+                 f"({result['seconds']:.0f}s)")
+    return result
+
+
+def summarise(out: Path, results: dict[tuple[str, int, str], list[dict]],
+              constructions: list[str], levels: list[int]) -> str:
+    """Write ``summary.json``, ``table.md`` and ``kl_vs_alignment.png``; return the table."""
+    from matplotlib.figure import Figure
 
     summary, text = {}, ""
-    fig, axes = plt.subplots(1, len(constructions), figsize=(5.5 * len(constructions), 4))
-    for ax, construction in zip(np.atleast_1d(axes), constructions, strict=True):
+    fig = Figure(figsize=(5.5 * len(constructions), 4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(constructions)))
+    for ax, construction in zip(axes, constructions, strict=True):
         rows, summary[construction] = [], {}
         curves = {name: [] for name in LOSSES}
-        for level in cfg.levels:
-            res = {
-                name: [
-                    common.load_json(
-                        common.run_path(out, setting_name(construction, level), name, s)
-                    )
-                    for s in range(cfg.seeds)
-                ]
-                for name in LOSSES
-            }
-            if any(r is None for rs in res.values() for r in rs):
+        for level in levels:
+            res = {name: results.get((construction, level, name), []) for name in LOSSES}
+            if any(not runs for runs in res.values()):
                 continue
-            kl = {name: np.array([r["kl"] for r in res[name]]) for name in LOSSES}
+            by_seed = {name: {r["seed"]: r for r in runs} for name, runs in res.items()}
+            seeds = sorted(set(by_seed["nll"]) & set(by_seed["infonce"]))
+            kl = {name: np.array([by_seed[name][s]["kl"] for s in seeds]) for name in LOSSES}
             diff = kl["infonce"] - kl["nll"]
-            epochs = {name: [r["epochs"] for r in res[name]] for name in LOSSES}
+            epochs = {name: [by_seed[name][s]["epochs"] for s in seeds] for name in LOSSES}
             summary[construction][level] = {
-                "kl": {n: v.tolist() for n, v in kl.items()},
-                "epochs": epochs,
+                "seeds": seeds, "kl": {n: v.tolist() for n, v in kl.items()}, "epochs": epochs,
             }
             for name in LOSSES:
                 curves[name].append((level, *common.mean_std(kl[name])))
-            rows.append(
-                [
-                    f"{level} %",
-                    common.fmt_mean_std(kl["nll"] * 1e3, 2),
-                    common.fmt_mean_std(kl["infonce"] * 1e3, 2),
-                    common.fmt_mean_std(diff * 1e3, 2),
-                    f"{int((diff < 0).sum())}/{diff.size}",
-                    f"{np.mean(epochs['nll']):.0f} / {np.mean(epochs['infonce']):.0f}",
-                ]
-            )
+            rows.append([
+                f"{level} %", len(seeds),
+                common.fmt_mean_std(kl["nll"] * 1e3, 2),
+                common.fmt_mean_std(kl["infonce"] * 1e3, 2),
+                common.fmt_mean_std(diff * 1e3, 2),
+                f"{int((diff < 0).sum())}/{diff.size}",
+                f"{np.mean(epochs['nll']):.0f} / {np.mean(epochs['infonce']):.0f}",
+            ])
         for name in LOSSES:
             if curves[name]:
                 lv, m, s = np.array(curves[name]).T
                 ax.errorbar(lv, m, yerr=s, marker="o", capsize=3, label=LABELS[name])
-        ax.set(
-            title=f"{construction} construction ({cfg.seeds} seeds, mean ± std)",
-            xlabel="mode alignment (%)",
-            ylabel="KL(p || q) (nats)",
-        )
-        ax.legend()
-        text += (
-            f"\n### {construction} construction (KL x 1e3, mean ± std over {cfg.seeds} seeds)\n\n"
-        )
+        ax.set(title=f"{construction} construction (mean ± std over seeds)",
+               xlabel="mode alignment (%)", ylabel="KL(p || q) (nats)")
+        if rows:
+            ax.legend()
+        text += f"\n### {construction} construction (KL x 1e3, mean ± std over seeds)\n\n"
         text += common.markdown_table(
-            [
-                "alignment",
-                "NLL",
-                "InfoNCE",
-                "InfoNCE - NLL (paired)",
-                "seeds InfoNCE < NLL",
-                "epochs run NLL / InfoNCE",
-            ],
+            ["alignment", "seeds", "NLL", "InfoNCE", "InfoNCE - NLL (paired)",
+             "seeds InfoNCE < NLL", "epochs run NLL / InfoNCE"],
             rows,
         )
-    fig.tight_layout()
     fig.savefig(Path(out) / "kl_vs_alignment.png", dpi=120)
-    plt.close(fig)
     common.save_json(Path(out) / "summary.json", summary)
     (Path(out) / "table.md").write_text(text)
     return text
@@ -283,59 +211,44 @@ def summarise(out: Path, cfg: Config, constructions: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny version (< 1 min)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"tiny version (levels {QUICK_LEVELS}, {QUICK_SEEDS} seeds, "
+                             f"at most {configs.QUICK.max_epochs} epochs)")
     parser.add_argument("--out", type=Path, default=None, help=f"default {DEFAULT_OUT}")
-    parser.add_argument("--constructions", nargs="+", default=list(CONSTRUCTIONS))
+    parser.add_argument("--constructions", nargs="+", default=list(configs.CONSTRUCTIONS),
+                        choices=list(configs.CONSTRUCTIONS))
     parser.add_argument("--levels", nargs="+", type=int, default=None, help="subset of levels")
-    parser.add_argument("--losses", nargs="+", default=list(LOSSES), help="subset of losses")
+    parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=list(LOSSES),
+                        help="subset of losses")
+    parser.add_argument("--eval_every", type=int, default=None,
+                        help=f"epochs between validation measurements (default {EVAL_EVERY}; "
+                             f"quick {QUICK_EVAL_EVERY}); must divide the patience and max epochs")
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         parser.error("--quick needs --out (keep tiny runs out of the results directory)")
-    for c in args.constructions:
-        if c not in CONSTRUCTIONS:
-            raise ValueError(f"`--constructions`: unknown {c!r}; choose from {CONSTRUCTIONS}")
     out = args.out or DEFAULT_OUT
-    cfg = QUICK if args.quick else Config()
-    levels = cfg.levels if args.levels is None else args.levels
-    for name in args.losses:
-        if name not in LOSSES:
-            raise ValueError(f"`--losses`: unknown {name!r}; choose from {LOSSES}")
+    sizes, patience, eval_every, seeds, all_levels = (
+        (configs.QUICK, QUICK_PATIENCE, QUICK_EVAL_EVERY, QUICK_SEEDS, QUICK_LEVELS) if args.quick
+        else (configs.FULL, PATIENCE, EVAL_EVERY, SEEDS, configs.LEVELS)
+    )
+    eval_every = args.eval_every or eval_every
+    if eval_every < 1 or patience % eval_every or sizes.max_epochs % eval_every:
+        parser.error(f"--eval_every {eval_every} must divide the patience {patience} and the "
+                     f"{sizes.max_epochs} epochs")
+    levels = list(all_levels if args.levels is None else args.levels)
     for level in levels:
-        if level not in cfg.levels:
-            raise ValueError(f"`--levels`: {level} is not one of {cfg.levels}")
-    groups = {name: make_group(cfg, name) for name in args.losses}
-    todo = [(c, lv, n) for c in args.constructions for lv in levels for n in args.losses]
+        if level not in all_levels:
+            parser.error(f"--levels: {level} is not one of {all_levels}")
+    todo = [(c, lv, n, s) for c in args.constructions for lv in levels for s in range(seeds)
+            for n in args.losses]
     progress = common.Progress(len(todo), "soft_target_toy")
-    keys = jax.random.split(jax.random.key(0), cfg.seeds)
-    for construction, level, name in todo:
-        setting = setting_name(construction, level)
-        paths = [common.run_path(out, setting, name, s) for s in range(cfg.seeds)]
-        if all(p.exists() for p in paths):
-            progress.log(f"skip {setting}/{name} (done)")
-            continue
-        start = time.time()
-        res = jax.device_get(
-            groups[name](keys, jnp.asarray(modes(level, construction), jnp.float32))
-        )
-        seconds = time.time() - start
-        for s, path in enumerate(paths):
-            common.save_json(
-                path,
-                {
-                    "construction": construction,
-                    "alignment": level,
-                    "loss": name,
-                    "seed": s,
-                    "config": dataclasses.asdict(cfg),
-                    "group_seconds": seconds,
-                    **{key: np.asarray(v[s]).item() for key, v in res.items()},
-                },
-            )
-        progress.log(
-            f"{setting}/{name}: KL {common.fmt_mean_std(res['kl'] * 1e3, 2)} e-3, "
-            f"epochs {np.mean(res['epochs']):.0f} ({seconds:.0f}s for {cfg.seeds} seeds)"
-        )
-    print(summarise(out, cfg, args.constructions), flush=True)
+    results: dict[tuple[str, int, str], list[dict]] = {}
+    for construction, level, name, seed in todo:
+        result = run_one(construction, level, name, seed, sizes, patience, eval_every, out,
+                         progress)
+        results.setdefault((construction, level, name), []).append(result)
+    out.mkdir(parents=True, exist_ok=True)
+    print(summarise(out, results, args.constructions, levels), flush=True)
 
 
 if __name__ == "__main__":
