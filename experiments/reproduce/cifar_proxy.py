@@ -161,6 +161,9 @@ def run_one(task: str, claim: str, method: str, seed: int, args: argparse.Namesp
     result = {"task": task, "claim": claim, "method": method, "seed": seed,
               "optimizer": config.optimizer.name, "batch": int(config.data.global_batch_size),
               **budget, **outcome}
+    if claim == "sincere":
+        result["references"] = common.loss_references(
+            source.split("train").labels, result["batch"], int(config.data.num_views))
     common.save_json(path, result)
     progress.log(f"{label}: {common.final(result)['summary']} ({result['seconds']:.0f}s)")
     return result
@@ -169,21 +172,20 @@ def run_one(task: str, claim: str, method: str, seed: int, args: argparse.Namesp
 # ----------------------------------------------------------------------------- summaries
 
 
-def sincere_record(result: dict, references: dict, num_test: int) -> dict:
+def sincere_record(result: dict) -> dict:
     """A finished run's statistics as :func:`_common.compare_sincere_supcon` reads them; initial
     and final loss are the means of the per-epoch losses over the first and the last
     :data:`LOSS_WINDOW` of the epochs."""
     final = common.final(result)
     curve = np.asarray(result["epoch_losses"])
     window = max(1, round(LOSS_WINDOW * result["epochs"]))
-    return {"references": references, "num_test": num_test,
+    return {"references": result["references"], "num_test": result["num_test"],
             "loss_initial": float(curve[:window].mean()),
             "loss_final": float(curve[-window:].mean()),
             "similarity": final["similarity"], "linear": final["linear"]}
 
 
-def summarise_sincere(results: dict[str, list[dict]], init: list[dict], references: dict,
-                      num_test: int) -> tuple[str, dict]:
+def summarise_sincere(results: dict[str, list[dict]], init: list[dict]) -> tuple[str, dict]:
     """The SINCERE claim's tables and summary (key ``b<batch>``), plus the random-init probe."""
     by_seed = {m: {r["seed"]: r for r in runs if common.final(r)["linear"] is not None}
                for m, runs in results.items()}
@@ -191,8 +193,8 @@ def summarise_sincere(results: dict[str, list[dict]], init: list[dict], referenc
     summary: dict = {}
     text = ""
     if seeds:
-        pairs = [tuple(sincere_record(by_seed[loss][s], references, num_test)
-                       for loss in common.SINCERE_LOSSES) for s in seeds]
+        pairs = [tuple(sincere_record(by_seed[loss][s]) for loss in common.SINCERE_LOSSES)
+                 for s in seeds]
         summary[f"b{configs.BATCH}"] = common.compare_sincere_supcon(pairs, RESAMPLES)
         text = common.sincere_tables(summary)
     text += ("\nPaper (Feeney & Hughes 2023, arXiv:2309.14277; CIFAR-10, ResNet-50, 1,000 "
@@ -213,10 +215,9 @@ def summarise_sincere(results: dict[str, list[dict]], init: list[dict], referenc
     return text, summary
 
 
-def plot_sincere(results: dict[str, list[dict]], summary: dict, references: dict,
-                 path: Path) -> None:
-    """Per-epoch loss curves (every seed), projection cosine similarities and top-1 probe
-    accuracy (mean ± std over seeds; random init dashed)."""
+def plot_sincere(results: dict[str, list[dict]], summary: dict, path: Path) -> None:
+    """Per-epoch loss curves (every seed) with SupCon's floor, projection cosine similarities and
+    top-1 probe accuracy (mean ± std over seeds; random init dashed)."""
     from matplotlib.figure import Figure
 
     colours = {"sincere": "tab:blue", "supcon": "tab:orange"}
@@ -228,10 +229,13 @@ def plot_sincere(results: dict[str, list[dict]], summary: dict, references: dict
             epochs = np.arange(1, len(r["epoch_losses"]) + 1)
             axes[0].plot(epochs, r["epoch_losses"], color=colours[loss], alpha=0.7,
                          label=loss if i == 0 else None)
-    axes[0].axhline(references["supcon_floor"], color=colours["supcon"], ls="--", lw=1,
-                    label="SupCon floor E log|P_t|")
+    floors = {r["references"]["supcon_floor"] for runs in results.values() for r in runs}
+    for floor in sorted(floors):
+        axes[0].axhline(floor, color=colours["supcon"], ls="--", lw=1,
+                        label="SupCon floor E log|P_t|")
     axes[0].set(xlabel="epoch", ylabel="mean training loss", title="pretraining loss (Table 1)")
-    axes[0].legend(fontsize=8)
+    if results:
+        axes[0].legend(fontsize=8)
     init = summary.get("random_init")
     accuracies = [init["linear_top1"]["mean"]] if init else []
     if entry is not None:
@@ -287,7 +291,8 @@ def run_claim(claim: str, args: argparse.Namespace) -> str:
     if claim == "mio":
         name = f"{prefix}cifar_mio_{args.mio_optimizer}_{args.epochs}ep"
     methods = configs.METHODS[claim]
-    source = data.load_source(run_config(claim, methods[0], args, 0).data)
+    source = None if args.aggregate_only else data.load_source(
+        run_config(claim, methods[0], args, 0).data)
     progress = common.Progress((len(methods) + 1) * len(args.seeds), name)
     results: dict[str, list[dict]] = {m: [] for m in methods}
     init: list[dict] = []
@@ -301,11 +306,9 @@ def run_claim(claim: str, args: argparse.Namespace) -> str:
                 result = run_one(name, claim, method, seed, args, source, progress)
             (init if method == "random_init" else results[method]).append(result)
     results = {m: r for m, r in results.items() if r}
-    train_labels, num_test = source.split("train").labels, source.split("test").num_examples
     if claim == "sincere":
-        references = common.loss_references(train_labels, configs.BATCH, 2)
-        table, summary = summarise_sincere(results, init, references, num_test)
-        plot_sincere(results, summary, references, args.out / f"{name}.png")
+        table, summary = summarise_sincere(results, init)
+        plot_sincere(results, summary, args.out / f"{name}.png")
     else:
         keyed = {("main", m): r for m, r in results.items()}
         if init:
@@ -313,8 +316,8 @@ def run_claim(claim: str, args: argparse.Namespace) -> str:
         table, summary = mio_report.summarise(keyed)
         plot_mio(summary, args.mio_optimizer, args.out / f"{name}.png")
     common.save_json(args.out / f"{name}_summary.json", summary)
-    text = (f"## {name} ({args.epochs} epochs, {len(train_labels)} training / {num_test} test "
-            f"images, seeds {args.seeds})\n\n{table}")
+    text = (f"## {name} ({args.epochs} epochs, {args.num_train} training / {args.num_test} "
+            f"test images, seeds {args.seeds})\n\n{table}")
     (args.out / f"{name}_table.md").write_text(text)
     return text
 
@@ -335,11 +338,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
     parser.add_argument("--data_dir", type=Path, default=DEFAULT_DATA,
-                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image>")
+                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image> "
+                             f"(default {DEFAULT_DATA}; not read with --aggregate_only)")
     args = parser.parse_args(argv)
     if args.epochs < 1:
         parser.error(f"--epochs must be >= 1, got {args.epochs}")
-    if not args.data_dir.is_dir():
+    if not args.aggregate_only and not args.data_dir.is_dir():
         parser.error(f"--data_dir {args.data_dir}: no such folder (a CIFAR-10 image folder "
                      "<root>/{train,test}/<class>/<image>)")
     args.num_train, args.num_test, args.probe_epochs = (

@@ -122,13 +122,13 @@ def test_compare_sincere_supcon_differences_and_tables():
     assert "SupCon − SINCERE | projection | 0.200 ± 0.000" in text and "significant" in text
 
 
-def test_aggregate_only_without_runs_writes_empty_tables(tmp_path, capsys):
-    if not cifar_proxy.DEFAULT_DATA.is_dir():
-        pytest.skip(f"shared CIFAR-10 folder {cifar_proxy.DEFAULT_DATA} not present")
-    cifar_proxy.main(["--quick", "--aggregate_only", "--claims", "mio", "--out", str(tmp_path)])
-    assert "## quick_cifar_mio_adamw_2ep (2 epochs, 256 training / 200 test images" in (
-        capsys.readouterr().out)
-    assert (tmp_path / "quick_cifar_mio_adamw_2ep_table.md").exists()
+def test_aggregate_only_reads_no_data_and_writes_empty_tables(tmp_path, capsys):
+    cifar_proxy.main(["--quick", "--aggregate_only", "--out", str(tmp_path),
+                      "--data_dir", str(tmp_path / "nowhere")])
+    out = capsys.readouterr().out
+    for name in ("quick_cifar_sincere_2ep", "quick_cifar_mio_adamw_2ep"):
+        assert f"## {name} (2 epochs, 256 training / 200 test images" in out
+        assert (tmp_path / f"{name}_table.md").exists() and (tmp_path / f"{name}.png").exists()
 
 
 def test_missing_data_dir_is_named(tmp_path, capsys):
