@@ -219,32 +219,47 @@ def _fwd(row_loss, uniformity, num_classes, block, z, tau, h, valid, class_ids, 
     d_denominator = -_core.safe_divide(jnp.sum(d_prototypes * prototypes, axis=1), denominator)
 
     like = jnp.zeros_like(z[0, 0])
-    d_u = None
+    d_u = u_safe = None
     if uniformity:
         d_u = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((m,), z.dtype) + like, d_u_local,
                                                   offset, 0)
-    zb, vb, ib, sb = _blocks(block, z, valid, jnp.arange(m, dtype=jnp.int32), s)
-    ub, dub = (None, None) if not uniformity else _blocks(block, u, d_u)
-    softb = None if soft is None else _blocks(block, soft)[0]
+        u_safe = jnp.where(u > -0.5 * _core.BIG, u, 0.0)  # a row without columns: no exp overflow
+    # With the soft labels kept, every row's dNW/s and ds are known before pass 2, so a
+    # block forms both M_b and the block's columns of M (G is symmetric) and takes one
+    # product (M_b + (Mᵀ)_b) z instead of M_b z and M_bᵀ z_b.
+    symmetric = soft is not None
+    d_class_all = d_total_all = d_class_t = None
+    if symmetric:
+        d_class_all = _core.safe_divide(_dot(z, d_numerator) + d_denominator[None, :],
+                                        s[:, None])
+        d_total_all = -jnp.sum(d_class_all * soft, axis=1)
+        d_class_t = d_class_all.T
+    zb, vb, ib, cb, sb = _blocks(block, z, valid, jnp.arange(m, dtype=jnp.int32), class_ids, s)
+    ub, dub = (None, None) if not uniformity else _blocks(block, u_safe, d_u)
+    softb, dcb, dtb = (None,) * 3 if not symmetric else _blocks(
+        block, soft, d_class_all, d_total_all
+    )
 
     def body(carry, x):
         d_cols, d_h, d_t = carry
-        rows, row_valid, row_index, total_w, row_u, row_du, row_soft = x
+        rows, row_valid, row_index, row_class, total_w, row_u, row_du, row_soft, d_class, \
+            d_total = x
         gram = _dot(rows, z)
         t, active, w = _weights(gram, row_valid, valid, h)
-        if row_soft is None:
+        if not symmetric:
             row_soft = _core.safe_divide(
                 _class_sum(w, class_ids, onehot, num_classes), total_w[:, None]
             )
-        # numerator += softᵀ rows, denominator += colsum(soft); soft = class_sum(w) / s.
-        d_soft = _dot(rows, d_numerator) + d_denominator[None, :]
+            # numerator += softᵀ rows, denominator += colsum(soft); soft = class_sum(w) / s.
+            d_soft = _dot(rows, d_numerator) + d_denominator[None, :]
+            d_class = _core.safe_divide(d_soft, total_w[:, None])
+            d_total = -_core.safe_divide(jnp.sum(d_soft * row_soft, axis=1), total_w)
         d_rows = _mm(row_soft, d_numerator)
-        d_class = _core.safe_divide(d_soft, total_w[:, None])
-        d_total = -_core.safe_divide(jnp.sum(d_soft * row_soft, axis=1), total_w)
-        d_w = jnp.take(d_class, class_ids, axis=1) + d_total[:, None]
+        d_w = jnp.where(active, jnp.take(d_class, class_ids, axis=1) + d_total[:, None], 0.0)
         # w = 1 - t², t = (1/2 - 1/2 G) / h: d w / d G = t / h, d w / d h = 2 t² / h.
-        d_w = jnp.where(active, d_w, 0.0)
         d_h = d_h + 2.0 * jnp.sum(d_w * t * t) / h
+        if symmetric:
+            d_w = d_w + jnp.where(active, d_class_t[row_class] + d_total_all[None, :], 0.0)
         d_gram = d_w * t / h
         if uniformity:
             logits = gram / tau
@@ -252,11 +267,20 @@ def _fwd(row_loss, uniformity, num_classes, block, z, tau, h, valid, class_ids, 
             d_logits = row_du[:, None] * p
             d_t = d_t - jnp.sum(d_logits * logits) / tau
             d_gram = d_gram + d_logits / tau
+            if symmetric:
+                # Column j of anchor l's softmax: j != l and j valid.
+                column = (row_index[:, None] != jnp.arange(m)[None, :]) & row_valid[:, None]
+                p_t = jnp.where(column, jnp.exp(logits - u_safe[None, :]), 0.0)
+                d_gram = d_gram + d_u[None, :] * p_t / tau
         d_rows = d_rows + _mm(d_gram, z)
-        return (d_cols + _mm(d_gram.T, rows), d_h, d_t), d_rows
+        if not symmetric:
+            d_cols = d_cols + _mm(d_gram.T, rows)
+        return (d_cols, d_h, d_t), d_rows
 
     init = (jnp.zeros_like(z) + like, jnp.zeros_like(h) + like, jnp.zeros_like(tau) + like)
-    (d_cols, d_h, d_t), d_rows = jax.lax.scan(body, init, (zb, vb, ib, sb, ub, dub, softb))
+    (d_cols, d_h, d_t), d_rows = jax.lax.scan(
+        body, init, (zb, vb, ib, cb, sb, ub, dub, softb, dcb, dtb)
+    )
     d_z = d_cols + d_rows.reshape(-1, z.shape[1])[:m]
     d_z = d_z + jax.lax.dynamic_update_slice_in_dim(jnp.zeros_like(d_z), d_anchors, offset, 0)
     return (total, anchor_ok), (d_z, d_tau + d_t, d_h)

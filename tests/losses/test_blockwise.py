@@ -190,6 +190,43 @@ def test_blockwise_nadaraya_watson_matches_dense_soft_labels(distance):
 
 
 
+@pytest.mark.parametrize("class_sums", ["onehot", "segment"])
+@pytest.mark.parametrize("name", ["soft_supcon", "soft_nce"])
+def test_fused_cosine_path_matches_dense(name, class_sums, monkeypatch):
+    """With the cosine kernel the streamed losses take the kernel and the logits from the
+    same Gram blocks (``nw_gram``): value and gradients into the rows, the temperature and
+    the bandwidth equal the dense form, with one-hot class sums (soft labels kept, one
+    symmetric product per block) and with segment sums (soft labels recomputed, two
+    products); SoftSupCon also on 8 devices."""
+    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    if class_sums == "segment":
+        monkeypatch.setattr(pn, "ONEHOT_MAX_CLASSES", 0)
+    ids = jnp.zeros(N, jnp.int32)
+    assert (pn._class_onehot(ids, N, N) is None) == (class_sums == "segment")
+    z, labels, valid = _labelled_batch("projnce", seed=7)
+    fn = losses.get(name)
+
+    def f(x, tau, h, bs):
+        return fn(x, labels, temperature=tau, bandwidth=h, distance="cosine", valid=valid,
+                  block_size=bs)
+
+    grad_fn = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)), static_argnums=3)
+    dense_value, dense_grads = grad_fn(z, 0.2, 0.4, None)
+    assert abs(float(dense_grads[2])) > 1e-3  # the bandwidth matters on this batch
+    for block in (1, 5):
+        value, grads = grad_fn(z, 0.2, 0.4, block)
+        np.testing.assert_allclose(value, dense_value, rtol=1e-5, err_msg=f"block {block}")
+        for g, dg in zip(grads, dense_grads, strict=True):
+            np.testing.assert_allclose(g, dg, rtol=1e-5, atol=1e-6)
+    if name == "soft_supcon":
+        big = jnp.concatenate([z, z[:8] * 0.5])  # 32 rows: 4 per device
+        assert_multidevice_matches(
+            fn, big, jnp.concatenate([labels, labels[:8]]),
+            valid=jnp.concatenate([valid, valid[:8]]), temperature=0.1, block_size=3,
+            distance="cosine", bandwidth=0.4,
+        )
+
+
 @pytest.mark.parametrize("distance", ["l1", "l2"])
 def test_nadaraya_watson_lone_blocks_match_dense(distance):
     """Row blocks whose rows have no kernel neighbour but themselves skip the distances in
@@ -223,7 +260,7 @@ def test_nadaraya_watson_lone_blocks_match_dense(distance):
     for block in (1, 5):
         coupled = pn._nw_forward(
             lb.batch.candidates, jnp.float32(h), valid, lb.class_ids, None, distance, N, block
-        )[1][-1]
+        )[1][-2]  # residuals: ..., coupled flags, kept soft labels
         assert 0 < int(np.sum(coupled)) < coupled.shape[0]  # both branches run
         value, grads = jax.jit(jax.value_and_grad(blocked, argnums=(0, 1)), static_argnums=2)(
             lb.batch.candidates, jnp.float32(h), block
