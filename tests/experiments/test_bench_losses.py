@@ -68,3 +68,19 @@ def test_memory_only_mode_reports_one_call_per_case(bench, capsys):
         _, _, _, seconds, ratio, memory, _ = row.split("|")
         assert float(seconds) > 0 and float(ratio) > 0
         assert re.fullmatch(r"\d+ MiB", memory.strip())
+
+
+def test_soft_loss_inputs_give_every_row_kernel_neighbours(bench):
+    """SoftSupCon/SoftNCE rows are clustered: after normalisation every row with a
+    classmate has one within the l1 bandwidth (0.6), and no row of another class is."""
+    import numpy as np
+
+    z, labels = bench._inputs("soft_supcon", 1024)
+    z = np.asarray(z / np.linalg.norm(z, axis=1, keepdims=True))
+    labels = np.asarray(labels)
+    for i in range(0, 1024, 97):
+        l1 = np.abs(z - z[i]).sum(axis=1)
+        mates = (labels == labels[i]) & (np.arange(1024) != i)
+        if mates.any():
+            assert l1[mates].min() < 0.6
+        assert l1[labels != labels[i]].min() > 0.6
