@@ -5,9 +5,8 @@ With ``distance="cosine"`` the kernel weights of Jeong & Hero's Eq. (17),
 ``w_jl = max(0, 1 - t_jl²)``, ``t_jl = (1/2 - 1/2 G_jl) / h``, and the SupCon
 logits ``S_jl = G_jl / tau`` are functions of the same Gram matrix
 ``G = z zᵀ`` of the unit rows. The separate forms (``projnce.nw_projection``
-then ``blockwise.stream_rows``) form ``G`` four times and take seven
-[b, m] x [m, D]-sized products per row block; here every row block of ``G`` is
-formed twice:
+then ``blockwise.stream_rows``) form each row block of ``G`` three times and take
+nine [b, m] x [m, D]-sized products for it; here it is formed twice:
 
 * pass 1: ``G_b`` gives the block's kernel weights and soft labels (accumulated
   into the projections' numerator and denominator) and, for the SupCon form, the
@@ -17,14 +16,18 @@ formed twice:
   (``jax.vjp`` of the loss's per-anchor function), hence ``dL/df̂``;
 * pass 2: ``G_b`` again gives both the projection's backward
   (``dL/dG`` through the kernel, as in ``projnce.nw_projection``) and the SupCon
-  part ``dL/dS_jl = dL/dU_j · softmax_l(S_j)``; their sum ``M_b`` [b, m] costs
-  the two products ``M_b z`` and ``M_bᵀ z_b``.
+  part ``dL/dS_jl = dL/dU_j · softmax_l(S_j)``; their sum is ``M_b`` [b, m].
 
-The soft labels of pass 1 are kept ([m, K], when the class sums are one-hot
-products) so pass 2 needs no class sums: ``ds_j = -sum_c dNW_jc NW_jc / s_j``.
-Value and gradient: five [b, m] x [m, D]-sized products per block (two Gram
-blocks, the one-hot class sums, ``M_b z``, ``M_bᵀ z_b``) instead of nine. The
-undifferentiated call is pass 1 alone. Memory: O(b·m + m·K).
+When the class sums are one-hot products the soft labels of pass 1 are kept
+([m, K]), so every row's ``dNW_j / s_j`` and ``ds_j = -sum_c dNW_jc NW_jc / s_j``
+are known before pass 2 and no class sum is recomputed; since ``G`` is
+symmetric a block then forms its rows of ``M`` and its columns, and its
+gradient is the one product ``(M + Mᵀ)_b z``. Value and gradient: four
+[b, m] x [m, D]-sized products per block (two Gram blocks, the one-hot class
+sums, one gradient product) instead of nine; with segment-sum class sums (many
+classes) the soft labels are recomputed and the gradient takes ``M_b z`` and
+``M_bᵀ z_b``. The undifferentiated call is pass 1 and the loss. Memory:
+O(b·m + m·K).
 
 Under ``axis_name`` every device runs both passes over all m gathered rows (the
 projection needs every row's soft labels, as in ``projnce.nw_projection``) and
