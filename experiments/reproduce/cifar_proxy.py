@@ -2,10 +2,13 @@
 
 Both at CPU scale; the papers' full references are in docs/reproductions.md.
 
-    python -m experiments.reproduce.cifar_proxy                       # both claims, seeds 0 1 2
-    python -m experiments.reproduce.cifar_proxy --claims mio --seeds 0 --mio_optimizer lars
-    python -m experiments.reproduce.cifar_proxy --aggregate_only      # tables/plots of finished runs
-    python -m experiments.reproduce.cifar_proxy --quick               # smoke run, own out dir
+    python -m experiments.reproduce.cifar_proxy --data_dir DIR        # both claims, seeds 0 1 2
+    python -m experiments.reproduce.cifar_proxy --data_dir DIR --claims mio --seeds 0 \
+        --mio_optimizer lars
+    python -m experiments.reproduce.cifar_proxy --aggregate_only      # tables of finished runs
+    python -m experiments.reproduce.cifar_proxy --data_dir DIR --quick  # smoke run, own out dir
+
+DIR is a CIFAR-10 image folder ``DIR/{train,test}/<class>/<image>``.
 
 The configs are ``experiments/configs/cifar_proxy.py`` (``get_config("CLAIM,METHOD,OPTIMIZER,
 EPOCHS")``): class-balanced subsets of the CIFAR-10 image folder ``--data_dir`` (NUM_TRAIN
@@ -61,7 +64,6 @@ from experiments.reproduce import mio as mio_report
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "experiments" / "results" / "cifar_proxy"
 QUICK_OUT = ROOT / "runs" / "cifar_proxy_quick"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "cifar10"
 QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS = 256, 200, 2
 #: Linear-probe epochs of the SINCERE claim (SINCERE Sec. 4.3 protocol), full and ``--quick``.
 PROBE_EPOCHS, QUICK_PROBE_EPOCHS = 100, 5
@@ -337,15 +339,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="train nothing; summarise the finished runs")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
-    parser.add_argument("--data_dir", type=Path, default=DEFAULT_DATA,
+    parser.add_argument("--data_dir", type=Path, default=None,
                         help="CIFAR-10 image folder <root>/{train,test}/<class>/<image> "
-                             f"(default {DEFAULT_DATA}; not read with --aggregate_only)")
+                             "(needed unless --aggregate_only)")
     args = parser.parse_args(argv)
     if args.epochs < 1:
         parser.error(f"--epochs must be >= 1, got {args.epochs}")
-    if not args.aggregate_only and not args.data_dir.is_dir():
-        parser.error(f"--data_dir {args.data_dir}: no such folder (a CIFAR-10 image folder "
-                     "<root>/{train,test}/<class>/<image>)")
+    if not args.aggregate_only and (args.data_dir is None or not args.data_dir.is_dir()):
+        parser.error(f"--data_dir {args.data_dir}: give a CIFAR-10 image folder "
+                     "<root>/{train,test}/<class>/<image>")
     args.num_train, args.num_test, args.probe_epochs = (
         configs.NUM_TRAIN, configs.NUM_TEST, PROBE_EPOCHS)
     if args.quick:

@@ -27,6 +27,7 @@ from experiments.configs import cifar_proxy as configs
 from experiments.configs import mio as mio_configs
 from experiments.reproduce import _common as common
 from experiments.reproduce import cifar_proxy
+from tests.data.helpers import SHARED_CIFAR10
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = [f"{claim},{method},{opt}" for claim, methods in configs.METHODS.items()
@@ -131,10 +132,12 @@ def test_aggregate_only_reads_no_data_and_writes_empty_tables(tmp_path, capsys):
         assert (tmp_path / f"{name}_table.md").exists() and (tmp_path / f"{name}.png").exists()
 
 
-def test_missing_data_dir_is_named(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        cifar_proxy.main(["--quick", "--data_dir", str(tmp_path / "nowhere")])
-    assert f"--data_dir {tmp_path / 'nowhere'}: no such folder" in capsys.readouterr().err
+def test_a_missing_data_dir_is_named(tmp_path, capsys):
+    for given in (["--data_dir", str(tmp_path / "nowhere")], []):
+        with pytest.raises(SystemExit):
+            cifar_proxy.main(["--quick", *given])
+        named = given[1] if given else "None"
+        assert f"--data_dir {named}: give a CIFAR-10 image folder" in capsys.readouterr().err
 
 
 def test_a_stored_record_of_the_former_stack_is_refused(tmp_path):
@@ -148,11 +151,11 @@ def test_a_stored_record_of_the_former_stack_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_cifar_proxy_quick_end_to_end_and_resume(tmp_path):
-    if not cifar_proxy.DEFAULT_DATA.is_dir():
-        pytest.skip(f"shared CIFAR-10 folder {cifar_proxy.DEFAULT_DATA} not present")
+    if not os.path.isdir(SHARED_CIFAR10):
+        pytest.skip(f"shared CIFAR-10 folder {SHARED_CIFAR10} not present")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     command = [sys.executable, "-m", "experiments.reproduce.cifar_proxy", "--quick",
-               "--out", str(tmp_path), "--data_dir", str(cifar_proxy.DEFAULT_DATA)]
+               "--out", str(tmp_path), "--data_dir", SHARED_CIFAR10]
 
     def run() -> str:
         proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600,
