@@ -162,12 +162,13 @@ def run_one(setting: str, method: str, seed: int, epochs: int, eval_every: int, 
     config.data.dataset = configs.register(setting, samples)
     config.seed = seed
     config.data.data_seed = seed  # a seed fixes the data, as in the paper's independent trials
-    # Logged every 10 steps: the per-epoch training loss is the mean of the logged steps.
-    config.train.log_every = 10
     from contrastive_jax import data
 
     source = data.load_source(config.data)
     batch = int(config.data.global_batch_size)
+    # Logged every 10 steps (at least once an epoch): an epoch's training loss is the mean of
+    # its logged steps.
+    config.train.log_every = min(10, source.split("train").num_examples // batch)
     probe = mi_probe(method, batch)
     start = time.time()
     initial = probe(0, common.initial_embeddings(config, ("test",), source))
