@@ -43,7 +43,15 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
-from experiments.reproduce._common import read_losses, stat
+from experiments.reproduce._common import (
+    SINCERE_LOSSES,
+    class_similarities,
+    compare_sincere_supcon,
+    loss_references,
+    pack_bits,
+    read_losses,
+    sincere_tables,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "experiments" / "configs"
@@ -53,7 +61,6 @@ SETTINGS = {
     "digits": (CONFIGS / "sincere_digits.py", (128, 32)),
     "cifar10": (CONFIGS / "sincere_cifar10.py", (64, 16)),
 }
-LOSSES = ("sincere", "supcon")
 FULL_SEEDS = (0, 1, 2)
 #: Table 1's "initial" and "final" losses: means over the first and the last fifth of the steps.
 LOSS_WINDOW = 0.2
@@ -105,54 +112,6 @@ def run_config(base: ml_collections.ConfigDict, run: RunSpec) -> ml_collections.
     config.seed = run.seed
     config.data.global_batch_size = run.batch
     return config
-
-
-def loss_references(train_labels: np.ndarray, batch: int, views: int, seed: int = 0) -> dict:
-    """Reference loss values of random ``batch``-image batches (docs/reproductions.md).
-
-    Over 2,000 batches drawn without replacement from ``train_labels`` (n = views * batch
-    embeddings each), the anchor-weighted means of ``log |P_t|`` (SupCon's floor),
-    ``log(n - 1)`` (SupCon at constant embeddings), ``log(1 + |N_t|)`` (SINCERE at constant
-    embeddings) and of ``|P_t|`` (same-class views per anchor, the quantity the paper varies).
-    """
-    rng = np.random.default_rng(seed)
-    k = int(train_labels.max()) + 1
-    floors, const_sincere, positives = [], [], []
-    for _ in range(2000):
-        counts = np.bincount(rng.choice(train_labels, batch, replace=False), minlength=k) * views
-        weights = counts / counts.sum()
-        present = counts > 0
-        pos = counts[present] - 1
-        floors.append(np.sum(weights[present] * np.log(np.maximum(pos, 1))))
-        const_sincere.append(np.sum(weights[present] * np.log1p(views * batch - counts[present])))
-        positives.append(np.sum(weights[present] * pos))
-    return {
-        "supcon_floor": float(np.mean(floors)),
-        "supcon_constant": float(np.log(views * batch - 1)),
-        "sincere_constant": float(np.mean(const_sincere)),
-        "positives_per_anchor": float(np.mean(positives)),
-    }
-
-
-def _bits(correct: np.ndarray) -> str:
-    return np.packbits(correct.astype(bool)).tobytes().hex()
-
-
-def _unbits(text: str, n: int) -> np.ndarray:
-    return np.unpackbits(np.frombuffer(bytes.fromhex(text), np.uint8))[:n].astype(bool)
-
-
-def _similarities(z: np.ndarray, labels: np.ndarray, num_classes: int) -> dict:
-    from contrastive_jax import metrics
-
-    matrix = metrics.class_similarity_matrix(z, labels, num_classes)
-    within, between = metrics.within_between_similarities(z, labels, HIST_CLASS % num_classes)
-    return {
-        "matrix": np.round(matrix, 6).tolist(),
-        **metrics.similarity_summary(matrix),
-        "hist_class_within": float(within.mean()),
-        "hist_class_between": float(between.mean()),
-    }
 
 
 def train_run(config: ml_collections.ConfigDict, workdir: Path) -> None:
@@ -213,11 +172,14 @@ def evaluate_run(run: RunSpec, workdir: Path, probe_epochs: int) -> dict:
             train.labels, config.data.global_batch_size, config.data.num_views
         ),
         "similarity": {
-            "projection": _similarities(test_proj.features, test_proj.labels, k),
-            "encoder": _similarities(test.features, test.labels, k),
+            "projection": class_similarities(test_proj.features, test_proj.labels, k, HIST_CLASS),
+            "encoder": class_similarities(test.features, test.labels, k, HIST_CLASS),
         },
         "linear": {
-            name: {**eval_lib.bootstrap_accuracy(c, resamples=RESAMPLES, seed=0), "bits": _bits(c)}
+            name: {
+                **eval_lib.bootstrap_accuracy(c, resamples=RESAMPLES, seed=0),
+                "bits": pack_bits(c),
+            }
             for name, c in correct.items()
         },
         "class_names": list(source.class_names),
@@ -225,145 +187,19 @@ def evaluate_run(run: RunSpec, workdir: Path, probe_epochs: int) -> dict:
 
 
 def aggregate(results: dict[str, dict], runs: list[RunSpec], seeds: tuple[int, ...]) -> dict:
-    """Per batch size: mean +- std over seeds of every claim's statistic, and paired tests."""
+    """Per batch size (``"b<batch>"``, largest first): :func:`compare_sincere_supcon` of the
+    seeds whose SINCERE and SupCon runs both finished."""
     dataset = runs[0].dataset
     summary: dict = {}
     for batch in sorted({r.batch for r in runs}, reverse=True):
-        pairs = [
-            (
-                results[RunSpec(dataset, "sincere", s, batch).name],
-                results[RunSpec(dataset, "supcon", s, batch).name],
-            )
+        names = [
+            (RunSpec(dataset, "sincere", s, batch).name, RunSpec(dataset, "supcon", s, batch).name)
             for s in seeds
-            if RunSpec(dataset, "sincere", s, batch).name in results
-            and RunSpec(dataset, "supcon", s, batch).name in results
         ]
-        if not pairs:
-            continue
-        entry: dict = {"seeds": len(pairs), "references": pairs[0][0]["references"]}
-        for i, loss in enumerate(LOSSES):
-            rs = [p[i] for p in pairs]
-            entry[loss] = {
-                "loss_initial": stat([r["loss_initial"] for r in rs]),
-                "loss_final": stat([r["loss_final"] for r in rs]),
-                **{
-                    f"{space}_{key}": stat([r["similarity"][space][key] for r in rs])
-                    for space in ("projection", "encoder")
-                    for key in ("mean_within", "mean_between")
-                },
-                **{
-                    f"linear_{top}": stat([100 * r["linear"][top]["accuracy"] for r in rs])
-                    for top in rs[0]["linear"]
-                },
-                "linear_per_seed": [
-                    {
-                        top: {k: 100 * v[k] for k in ("accuracy", "low", "high")}
-                        for top, v in r["linear"].items()
-                    }
-                    for r in rs
-                ],
-            }
-        entry["supcon_minus_sincere"] = {
-            f"{space}_{key}": stat(
-                [
-                    sup["similarity"][space][key] - sin["similarity"][space][key]
-                    for sin, sup in pairs
-                ]
-            )
-            for space in ("projection", "encoder")
-            for key in ("mean_within", "mean_between")
-        }
-        paired = {}
-        for top in pairs[0][0]["linear"]:
-            tests = []
-            for sin, sup in pairs:
-                n = sin["num_test"]
-                d = _paired(sin["linear"][top]["bits"], sup["linear"][top]["bits"], n)
-                tests.append({k: (100 * v if k != "significant" else v) for k, v in d.items()})
-            paired[top] = tests
-        entry["paired_sincere_minus_supcon"] = paired
-        summary[f"b{batch}"] = entry
+        pairs = [(results[a], results[b]) for a, b in names if a in results and b in results]
+        if pairs:
+            summary[f"b{batch}"] = compare_sincere_supcon(pairs, resamples=RESAMPLES)
     return summary
-
-
-def _paired(bits_a: str, bits_b: str, n: int) -> dict:
-    from contrastive_jax import eval as eval_lib
-
-    return eval_lib.paired_bootstrap_difference(
-        _unbits(bits_a, n), _unbits(bits_b, n), resamples=RESAMPLES, seed=0
-    )
-
-
-def _pm(stat: dict, digits: int = 3) -> str:
-    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
-
-
-def tables(summary: dict) -> str:
-    """Markdown tables of ``summary`` (mean ± std over seeds)."""
-    lines = []
-    for key, e in summary.items():
-        ref = e["references"]
-        lines += [
-            f"### batch {key[1:]} ({e['seeds']} seeds; mean same-class partners per anchor "
-            f"|P_t| = {ref['positives_per_anchor']:.1f})",
-            "",
-            "| loss | initial loss | final loss | constant-embedding value | SupCon floor "
-            "E log|P_t| |",
-            "|---|---|---|---|---|",
-        ]
-        for loss in LOSSES:
-            const = ref[f"{loss}_constant"]
-            floor = f"{ref['supcon_floor']:.3f}" if loss == "supcon" else "0"
-            lines.append(
-                f"| {loss} | {_pm(e[loss]['loss_initial'])} | {_pm(e[loss]['loss_final'])} "
-                f"| {const:.3f} | {floor} |"
-            )
-        lines += ["", "| loss | space | within | between |", "|---|---|---|---|"]
-        for loss in LOSSES:
-            for space in ("projection", "encoder"):
-                lines.append(
-                    f"| {loss} | {space} | {_pm(e[loss][f'{space}_mean_within'])} "
-                    f"| {_pm(e[loss][f'{space}_mean_between'])} |"
-                )
-        for space in ("projection", "encoder"):
-            d = e["supcon_minus_sincere"]
-            lines.append(
-                f"| SupCon − SINCERE | {space} | {_pm(d[f'{space}_mean_within'])} "
-                f"| {_pm(d[f'{space}_mean_between'])} |"
-            )
-        tops = list(e["paired_sincere_minus_supcon"])
-        lines += [
-            "",
-            "| loss | "
-            + " | ".join(f"{t} mean ± std (%)" for t in tops)
-            + " | per-seed "
-            + " / ".join(tops)
-            + " [95 % CI] |",
-            "|---|" + "---|" * (len(tops) + 1),
-        ]
-        for loss in LOSSES:
-            per_seed = "; ".join(
-                " / ".join(
-                    f"{s[t]['accuracy']:.2f} [{s[t]['low']:.2f}, {s[t]['high']:.2f}]" for t in tops
-                )
-                for s in e[loss]["linear_per_seed"]
-            )
-            lines.append(
-                f"| {loss} | "
-                + " | ".join(_pm(e[loss][f"linear_{t}"], 2) for t in tops)
-                + f" | {per_seed} |"
-            )
-        lines += ["", "| paired SINCERE − SupCon (pp) | per seed: diff [95 % CI] |", "|---|---|"]
-        for t in tops:
-            tests = e["paired_sincere_minus_supcon"][t]
-            cells = "; ".join(
-                f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
-                + (" significant" if d["significant"] else "")
-                for d in tests
-            )
-            lines.append(f"| {t} | {cells} |")
-        lines.append("")
-    return "\n".join(lines)
 
 
 def plot_figures(
@@ -375,7 +211,7 @@ def plot_figures(
     from contrastive_jax import eval as eval_lib
 
     for batch in batches:
-        names = {loss: RunSpec(dataset, loss, seed, batch).name for loss in LOSSES}
+        names = {loss: RunSpec(dataset, loss, seed, batch).name for loss in SINCERE_LOSSES}
         if not all((runs_dir / n / "test_embeddings.npz").exists() for n in names.values()):
             continue
         loaded = {loss: np.load(runs_dir / n / "test_embeddings.npz") for loss, n in names.items()}
@@ -395,7 +231,7 @@ def plot_figures(
     fig = Figure(figsize=(6.0 * len(batches), 3.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(batches)))
     for ax, batch in zip(axes, batches, strict=True):
-        for loss, colour in zip(LOSSES, ("tab:blue", "tab:orange"), strict=True):
+        for loss, colour in zip(SINCERE_LOSSES, ("tab:blue", "tab:orange"), strict=True):
             for r in results.values():
                 if r["run"]["batch"] == batch and r["run"]["loss"] == loss:
                     c = r["loss_curve"]
@@ -469,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "runs").mkdir(parents=True, exist_ok=True)
     seeds = (0,) if args.quick else FULL_SEEDS
     dataset = "digits" if args.quick else args.dataset
-    runs = [RunSpec(dataset, loss, s, b) for b in batches for s in seeds for loss in LOSSES]
+    runs = [RunSpec(dataset, loss, s, b) for b in batches for s in seeds for loss in SINCERE_LOSSES]
 
     results: dict[str, dict] = {}
     for i, run in enumerate(runs, 1):
@@ -505,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = aggregate(results, runs, seeds)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    text = tables(summary)
+    text = sincere_tables(summary)
     (out / "tables.md").write_text(text)
     plot_figures(results, runs_dir, out, dataset, batches, seeds[0])
     print(text)

@@ -1,10 +1,9 @@
-"""Import the experiment scripts (``experiments/reproduce/*.py``, ``experiments/bench/*.py``),
-which are not a package, as modules for the tests."""
+"""Import an experiment script (``experiments/reproduce/*.py``, ``experiments/bench/*.py``) for the
+tests, as the module of the ``experiments`` package it is (``experiments.bench.losses``)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 from types import ModuleType
 
@@ -13,13 +12,13 @@ REPRODUCE = EXPERIMENTS / "reproduce"
 
 
 def load_script(name: str, directory: Path = REPRODUCE) -> ModuleType:
-    """``<directory>/<name>.py`` as the module ``_script_<name>``, registered in ``sys.modules``
-    (dataclasses look their module up there); ``directory`` goes on ``sys.path`` so the
-    script's own sibling imports (``import _cifar_common``) resolve."""
-    if str(directory) not in sys.path:
-        sys.path.insert(0, str(directory))
-    spec = importlib.util.spec_from_file_location(f"_script_{name}", directory / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The module ``<directory>/<name>.py``, imported by its dotted name under ``experiments``.
+
+    Raises:
+      ValueError: ``directory`` is not inside ``experiments/``.
+    """
+    directory = Path(directory).resolve()
+    if not directory.is_relative_to(EXPERIMENTS):
+        raise ValueError(f"{directory} is not a directory of {EXPERIMENTS}")
+    parts = ("experiments", *directory.relative_to(EXPERIMENTS).parts, name)
+    return importlib.import_module(".".join(parts))

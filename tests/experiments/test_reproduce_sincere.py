@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.reproduce import _common as common
 from experiments.reproduce import sincere as sincere_module
 
 # The reproduction scripts' own checks run with their --quick modes in `make test-all`.
@@ -28,32 +29,27 @@ def sincere():
     return sincere_module
 
 
-def test_loss_references_closed_form(sincere):
+def test_loss_references_closed_form():
     # The whole set in one batch: two classes of 4 images, 2 views -> 8 views per class, n = 16.
     labels = np.array([0, 0, 0, 0, 1, 1, 1, 1])
-    ref = sincere.loss_references(labels, batch=8, views=2)
+    ref = common.loss_references(labels, batch=8, views=2)
     assert ref["supcon_floor"] == pytest.approx(math.log(7))
     assert ref["supcon_constant"] == pytest.approx(math.log(15))
     assert ref["sincere_constant"] == pytest.approx(math.log(9))
     assert ref["positives_per_anchor"] == pytest.approx(7.0)
 
 
-def test_loss_references_fewer_positives_in_smaller_batches(sincere):
+def test_loss_references_fewer_positives_in_smaller_batches():
     labels = np.repeat(np.arange(10), 100)
-    big = sincere.loss_references(labels, batch=128, views=2)
-    small = sincere.loss_references(labels, batch=32, views=2)
+    big = common.loss_references(labels, batch=128, views=2)
+    small = common.loss_references(labels, batch=32, views=2)
     assert small["positives_per_anchor"] < big["positives_per_anchor"]
     assert small["supcon_floor"] < big["supcon_floor"]
     # Sampling without replacement from a balanced set: E|P_t| is about 2B/K - 1 (+ variance).
     assert big["positives_per_anchor"] == pytest.approx(2 * 128 / 10 - 1, rel=0.1)
 
 
-def test_bits_round_trip(sincere):
-    correct = np.random.default_rng(0).random(1001) < 0.3
-    np.testing.assert_array_equal(sincere._unbits(sincere._bits(correct), 1001), correct)
-
-
-def test_read_losses_keeps_last_entry_of_a_repeated_step(sincere, tmp_path):
+def test_read_losses_keeps_last_entry_of_a_repeated_step(tmp_path):
     rows = [
         {"step": 1, "loss": 3.0},
         {"step": 2, "loss": 2.0},
@@ -61,7 +57,7 @@ def test_read_losses_keeps_last_entry_of_a_repeated_step(sincere, tmp_path):
         {"step": 3, "learning_rate": 0.1},
     ]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    steps, losses = sincere.read_losses(tmp_path)
+    steps, losses = common.read_losses(tmp_path)
     np.testing.assert_array_equal(steps, [1, 2])
     np.testing.assert_allclose(losses, [3.0, 1.5])
 
