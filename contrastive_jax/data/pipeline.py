@@ -86,6 +86,9 @@ from contrastive_jax.data.augment import (
 )
 from contrastive_jax.data.base import Source, Split
 from contrastive_jax.data.batch_augment import augment_batch, is_batchable, view_keys
+from contrastive_jax.data.batching import per_process as _per_process
+from contrastive_jax.data.batching import process_position as _process
+from contrastive_jax.data.batching import steps_per_epoch
 from contrastive_jax.data.records import RecordSet
 from contrastive_jax.data.sources import decode_image_file, load_source, symmetric_label_noise
 from contrastive_jax.data.vectors import VectorEvalIterator, VectorPretrainIterator, VectorSource
@@ -138,22 +141,6 @@ def resolve_augmentation(
         else:
             name = "simclr_cifar" if image_size <= 32 else "simclr_imagenet"
     return augmentation_preset(name, image_size)
-
-
-def _process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
-    index = jax.process_index() if process_index is None else process_index
-    count = jax.process_count() if process_count is None else process_count
-    if not 0 <= index < count:
-        raise ConfigError(f"process_index {index} not in [0, {count})")
-    return index, count
-
-
-def _per_process(batch_size: int, process_count: int, what: str) -> int:
-    if batch_size < 1 or batch_size % process_count:
-        raise ConfigError(
-            f"{what}={batch_size} must be a positive multiple of the process count {process_count}"
-        )
-    return batch_size // process_count
 
 
 def _columns(split: Split) -> dict[str, tf.Tensor]:
@@ -343,12 +330,9 @@ class PretrainIterator(Iterator[Batch]):
         self.local_batch_size = _per_process(
             self.global_batch_size, process_count, "global_batch_size"
         )
-        self.steps_per_epoch = train.num_examples // self.global_batch_size
-        if self.steps_per_epoch < 1:
-            raise ConfigError(
-                f"global_batch_size={self.global_batch_size} exceeds the {train.num_examples} "
-                f"training examples of {self.source.name!r}"
-            )
+        self.steps_per_epoch = steps_per_epoch(
+            train.num_examples, self.global_batch_size, self.source.name
+        )
         if start_step < 0:
             raise ConfigError(f"start_step must be >= 0, got {start_step}")
         self._seed = int(seed)

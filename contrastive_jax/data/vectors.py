@@ -35,11 +35,12 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 
-import jax
 import ml_collections
 import numpy as np
 
+from contrastive_jax.data.arrays import check_classes, check_metadata_names
 from contrastive_jax.data.base import Source
+from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
 from contrastive_jax.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
@@ -167,52 +168,19 @@ def vector_source(
     widths = {s.features.shape[1] for s in built.values()}
     if len(widths) != 1:
         raise ValueError(f"vector source {name!r}: splits have different widths D {sorted(widths)}")
-    labelled = [s.labels for s in built.values() if len(s.labels)]
-    largest = max(int(y.max()) for y in labelled) if labelled else -1
-    smallest = min(int(y.min()) for y in labelled) if labelled else 0
-    if num_classes is None:
-        num_classes = len(class_names) if class_names is not None else largest + 1
-    if class_names is None:
-        class_names = tuple(str(k) for k in range(num_classes))
-    if len(class_names) != num_classes:
-        raise ValueError(f"{len(class_names)} class_names for num_classes={num_classes}")
-    if smallest < 0 or largest >= num_classes:
-        raise ValueError(
-            f"vector source {name!r}: labels must lie in [0, {num_classes}), got "
-            f"[{smallest}, {largest}]"
-        )
-    columns = {s.metadata.shape[1] for s in built.values() if s.metadata is not None}
-    if columns and columns != {len(metadata_names)}:
-        raise ValueError(
-            f"vector source {name!r}: metadata has {sorted(columns)} columns but "
-            f"{len(metadata_names)} metadata_names"
-        )
+    num_classes, class_names = check_classes(f"vector source {name!r}", built, class_names,
+                                             num_classes)
+    check_metadata_names(f"vector source {name!r}", built, metadata_names)
     return VectorSource(
         name=name,
         splits=built,
-        num_classes=int(num_classes),
-        class_names=tuple(str(c) for c in class_names),
+        num_classes=num_classes,
+        class_names=class_names,
         image_shape=(widths.pop(),),
         mean=(),
         std=(),
         metadata_names=tuple(metadata_names),
     )
-
-
-def _process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
-    index = jax.process_index() if process_index is None else process_index
-    count = jax.process_count() if process_count is None else process_count
-    if not 0 <= index < count:
-        raise ConfigError(f"process_index {index} not in [0, {count})")
-    return index, count
-
-
-def _per_process(batch_size: int, process_count: int, what: str) -> int:
-    if batch_size < 1 or batch_size % process_count:
-        raise ConfigError(
-            f"{what}={batch_size} must be a positive multiple of the process count {process_count}"
-        )
-    return batch_size // process_count
 
 
 def _check_views(config: ml_collections.ConfigDict, source: VectorSource) -> None:
@@ -259,7 +227,7 @@ class VectorPretrainIterator(Iterator[Batch]):
 
         _check_views(config, source)
         self.source = source
-        self._process_index, process_count = _process(process_index, process_count)
+        self._process_index, process_count = process_position(process_index, process_count)
         train = source.split("train")
         if config.label_noise > 0:
             noisy = symmetric_label_noise(
@@ -271,15 +239,12 @@ class VectorPretrainIterator(Iterator[Batch]):
         if self.num_views < 1:
             raise ConfigError(f"config.data.num_views must be >= 1, got {self.num_views}")
         self.global_batch_size = int(config.global_batch_size)
-        self.local_batch_size = _per_process(
+        self.local_batch_size = per_process(
             self.global_batch_size, process_count, "global_batch_size"
         )
-        self.steps_per_epoch = train.num_examples // self.global_batch_size
-        if self.steps_per_epoch < 1:
-            raise ConfigError(
-                f"global_batch_size={self.global_batch_size} exceeds the {train.num_examples} "
-                f"training examples of {source.name!r}"
-            )
+        self.steps_per_epoch = steps_per_epoch(
+            train.num_examples, self.global_batch_size, source.name
+        )
         if start_step < 0:
             raise ConfigError(f"start_step must be >= 0, got {start_step}")
         self._seed = int(seed)
@@ -323,9 +288,9 @@ class VectorEvalIterator:
     ) -> None:
         self.source = source
         self._split = source.split(split)
-        self._process_index, process_count = _process(process_index, process_count)
+        self._process_index, process_count = process_position(process_index, process_count)
         self._global_batch = int(batch_size)
-        self.local_batch_size = _per_process(self._global_batch, process_count, "batch_size")
+        self.local_batch_size = per_process(self._global_batch, process_count, "batch_size")
         self.num_examples = self._split.num_examples
         self.num_batches = math.ceil(self.num_examples / self._global_batch)
 
