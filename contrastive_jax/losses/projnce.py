@@ -367,30 +367,25 @@ def nw_projection(z, bandwidth, valid, class_ids, onehot, distance, num_classes,
 def _nw_forward(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block):
     zb, vb, cb, ib = _nw_blocks(z, valid, class_ids, block)
     columns = jnp.arange(z.shape[0], dtype=jnp.int32)
-    # The l1 backward reads each row's kernel sum and soft labels (kept when the class
-    # sums are one-hot products, i.e. [m, K] is small) before its one pass over distances.
-    keep = distance == "l1" and onehot is not None
 
     def body(carry, x):
         numerator, denominator = carry
         rows, row_valid, _, row_index = x
-        _, active, total, soft = _nw_block(
+        _, active, _, soft = _nw_block(
             rows, row_valid, z, valid, class_ids, onehot, bandwidth, distance, num_classes
         )
         numerator = numerator + jnp.matmul(soft.T, rows, precision=jax.lax.Precision.HIGHEST)
         # Whether a row of the block has a kernel neighbour other than itself.
         coupled = jnp.any(active & (row_index[:, None] != columns[None, :]))
-        kept = (total, soft) if keep else None
-        return (numerator, denominator + jnp.sum(soft, axis=0)), (coupled, kept)
+        return (numerator, denominator + jnp.sum(soft, axis=0)), coupled
 
     init = (
         jnp.zeros((num_classes, z.shape[1]), z.dtype) + jnp.zeros_like(z[0, 0]),
         jnp.zeros((num_classes,), z.dtype) + jnp.zeros_like(z[0, 0]),
     )
-    (numerator, denominator), (coupled, kept) = jax.lax.scan(body, init, (zb, vb, cb, ib))
+    (numerator, denominator), coupled = jax.lax.scan(body, init, (zb, vb, cb, ib))
     prototypes = _core.safe_divide(numerator, denominator[:, None])
-    return prototypes, (z, bandwidth, valid, class_ids, onehot, denominator, prototypes, coupled,
-                        kept)
+    return prototypes, (z, bandwidth, valid, class_ids, onehot, denominator, prototypes, coupled)
 
 
 def _nw_fwd(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block):
@@ -398,7 +393,7 @@ def _nw_fwd(z, bandwidth, valid, class_ids, onehot, distance, num_classes, block
 
 
 def _nw_bwd(distance, num_classes, block, residuals, d_prototypes):
-    z, h, valid, class_ids, onehot, denominator, prototypes, coupled, kept = residuals
+    z, h, valid, class_ids, onehot, denominator, prototypes, coupled = residuals
     m = z.shape[0]
     # f = numerator / denominator.
     d_numerator = _core.safe_divide(d_prototypes, denominator[:, None])
@@ -407,14 +402,11 @@ def _nw_bwd(distance, num_classes, block, residuals, d_prototypes):
 
     z_t = z.T
 
-    def coupled_block(carry, rows, row_valid, row_class, row_kept):
+    def coupled_block(carry, rows, row_valid, row_class):
         d_z, d_z_t, d_h = carry
-        if row_kept is None:
-            t_sq, active, total, soft = _nw_block(
-                rows, row_valid, z, valid, class_ids, onehot, h, distance, num_classes
-            )
-        else:
-            total, soft = row_kept
+        t_sq, active, total, soft = _nw_block(
+            rows, row_valid, z, valid, class_ids, onehot, h, distance, num_classes
+        )
         # numerator += soft^T rows, denominator += colsum(soft).
         d_soft = (
             jnp.matmul(rows, d_numerator.T, precision=jax.lax.Precision.HIGHEST)
@@ -425,28 +417,23 @@ def _nw_bwd(distance, num_classes, block, residuals, d_prototypes):
         d_class = _core.safe_divide(d_soft, total[:, None])
         d_total = -_core.safe_divide(jnp.sum(d_soft * soft, axis=1), total)
         d_w = jnp.take(d_class, class_ids, axis=1) + d_total[:, None]
-        if distance == "l1":
-            # w = 1 - t², t² = (L1 / h)², d t² / d z_j = 2 (L1 / h²) sign(z_j - z_l).
-            # One row at a time on [D, m], its distances and their gradient from the same
-            # differences (XLA fuses the two sums over a [b, m, D] slab, over l into row
-            # j and over j into column l, 30x slower).
-            def one_row(carry, x):
-                d_zt, d_h = carry
-                row, row_ok, d_w_row = x
-                diff = row[:, None] - z_t
-                l1 = jnp.sum(jnp.abs(diff), axis=0)
-                t_sq = jnp.square(l1 / h)
-                d_t_sq = jnp.where(row_ok & valid & (t_sq < 1.0), -d_w_row, 0.0)
-                signed = jnp.sign(diff) * (d_t_sq * 2.0 * l1 / jnp.square(h))[None, :]
-                carry = (d_zt - signed, d_h - 2.0 * jnp.sum(d_t_sq * t_sq) / h)
-                return carry, jnp.sum(signed, axis=1)
-
-            (d_z_t, d_h), d_own = jax.lax.scan(one_row, (d_z_t, d_h), (rows, row_valid, d_w))
-            return (d_z, d_z_t, d_h), d_rows + d_own
         # w = 1 - t² on active pairs.
         d_t_sq = jnp.where(active, -d_w, 0.0)
         d_h = d_h - 2.0 * jnp.sum(d_t_sq * t_sq) / h
-        if distance == "l2":
+        if distance == "l1":
+            # t² = (L1 / h)², d t² / d z_j = 2 (L1 / h²) sign(z_j - z_l) = U_jl sign(.).
+            # One row at a time on [D, m]: XLA fuses the two sums over a [b, m, D]
+            # slab (over l into row j, over j into column l) 30x slower.
+            u = d_t_sq * 2.0 * jnp.sqrt(t_sq) / h
+
+            def one_row(d_zt, x):
+                row, u_row = x
+                signed = jnp.sign(row[:, None] - z_t) * u_row[None, :]
+                return d_zt - signed, jnp.sum(signed, axis=1)
+
+            d_z_t, d_own = jax.lax.scan(one_row, d_z_t, (rows, u))
+            d_rows = d_rows + d_own
+        elif distance == "l2":
             u = d_t_sq * 2.0 / jnp.square(h)
             d_rows = d_rows + rows * jnp.sum(u, axis=1)[:, None] - jnp.matmul(
                 u, z, precision=jax.lax.Precision.HIGHEST
@@ -461,21 +448,21 @@ def _nw_bwd(distance, num_classes, block, residuals, d_prototypes):
             d_z = d_z + jnp.matmul(gram_grad.T, rows, precision=jax.lax.Precision.HIGHEST)
         return (d_z, d_z_t, d_h), d_rows
 
-    def lone_block(carry, rows, row_valid, row_class, row_kept):
+    def lone_block(carry, rows, row_valid, row_class):
         # Every valid row's only kernel neighbour is itself: w_jj = 1 at t_jj = 0 (or a
         # rounding error away from it), NW(.; z_j) is the one-hot of c_j and no
         # distance carries a gradient; only the prototypes' numerator does.
         return carry, jnp.where(row_valid[:, None], d_numerator[row_class], 0.0)
 
     def body(carry, x):
-        rows, row_valid, row_class, row_coupled, row_kept = x
+        rows, row_valid, row_class, row_coupled = x
         return jax.lax.cond(
-            row_coupled, coupled_block, lone_block, carry, rows, row_valid, row_class, row_kept
+            row_coupled, coupled_block, lone_block, carry, rows, row_valid, row_class
         )
 
     like = jnp.zeros_like(d_prototypes[0, 0])
     init = (jnp.zeros_like(z) + like, jnp.zeros_like(z_t) + like, jnp.zeros_like(h) + like)
-    (d_z, d_z_t, d_h), d_rows = jax.lax.scan(body, init, (zb, vb, cb, coupled, kept))
+    (d_z, d_z_t, d_h), d_rows = jax.lax.scan(body, init, (zb, vb, cb, coupled))
     d_z = d_z + d_z_t.T + d_rows.reshape(-1, z.shape[1])[:m]
     return d_z, d_h, None, None, None
 
