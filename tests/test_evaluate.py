@@ -78,7 +78,7 @@ def test_classifier_metrics_by_hand():
     conf, hit = p.max(1), p.argmax(1) == labels
     edges = np.linspace(0, 1, 11)
     ece = sum(abs(hit[m].mean() - conf[m].mean()) * m.mean()
-              for m in ((conf > lo) & (conf <= hi) for lo, hi in zip(edges[:-1], edges[1:]))
+              for m in ((conf > lo) & (conf <= hi) for lo, hi in zip(edges[:-1], edges[1:], strict=True))
               if m.any())
     assert rec["ece"] == pytest.approx(ece)
     assert sum(rec["reliability"]["count"]) == 50 == rec["num_examples"]
