@@ -47,6 +47,7 @@ from __future__ import annotations
 import ml_collections
 
 from contrastive_jax.train.config import default_config
+from experiments.configs import conditional_uniformity
 from experiments.configs import mio as mio_configs
 
 #: claim -> its methods (SupCon / SimCLR first: the random-init probe uses its network).
@@ -84,13 +85,7 @@ def get_config(spec: str = "sincere,sincere") -> ml_collections.ConfigDict:
         config.loss.name = method
         config.loss.kwargs = ml_collections.ConfigDict({method: {"temperature": SINCERE_TAU}})
     if optimizer == "adamw":
-        config.optimizer = default_config().optimizer
-        config.optimizer.name = "adamw"
-        config.optimizer.base_learning_rate = 1e-3
-        config.optimizer.lr_scaling = "none"
-        config.optimizer.weight_decay = 5e-5
-        config.optimizer.warmup_steps = 0
-        config.optimizer.final_lr_factor = 1.0
+        config.optimizer = conditional_uniformity.constant_adamw()
     config.data.dataset = "cifar10"
     config.data.train_subset = NUM_TRAIN
     config.data.source_kwargs = ml_collections.ConfigDict({"test_subset": NUM_TEST})

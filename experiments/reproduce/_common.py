@@ -15,6 +15,7 @@ the newest checkpoint of its work directory (``<out>/work/...``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -119,6 +120,54 @@ def load_finished(path: Path, budget: dict[str, Any], progress: Progress,
                          "budgets must not be mixed")
     progress.log(f"{label}: done, skipped")
     return done
+
+
+#: The --quick budget of the CIFAR proxies: epochs, training and test images (seed 0 only).
+QUICK_EPOCHS, QUICK_TRAIN, QUICK_TEST = 2, 256, 200
+
+
+def parse_cifar_options(parser: argparse.ArgumentParser, argv: list[str] | None, *, epochs: int,
+                        images: tuple[int, int], default_out: Path, quick_out: Path,
+                        quick_note: str = "") -> argparse.Namespace:
+    """Adds the options every CIFAR proxy driver shares to ``parser`` (after its own), parses
+    ``argv`` and checks them.
+
+    The options: ``--seeds`` (default 0 1 2), ``--epochs`` (default ``epochs``), ``--quick``
+    (:data:`QUICK_EPOCHS` epochs, seed 0, :data:`QUICK_TRAIN` / :data:`QUICK_TEST` images;
+    ``quick_note`` ends its help), ``--aggregate_only``, ``--out`` (default ``default_out``,
+    with ``--quick`` ``quick_out``; created) and ``--data_dir`` (the CIFAR-10 image folder,
+    needed unless ``--aggregate_only``).
+
+    Returns:
+      The parsed arguments with the ``--quick`` budget applied, plus ``num_train`` and
+      ``num_test``: ``images`` (training, test), or the quick ones.
+    """
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
+                             f"{QUICK_TRAIN}/{QUICK_TEST} images{quick_note}")
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results directory (default {default_out}; --quick: {quick_out})")
+    parser.add_argument("--data_dir", type=Path, default=None,
+                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image> "
+                             "(needed unless --aggregate_only)")
+    args = parser.parse_args(argv)
+    if args.epochs < 1:
+        parser.error(f"--epochs must be >= 1, got {args.epochs}")
+    if not args.aggregate_only and (args.data_dir is None or not args.data_dir.is_dir()):
+        parser.error(f"--data_dir {args.data_dir}: give a CIFAR-10 image folder "
+                     "<root>/{train,test}/<class>/<image>")
+    args.num_train, args.num_test = images
+    if args.quick:
+        args.epochs, args.seeds = QUICK_EPOCHS, [0]
+        args.num_train, args.num_test = QUICK_TRAIN, QUICK_TEST
+    if args.out is None:
+        args.out = quick_out if args.quick else default_out
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
 
 
 # ----------------------------------------------------------------------------- library calls
@@ -302,6 +351,30 @@ def accuracy(result: dict, which: str, probe: dict | None = None) -> float:
     NaN for a diverged run."""
     rec = probe or final(result)
     return float("nan") if rec.get(which) is None else rec[which]["accuracy"]
+
+
+def summarise_probes(results: dict[tuple[str, str], list[dict]]) -> tuple[str, dict]:
+    """Markdown table and JSON summary of the final probe accuracies of runs probed with
+    :func:`labelled_probe` (5 shots), one row per ``(setting, method)`` key of ``results``
+    (its runs over seeds): mean ± std of ``full`` and ``shot5``, and each seed's 95 % CI.
+
+    Returns:
+      ``(table, {"<setting>/<method>": {"full": (mean, std), "shot5": (mean, std),
+      "seeds": [...]}})``.
+    """
+    summary, rows = {}, []
+    for (setting, method), runs in results.items():
+        full = [accuracy(r, "full") for r in runs]
+        shot = [accuracy(r, "shot5") for r in runs]
+        cis = " ".join(
+            f"[{final(r)['full']['low']:.3f}, {final(r)['full']['high']:.3f}]"
+            for r in runs if final(r).get("full"))
+        summary[f"{setting}/{method}"] = {"full": mean_std(full), "shot5": mean_std(shot),
+                                          "seeds": [r["seed"] for r in runs]}
+        rows.append([setting, method, len(runs), fmt_mean_std(full), fmt_mean_std(shot), cis])
+    header = ["setting", "method", "seeds", "full-label acc", "5-shot acc",
+              "95 % bootstrap CI (full, per seed)"]
+    return markdown_table(header, rows), summary
 
 
 def projections(config: ml_collections.ConfigDict, split: str, *, workdir: Path | None = None,

@@ -78,7 +78,7 @@ QUICK_OUT = ROOT / "runs" / "cifar_label_noise_quick"
 NOISE, EPOCHS, TAU = configs.NOISE, configs.EPOCHS, configs.TAU
 METHODS, LABEL_FREE = configs.METHODS, configs.LABEL_FREE
 NUM_TRAIN, NUM_TEST = 5000, 2000
-QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS, QUICK_NOISE = 256, 200, 2, (0.0, 0.4)
+QUICK_NOISE = (0.0, 0.4)
 NUM_CLASSES, RESAMPLES = 10, 1000
 #: Jeong & Hero (2025), arXiv:2506.09810, Table 3 (STL-10, ResNet-18, 500 epochs) at our noise
 #: levels, linear top-1 %.
@@ -338,33 +338,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--noise", type=float, nargs="+", default=list(NOISE))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=EPOCHS)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
-                             f"{QUICK_TRAIN}/{QUICK_TEST} images, p {QUICK_NOISE}")
-    parser.add_argument("--aggregate_only", action="store_true",
-                        help="train nothing; summarise the finished runs")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
-    parser.add_argument("--data_dir", type=Path, default=None,
-                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image> "
-                             "(needed unless --aggregate_only)")
-    args = parser.parse_args(argv)
+    args = common.parse_cifar_options(
+        parser, argv, epochs=EPOCHS, images=(NUM_TRAIN, NUM_TEST), default_out=DEFAULT_OUT,
+        quick_out=QUICK_OUT, quick_note=f", p {QUICK_NOISE}")
     if any(not 0.0 <= p <= 1.0 for p in args.noise):
         parser.error(f"--noise levels must be in [0, 1], got {args.noise}")
-    if args.epochs < 1:
-        parser.error(f"--epochs must be >= 1, got {args.epochs}")
-    if not args.aggregate_only and (args.data_dir is None or not args.data_dir.is_dir()):
-        parser.error(f"--data_dir {args.data_dir}: give a CIFAR-10 image folder "
-                     "<root>/{train,test}/<class>/<image>")
-    args.num_train, args.num_test = NUM_TRAIN, NUM_TEST
     if args.quick:
-        args.epochs, args.seeds, args.noise = QUICK_EPOCHS, [0], list(QUICK_NOISE)
-        args.num_train, args.num_test = QUICK_TRAIN, QUICK_TEST
-    if args.out is None:
-        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
-    args.out.mkdir(parents=True, exist_ok=True)
+        args.noise = list(QUICK_NOISE)
     args.noise = tuple(sorted(set(args.noise)))
     methods = tuple(m for m in METHODS if m in args.methods)
     grid = [(m, p) for p in args.noise for m in methods

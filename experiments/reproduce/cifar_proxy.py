@@ -59,12 +59,10 @@ import numpy as np
 
 from experiments.configs import cifar_proxy as configs
 from experiments.reproduce import _common as common
-from experiments.reproduce import mio as mio_report
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "experiments" / "results" / "cifar_proxy"
 QUICK_OUT = ROOT / "runs" / "cifar_proxy_quick"
-QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS = 256, 200, 2
 #: Linear-probe epochs of the SINCERE claim (SINCERE Sec. 4.3 protocol), full and ``--quick``.
 PROBE_EPOCHS, QUICK_PROBE_EPOCHS = 100, 5
 #: Fraction of the epochs whose mean loss is the initial / final loss (Table 1).
@@ -315,7 +313,7 @@ def run_claim(claim: str, args: argparse.Namespace) -> str:
         keyed = {("main", m): r for m, r in results.items()}
         if init:
             keyed[("main", "random_init")] = init
-        table, summary = mio_report.summarise(keyed)
+        table, summary = common.summarise_probes(keyed)
         plot_mio(summary, args.mio_optimizer, args.out / f"{name}.png")
     common.save_json(args.out / f"{name}_summary.json", summary)
     text = (f"## {name} ({args.epochs} epochs, {args.num_train} training / {args.num_test} "
@@ -330,33 +328,10 @@ def main(argv: list[str] | None = None) -> None:
                         choices=["sincere", "mio"])
     parser.add_argument("--mio_optimizer", choices=configs.OPTIMIZERS["mio"], default="adamw",
                         help=f"MIO claim: AdamW lr 1e-3 or mio.py's LARS lr {configs.MIO_LARS_LR}")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=configs.EPOCHS)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
-                             f"{QUICK_TRAIN}/{QUICK_TEST} images")
-    parser.add_argument("--aggregate_only", action="store_true",
-                        help="train nothing; summarise the finished runs")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
-    parser.add_argument("--data_dir", type=Path, default=None,
-                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image> "
-                             "(needed unless --aggregate_only)")
-    args = parser.parse_args(argv)
-    if args.epochs < 1:
-        parser.error(f"--epochs must be >= 1, got {args.epochs}")
-    if not args.aggregate_only and (args.data_dir is None or not args.data_dir.is_dir()):
-        parser.error(f"--data_dir {args.data_dir}: give a CIFAR-10 image folder "
-                     "<root>/{train,test}/<class>/<image>")
-    args.num_train, args.num_test, args.probe_epochs = (
-        configs.NUM_TRAIN, configs.NUM_TEST, PROBE_EPOCHS)
-    if args.quick:
-        args.epochs, args.seeds = QUICK_EPOCHS, [0]
-        args.num_train, args.num_test, args.probe_epochs = (
-            QUICK_TRAIN, QUICK_TEST, QUICK_PROBE_EPOCHS)
-    if args.out is None:
-        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = common.parse_cifar_options(
+        parser, argv, epochs=configs.EPOCHS, images=(configs.NUM_TRAIN, configs.NUM_TEST),
+        default_out=DEFAULT_OUT, quick_out=QUICK_OUT)
+    args.probe_epochs = QUICK_PROBE_EPOCHS if args.quick else PROBE_EPOCHS
     for claim in args.claims:
         print(run_claim(claim, args), flush=True)
 

@@ -84,7 +84,6 @@ from experiments.reproduce import _common as common
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "experiments" / "results" / "cifar_soft_target"
 QUICK_OUT = ROOT / "runs" / "cifar_soft_target_quick"
-QUICK_TRAIN, QUICK_TEST, QUICK_EPOCHS = 256, 200, 2
 TAU = configs.TAU
 NUM_BINS, RESAMPLES = 15, 1000
 #: (a, b): report a - b.
@@ -371,31 +370,9 @@ def run_all(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=configs.EPOCHS)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {QUICK_EPOCHS} epochs, seed 0, "
-                             f"{QUICK_TRAIN}/{QUICK_TEST} images")
-    parser.add_argument("--aggregate_only", action="store_true",
-                        help="train nothing; summarise the finished runs")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results directory (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
-    parser.add_argument("--data_dir", type=Path, default=None,
-                        help="CIFAR-10 image folder <root>/{train,test}/<class>/<image> "
-                             "(needed unless --aggregate_only)")
-    args = parser.parse_args(argv)
-    if args.epochs < 1:
-        parser.error(f"--epochs must be >= 1, got {args.epochs}")
-    if not args.aggregate_only and (args.data_dir is None or not args.data_dir.is_dir()):
-        parser.error(f"--data_dir {args.data_dir}: give a CIFAR-10 image folder "
-                     "<root>/{train,test}/<class>/<image>")
-    args.num_train, args.num_test = configs.NUM_TRAIN, configs.NUM_TEST
-    if args.quick:
-        args.epochs, args.seeds = QUICK_EPOCHS, [0]
-        args.num_train, args.num_test = QUICK_TRAIN, QUICK_TEST
-    if args.out is None:
-        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = common.parse_cifar_options(
+        parser, argv, epochs=configs.EPOCHS, images=(configs.NUM_TRAIN, configs.NUM_TEST),
+        default_out=DEFAULT_OUT, quick_out=QUICK_OUT)
     print(run_all(args), flush=True)
 
 

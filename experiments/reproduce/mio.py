@@ -84,25 +84,6 @@ def run_one(name: str, setting: str, method: str, lr: float, tau: float, seed: i
     return result
 
 
-def summarise(results: dict[tuple[str, str], list[dict]]) -> tuple[str, dict]:
-    """Markdown tables (main grid; ablations) and a JSON summary of final probe accuracies."""
-    summary, rows = {}, []
-    for (setting, method), runs in results.items():
-        full = [common.accuracy(r, "full") for r in runs]
-        shot = [common.accuracy(r, "shot5") for r in runs]
-        cis = " ".join(
-            f"[{common.final(r)['full']['low']:.3f}, {common.final(r)['full']['high']:.3f}]"
-            for r in runs if common.final(r).get("full"))
-        summary[f"{setting}/{method}"] = {"full": common.mean_std(full),
-                                          "shot5": common.mean_std(shot),
-                                          "seeds": [r["seed"] for r in runs]}
-        rows.append([setting, method, len(runs), common.fmt_mean_std(full),
-                     common.fmt_mean_std(shot), cis])
-    header = ["setting", "method", "seeds", "full-label acc", "5-shot acc",
-              "95 % bootstrap CI (full, per seed)"]
-    return common.markdown_table(header, rows), summary
-
-
 def plot(summary: dict, path: Path) -> None:
     """Bar chart of the main grid and line plots of the lr and tau ablations (full-label)."""
     from matplotlib.figure import Figure
@@ -161,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             result = run_one(name, setting, method, lr, tau, seed, args.epochs, args.out, progress)
         results.setdefault((setting, method), []).append(result)
-    table, summary = summarise(results)
+    table, summary = common.summarise_probes(results)
     args.out.mkdir(parents=True, exist_ok=True)
     common.save_json(args.out / f"{name}_summary.json", summary)
     plot(summary, args.out / f"{name}_mio.png")
