@@ -205,6 +205,25 @@ def pretrain(config: ml_collections.ConfigDict, workdir: Path) -> dict:
     return loop.train(config, str(workdir))
 
 
+def train_or_diverge(config: ml_collections.ConfigDict, workdir: Path, progress: Progress,
+                     label: str, verb: str = "pretraining") -> bool:
+    """:func:`pretrain` ``config`` in ``workdir`` (logged as ``"<label>: <verb> in <workdir>"``).
+
+    Returns:
+      True if the loss turned non-finite (:class:`contrastive_jax.train.loop.NonFiniteLoss`,
+      logged), False when the run reached its last step.
+    """
+    from contrastive_jax.train.loop import NonFiniteLoss
+
+    progress.log(f"{label}: {verb} in {workdir}", finished=False)
+    try:
+        pretrain(config, workdir)
+    except NonFiniteLoss as err:
+        progress.log(f"{label}: {err}", finished=False)
+        return True
+    return False
+
+
 def embeddings_at(workdir: Path, step: int, splits: Sequence[str], source=None) -> dict:
     """Encoder features of ``splits`` from the checkpoint at ``step`` of ``workdir``.
 
@@ -284,19 +303,11 @@ def pretrain_and_probe(
       ``{"probes": [...], "diverged": bool, "epoch_losses": [...], "seconds": float}``.
     """
     from contrastive_jax import data
-    from contrastive_jax.train.loop import NonFiniteLoss
-
     source = data.load_source(config.data) if source is None else source
     per_epoch = source.split("train").num_examples // int(config.data.global_batch_size)
     config = schedule_checkpoints(config, epochs * per_epoch, [e * per_epoch for e in probes])
     start = time.time()
-    progress.log(f"{label}: pretraining in {workdir}", finished=False)
-    diverged = False
-    try:
-        pretrain(config, workdir)
-    except NonFiniteLoss as err:
-        progress.log(f"{label}: {err}", finished=False)
-        diverged = True
+    diverged = train_or_diverge(config, workdir, progress, label)
     saved = set(checkpoint_steps(workdir))
     records = []
     for epoch in probes:
@@ -608,19 +619,11 @@ def train_classifier(config: ml_collections.ConfigDict, workdir: Path, *, epochs
       ``{"test": record or None, "diverged": bool, "epoch_losses": [...], "final_step": int,
       "seconds": float}``.
     """
-    from contrastive_jax.train.loop import NonFiniteLoss
-
     per_epoch = source.split("train").num_examples // int(config.data.global_batch_size)
     total = epochs * per_epoch
     config = schedule_checkpoints(config, total, [total])
     start = time.time()
-    progress.log(f"{label}: training in {workdir}", finished=False)
-    diverged = False
-    try:
-        pretrain(config, workdir)
-    except NonFiniteLoss as err:
-        progress.log(f"{label}: {err}", finished=False)
-        diverged = True
+    diverged = train_or_diverge(config, workdir, progress, label, "training")
     test = None if diverged else classifier_test(
         workdir, total, source, temperature=temperature, num_bins=num_bins, seed=0)
     return {"test": test, "diverged": diverged,

@@ -21,7 +21,7 @@ import pytest
 
 from contrastive_jax import data, losses
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import build_model
+from contrastive_jax.train.loop import NonFiniteLoss, build_model
 from experiments.configs import conditional_uniformity as cu_configs
 from experiments.configs import mio as mio_configs
 from experiments.reproduce import _common as common
@@ -127,6 +127,19 @@ def _run(module: str, out: Path) -> str:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
+
+
+def test_a_non_finite_loss_is_logged_as_a_diverged_run(monkeypatch, capsys, tmp_path):
+    def diverge(config, workdir):
+        raise NonFiniteLoss("loss nan at step 3")
+
+    monkeypatch.setattr(common, "pretrain", diverge)
+    progress = common.Progress(1, "test")
+    assert common.train_or_diverge(None, tmp_path, progress, "run", "training")
+    out = capsys.readouterr().out
+    assert f"run: training in {tmp_path}" in out and "run: loss nan at step 3" in out
+    monkeypatch.setattr(common, "pretrain", lambda config, workdir: {})
+    assert not common.train_or_diverge(None, tmp_path, progress, "run")
 
 
 @pytest.mark.slow
