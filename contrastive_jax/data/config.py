@@ -16,10 +16,12 @@ def default_data_config() -> ml_collections.ConfigDict:
       data_dir: image-folder root (``<root>/<split>/<class>/<image>``) or TFDS
         data directory; None: TFDS's default data directory.
       download: let TFDS download an unprepared dataset (False: fail fast).
-      in_memory: TFDS datasets only: True loads the splits into memory, False
+      in_memory: TFDS datasets: True loads the splits into memory, False
         streams their prepared files; None (default) loads small fixed-size
         datasets (at most ``sources.MAX_IN_MEMORY_BYTES`` decoded) and
-        streams the others.
+        streams the others. Image folders: True decodes the images of every
+        split (after ``train_subset`` / ``source_kwargs.test_subset``) into
+        memory once; None or False reads them from their files at every epoch.
       stream_lanes: TFRecord streams only: lanes L read side by side (see
         :mod:`.pipeline`); divides ``global_batch_size`` and is a multiple of
         the process count; None: ``gcd(global_batch_size, 64)``.
@@ -41,10 +43,13 @@ def default_data_config() -> ml_collections.ConfigDict:
         of the training split (fast CPU proxies); used by every consumer.
       label_noise: probability p of symmetric label noise on pretraining
         labels (ProjNCE Table 3 proxy); evaluation always sees clean labels.
-      data_seed: seed of ``train_subset`` and ``label_noise`` (fixed data
+      data_seed: seed of ``train_subset``, an image folder's
+        ``source_kwargs.test_subset`` and ``label_noise`` (fixed data
         properties, independent of the run seed that drives augmentation).
       source_kwargs: arguments of a synthetic source's generator (phantoms:
-        ``num_train``, ``delta_d``, ...; see :mod:`.sources`); empty: its defaults.
+        ``num_train``, ``delta_d``, ...; see :mod:`.sources`), or of an image
+        folder (``test_subset``: the size of a class-balanced subset of the test
+        split, seed ``data_seed``); empty: the defaults.
       metadata: ``"source"`` (the source's own metadata) or ``"label_onehot"``
         (the one-hot class label, float [N, K]: a class-delta kernel for the
         y-Aware losses); see :func:`.arrays.transform_metadata`.
