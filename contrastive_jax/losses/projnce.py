@@ -604,7 +604,6 @@ def _supcon_type_block(kind: str):
         labels, index, anchor_valid, anchor_class = rows
         candidate_labels, candidate_valid, counts = cols
         logits, class_logits = dots[0] / temperature, dots[1] / temperature
-        num_classes = counts.shape[0]
         others = (index[:, None] != jnp.arange(logits.shape[1])[None, :]) & candidate_valid[
             None, :
         ]
