@@ -944,7 +944,8 @@ def soft_supcon(
     through the soft labels. With ``h`` below every pairwise distance, ``f̂(c)``
     is the class mean. The projection is computed over blocks of rows: O(N²D)
     time for ``l1`` (elementwise), two [N, N] products for ``l2``/``cosine``, and
-    O(block·N·D) memory at most (``nw_projection``).
+    O(block·N·D) memory at most (``nw_projection``); streamed with ``cosine``, the
+    kernel and the logits come from the same Gram blocks (``nw_gram``).
 
     Args:
       {loss_inputs}
