@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax import losses, metrics
+from contrastive_jax.data.mixing import smooth_labels
 
 Array = jax.Array
 
@@ -109,9 +110,7 @@ def _smoothed(logits: Array, label: Array, label_smoothing: float) -> Array:
         return label.astype(jnp.float32)
     if label.shape != logits.shape[:1]:
         raise ValueError(f"`label` must be int [{logits.shape[0]}], got {label.shape}")
-    k = logits.shape[1]
-    eps = float(label_smoothing)
-    return jax.nn.one_hot(label, k, dtype=jnp.float32) * (1.0 - eps) + eps / k
+    return smooth_labels(label, logits.shape[1], float(label_smoothing))
 
 
 def label_cross_entropy(
