@@ -529,6 +529,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
                 with _CompileTimer() as compiled:
                     state, logged, record = step_fn(state, batch.arrays, record)
                     logged["loss"].block_until_ready()  # once per run: compilation left out
+                    checkpointer.compile_checksum(state)
                 clock = time.perf_counter()
                 timing.update(trace_seconds=compiled.trace_seconds,
                               compile_seconds=compiled.compile_seconds,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -16,6 +17,7 @@ import pytest
 from contrastive_jax.train.checkpoint import (
     CHECKPOINT_DIR,
     DAMAGED_DIR,
+    TENSORSTORE_THREAD,
     Checkpointer,
     CheckpointError,
     ChecksumMismatch,
@@ -326,3 +328,46 @@ def test_background_verification_runs_at_the_lowest_priority(tmp_path, monkeypat
     checkpointer.flush()  # 2 read back on the caller's thread, whose priority is untouched
     checkpointer.close()
     assert niceness == [19, os.getpriority(os.PRIO_PROCESS, 0)]
+
+
+def _thread_names() -> dict[int, str]:
+    names = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names[int(task)] = comm.read().strip()
+        except OSError:
+            pass
+    return names
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux thread priorities")
+def test_asynchronous_writes_run_at_the_lowest_priority(tmp_path, monkeypatch):
+    """Once a save returns, the threads still writing it (Orbax's, TensorStore's) are at nice
+    19, so they take the cores only when the step leaves them idle; the caller is untouched."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    lowered = []
+    setpriority = os.setpriority
+
+    def spy(which, who, value):
+        lowered.append(who)
+        return setpriority(which, who, value)
+
+    monkeypatch.setattr(os, "setpriority", spy)
+    checkpointer = Checkpointer(str(tmp_path), max_to_keep=1)
+    checkpointer.save(1, _random_state(1), {"step": 1})
+    for thread in threading.enumerate():
+        if thread.name == "lower-checkpoint-priority":
+            thread.join()
+    names = _thread_names()
+    workers = [tid for tid, name in names.items() if name == TENSORSTORE_THREAD]
+    assert workers and all(tid in lowered for tid in workers)
+    # Orbax's own threads (and the thread that lowers them)
+    assert len([tid for tid in lowered if names.get(tid) != TENSORSTORE_THREAD]) >= 2
+    for tid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            assert os.getpriority(os.PRIO_PROCESS, tid) == 19
+    assert threading.get_native_id() not in lowered
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own
+    checkpointer.close()
+    assert checkpointer.steps() == [1]
