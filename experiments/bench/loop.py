@@ -3,6 +3,7 @@
     XLA_FLAGS= python experiments/bench/loop.py --devices 1 --steps 300     # quickstart config
     XLA_FLAGS= python experiments/bench/loop.py --devices 8 --width 0.25 --batch 256
     XLA_FLAGS= python experiments/bench/loop.py --devices 1 --cold_warm     # compilation cache
+    XLA_FLAGS= python experiments/bench/loop.py --devices 1 --checkpoint_cost --rounds 4
 
 In one process (a child started with ``--xla_force_host_platform_device_count``
 set to ``--devices``) and with the same config, in interleaved rounds:
@@ -37,6 +38,10 @@ work that is the step itself, which the load does not move much.
 The loop also reports its host time per step outside the step call (input
 drawn and put on the devices, bookkeeping; log and checkpoint steps left out),
 the input's share of it, and the time spent inside the step call (dispatch).
+
+``--checkpoint_cost`` instead times the parts of a checkpoint of the config's
+initial state (the checksum's first call and a later one, then per save the save
+call, and the asynchronous write with the previous checkpoint's verification).
 
 ``--cold_warm`` instead runs ``python -m contrastive_jax.pretrain`` twice with
 a fresh compilation cache directory and prints the first step's time, tracing
@@ -257,6 +262,50 @@ def cold_warm(args) -> dict:
     return result
 
 
+def checkpoint_cost(args) -> dict:
+    """Wall and CPU seconds of the parts of a checkpoint of the config's initial state.
+
+    The first and a later content checksum (the first traces and compiles it), then
+    ``--rounds`` saves through :class:`~contrastive_jax.train.checkpoint.Checkpointer`:
+    the save call (what the step's thread waits for), then the asynchronous write
+    after it together with the background verification of the previous checkpoint
+    (from the second save on). CPU seconds are the process's, all threads.
+    """
+    import jax
+
+    from contrastive_jax import data as data_lib
+    from contrastive_jax.train import loop
+    from contrastive_jax.train.checkpoint import Checkpointer, state_checksum
+
+    work = tempfile.mkdtemp(prefix="bench_ckpt_")
+    config = load_config(args.config, args.steps, args.width, args.batch,
+                         os.path.join(work, "jax_cache"))
+    source = data_lib.load_source(config.data)
+    batch = int(config.data.global_batch_size)
+    *_, state = loop.init_state(config, source.num_classes, steps_per_epoch=10,
+                                global_batch_size=batch, total_steps=args.steps)
+
+    def timed(fn) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    leaves = jax.tree.leaves(state)
+    result = {"arrays": len(leaves), "bytes": int(sum(x.nbytes for x in leaves)),
+              "checksum_first": timed(lambda: state_checksum(state)),
+              "checksum_later": timed(lambda: state_checksum(state)), "saves": []}
+    checkpointer = Checkpointer(os.path.join(work, "run"), max_to_keep=2)
+    for k in range(1, args.rounds + 1):
+        call = timed(lambda k=k: checkpointer.save(k, state, {"step": k}))
+        # The asynchronous write, and from the second save on the verification of the
+        # previous checkpoint, which the save started beside it.
+        rest = timed(checkpointer.wait)
+        result["saves"].append({"call": call, "write_and_verify_previous": rest})
+        print(json.dumps({"save": k, **result["saves"][-1]}), file=sys.stderr, flush=True)
+    checkpointer.close()
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="a config file with get_config()")
@@ -267,13 +316,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=None, help="override the global batch")
     parser.add_argument("--cold_warm", action="store_true",
                         help="time the first step without and with the compilation cache")
+    parser.add_argument("--checkpoint_cost", action="store_true",
+                        help="time the parts of a checkpoint (--rounds saves) instead")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.cold_warm:
         print(json.dumps(cold_warm(args)))
         return
     if args.child:
-        print(json.dumps(measure(args)))
+        print(json.dumps(checkpoint_cost(args) if args.checkpoint_cost else measure(args)))
         return
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
