@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
 import threading
 import time
 from typing import Any
@@ -206,7 +207,9 @@ class Checkpointer:
         with ocp.PyTreeCheckpointer() as reader:
             tree = self._trees.get(structure)
             if tree is None:
-                tree = reader.metadata(path).item_metadata.tree
+                # The handler's, not the checkpointer's: that one also looks for a step's
+                # metadata file in the item's directory and warns that there is none.
+                tree = ocp.PyTreeCheckpointHandler().metadata(pathlib.Path(path)).tree
                 if structure is not None:
                     self._trees[structure] = tree
             stored = ocp.tree.to_flat_dict(tree)

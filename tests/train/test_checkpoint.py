@@ -293,13 +293,13 @@ def test_one_process_reads_checkpoints_back_in_a_background_thread(tmp_path, mon
 def test_tree_metadata_is_read_once_and_later_damage_still_found(tmp_path, monkeypatch):
     """Verification reuses the first checkpoint's tree metadata for the same state structure."""
     reads = []
-    original = ocp.PyTreeCheckpointer.metadata
+    original = ocp.PyTreeCheckpointHandler.metadata
 
     def spy(self, path, *args, **kwargs):
         reads.append(path)
         return original(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(ocp.PyTreeCheckpointer, "metadata", spy)
+    monkeypatch.setattr(ocp.PyTreeCheckpointHandler, "metadata", spy)
     workdir = str(tmp_path)
     checkpointer = Checkpointer(workdir, max_to_keep=3)
     for step in (1, 2, 3):
