@@ -209,7 +209,11 @@ class Checkpointer:
             if tree is None:
                 # The handler's, not the checkpointer's: that one also looks for a step's
                 # metadata file in the item's directory and warns that there is none.
-                tree = ocp.PyTreeCheckpointHandler().metadata(pathlib.Path(path)).tree
+                handler = ocp.PyTreeCheckpointHandler()
+                try:
+                    tree = handler.metadata(pathlib.Path(path)).tree
+                finally:
+                    handler.close()
                 if structure is not None:
                     self._trees[structure] = tree
             stored = ocp.tree.to_flat_dict(tree)
