@@ -1,6 +1,7 @@
 """The training loop against the bare step: how much of the devices' time the loop keeps (issue 16).
 
     XLA_FLAGS= python experiments/bench/loop.py --devices 1 --steps 300     # quickstart config
+    XLA_FLAGS= python experiments/bench/loop.py --devices 1 --steps 300 --device_cores 1
     XLA_FLAGS= python experiments/bench/loop.py --devices 8 --width 0.25 --batch 256
     XLA_FLAGS= python experiments/bench/loop.py --devices 1 --cold_warm     # compilation cache
     XLA_FLAGS= python experiments/bench/loop.py --devices 1 --checkpoint_cost --rounds 4
@@ -38,6 +39,15 @@ work that is the step itself, which the load does not move much.
 The loop also reports its host time per step outside the step call (input
 drawn and put on the devices, bookkeeping; log and checkpoint steps left out),
 the input's share of it, and the time spent inside the step call (dispatch).
+
+``--device_cores N`` emulates an accelerator on the CPU: the CPU client's threads,
+which run the compiled steps, are started on the first ``N`` cores this process
+may use, and everything the host does (the Python loop, the input pipeline's
+threads, logging, the checkpoints' writes and verifications) on the others. The
+step and the loop then run on the same cores in every variant, and the ratio
+shows whether the loop makes the device wait, apart from the host work taking
+the device's cores, which an accelerator's host does not do. Without it (0, the
+default) the step and the host share every core.
 
 ``--checkpoint_cost`` instead times the parts of a checkpoint of the config's
 initial state (the checksum's first call and a later one, then per save the save
@@ -221,6 +231,7 @@ def measure(args) -> dict:
                                         / median["cached_input_cpu_seconds_per_step"])
     return {
         "devices": jax.device_count(),
+        "device_cores": args.device_cores,
         "batch": int(config.data.global_batch_size),
         "width": float(config.model.encoder.width),
         "steps": args.steps,
@@ -306,6 +317,20 @@ def checkpoint_cost(args) -> dict:
     return result
 
 
+def pin_device_cores(n: int) -> None:
+    """Start JAX's CPU client on the first ``n`` of this process's cores, then move the
+    calling thread (and so every thread it starts later) to the rest (``--device_cores``)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not 0 < n < len(cores):
+        raise SystemExit(f"--device_cores {n}: this process may use {len(cores)} cores, so "
+                         f"the devices can have 1 to {len(cores) - 1} of them and the host the rest")
+    os.sched_setaffinity(0, cores[:n])
+    import jax.numpy as jnp
+
+    jnp.zeros(1).block_until_ready()  # the client's worker threads start here, on these cores
+    os.sched_setaffinity(0, cores[n:])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="a config file with get_config()")
@@ -318,12 +343,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="time the first step without and with the compilation cache")
     parser.add_argument("--checkpoint_cost", action="store_true",
                         help="time the parts of a checkpoint (--rounds saves) instead")
+    parser.add_argument("--device_cores", type=int, default=0,
+                        help="run the compiled steps on this many cores and the host's work on "
+                             "the others (0: all share every core)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.cold_warm:
         print(json.dumps(cold_warm(args)))
         return
     if args.child:
+        if args.device_cores:
+            pin_device_cores(args.device_cores)
         print(json.dumps(checkpoint_cost(args) if args.checkpoint_cost else measure(args)))
         return
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu",
