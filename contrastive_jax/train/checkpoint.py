@@ -401,18 +401,26 @@ def _lower_writer_priority(running: set[int | None]) -> None:
     for thread in threading.enumerate():
         if thread.ident not in running and thread.native_id is not None:
             _lower_thread_priority(thread.native_id)
+    for native_id, name in thread_names().items():
+        if name == TENSORSTORE_THREAD:
+            _lower_thread_priority(native_id)
+
+
+def thread_names() -> dict[int, str]:
+    """This process's threads, native id to name (``/proc/self/task/<tid>/comm``); empty
+    where there is no ``/proc`` (not Linux)."""
     try:
         tasks = os.listdir("/proc/self/task")
-    except OSError:  # not Linux
-        return
+    except OSError:
+        return {}
+    names = {}
     for task in tasks:
         try:
             with open(f"/proc/self/task/{task}/comm") as comm:
-                name = comm.read().strip()
+                names[int(task)] = comm.read().strip()
         except OSError:  # the thread ended
             continue
-        if name == TENSORSTORE_THREAD:
-            _lower_thread_priority(int(task))
+    return names
 
 
 def _read_error(read, step: int) -> Exception | None:

@@ -23,6 +23,7 @@ from contrastive_jax.train.checkpoint import (
     ChecksumMismatch,
     abstract_like,
     state_checksum,
+    thread_names,
 )
 from tests.train import runs
 
@@ -330,17 +331,6 @@ def test_background_verification_runs_at_the_lowest_priority(tmp_path, monkeypat
     assert niceness == [19, os.getpriority(os.PRIO_PROCESS, 0)]
 
 
-def _thread_names() -> dict[int, str]:
-    names = {}
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/comm") as comm:
-                names[int(task)] = comm.read().strip()
-        except OSError:
-            pass
-    return names
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux thread priorities")
 def test_asynchronous_writes_run_at_the_lowest_priority(tmp_path, monkeypatch):
     """Once a save returns, the threads still writing it (Orbax's, TensorStore's) are at nice
@@ -359,7 +349,7 @@ def test_asynchronous_writes_run_at_the_lowest_priority(tmp_path, monkeypatch):
     for thread in threading.enumerate():
         if thread.name == "lower-checkpoint-priority":
             thread.join()
-    names = _thread_names()
+    names = thread_names()
     workers = [tid for tid, name in names.items() if name == TENSORSTORE_THREAD]
     assert workers and all(tid in lowered for tid in workers)
     # Orbax's own threads (and the thread that lowers them)
