@@ -27,7 +27,8 @@ checkpoint's network.
 
 Resumable: each run writes ``<out>/runs/<construction>_<level>/<loss>/seed<k>.json`` when done
 and is then skipped; an unfinished run resumes from the newest checkpoint of its work directory
-``<out>/work/<construction>_<level>/<loss>/seed<k>`` (its earlier epochs are measured again).
+``<out>/work/<construction>_<level>/<loss>/seed<k>``: its checkpoints are measured again, in
+order, to rebuild the early-stopping state before it trains on.
 ``summary.json``, ``table.md`` and ``kl_vs_alignment.png`` go into ``<out>``.
 """
 
@@ -119,7 +120,23 @@ def run_one(construction: str, level: int, loss: str, seed: int, sizes: configs.
     curve = {0: measure(initial)}  # epoch -> validation loss
     best, epoch, diverged = 0, 0, False
     progress.log(f"{label}: training in {workdir}", finished=False)
-    while epoch < sizes.max_epochs and epoch - best < patience and not diverged:
+    while True:
+        # Measure the checkpoints not measured yet, in order: after a restart these are the
+        # ones the interrupted run left, so the early-stopping state is rebuilt before training.
+        saved = set(common.checkpoint_steps(workdir))
+        while (epoch - best < patience and epoch < sizes.max_epochs
+               and (epoch + eval_every) * per_epoch in saved):
+            epoch += eval_every
+            curve[epoch] = measure(common.embeddings_at(workdir, epoch * per_epoch, ("val",),
+                                                        source))
+            best = epoch if curve[epoch] < curve[best] else best
+        if diverged or epoch >= sizes.max_epochs or epoch - best >= patience:
+            break
+        if saved and max(saved) > epoch * per_epoch:
+            raise ValueError(
+                f"{workdir} has a checkpoint at step {max(saved)} but none at step "
+                f"{(epoch + eval_every) * per_epoch} (epoch {epoch + eval_every}), so its "
+                f"early-stopping curve cannot be rebuilt; delete the directory to rerun {label}")
         target = min(best + patience, sizes.max_epochs)  # the earliest epoch it could stop at
         chunk = common.schedule_checkpoints(
             config, target * per_epoch,
@@ -130,15 +147,6 @@ def run_one(construction: str, level: int, loss: str, seed: int, sizes: configs.
         except NonFiniteLoss as err:
             progress.log(f"{label}: {err}", finished=False)
             diverged = True
-        saved = set(common.checkpoint_steps(workdir))
-        for e in range(epoch + eval_every, target + 1, eval_every):
-            if e * per_epoch not in saved:
-                break
-            curve[e] = measure(common.embeddings_at(workdir, e * per_epoch, ("val",), source))
-            best = e if curve[e] < curve[best] else best
-            epoch = e
-            if epoch - best >= patience:
-                break
     final = (initial if best == 0
              else common.embeddings_at(workdir, best * per_epoch, ("test",), source))
     theta = configs.modes(level, construction)

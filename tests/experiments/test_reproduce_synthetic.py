@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,50 @@ def test_soft_target_toy_quick_end_to_end_and_resumes(tmp_path):
     assert (out / "kl_vs_alignment.png").exists()
     second = _run_quick("soft_target_toy", out)
     assert second.count("done, skipped") == 16
+
+
+def test_toy_run_interrupted_past_the_patience_resumes_to_the_same_result(tmp_path, monkeypatch):
+    """A run cut off at epoch k > patience rebuilds its early-stopping curve from the k
+    checkpoints it left, never trains to an earlier target (which would prune them), and ends
+    where the uninterrupted run ended."""
+    from experiments.reproduce import _common as common
+
+    patience, eval_every = toy.QUICK_PATIENCE, toy.QUICK_EVAL_EVERY
+    args = ("alt", 0, "nll", 0, toy_configs.QUICK, patience, eval_every, tmp_path)
+    whole = toy.run_one(*args, common.Progress(1, "toy"))
+    work = common.work_path(tmp_path, toy.setting_name("alt", 0), "nll", 0)
+    steps = common.checkpoint_steps(work)
+    per_epoch = steps[0] // eval_every
+    cut = whole["epochs"] - 1  # the interrupted run's last checkpoint
+    assert cut > patience, f"the run stopped at epoch {whole['epochs']}, too early to test"
+    for step in steps:
+        if step > cut * per_epoch:
+            shutil.rmtree(work / "checkpoints" / str(step))
+    common.run_path(tmp_path, toy.setting_name("alt", 0), "nll", 0).unlink()
+
+    pretrain = common.pretrain
+
+    def pretrain_never_backwards(config, workdir):
+        latest = max(common.checkpoint_steps(workdir))
+        assert config.train.total_steps >= latest, "trains to a step before its checkpoint"
+        return pretrain(config, workdir)
+
+    monkeypatch.setattr(common, "pretrain", pretrain_never_backwards)
+    resumed = toy.run_one(*args, common.Progress(1, "toy"))
+    assert resumed["epochs"] == whole["epochs"] and resumed["best_epoch"] == whole["best_epoch"]
+    np.testing.assert_allclose(resumed["val_curve"], whole["val_curve"], rtol=1e-5)
+    assert resumed["kl"] == pytest.approx(whole["kl"], rel=1e-5)
+
+
+def test_toy_run_with_a_gap_in_its_checkpoints_names_the_directory(tmp_path):
+    from experiments.reproduce import _common as common
+
+    args = ("alt", 0, "nll", 0, toy_configs.QUICK, toy.QUICK_PATIENCE, toy.QUICK_EVAL_EVERY,
+            tmp_path)
+    toy.run_one(*args, common.Progress(1, "toy"))
+    work = common.work_path(tmp_path, toy.setting_name("alt", 0), "nll", 0)
+    first, *_ = common.checkpoint_steps(work)
+    shutil.rmtree(work / "checkpoints" / str(first))
+    common.run_path(tmp_path, toy.setting_name("alt", 0), "nll", 0).unlink()
+    with pytest.raises(ValueError, match="delete the directory to rerun alt_00/nll/seed0"):
+        toy.run_one(*args, common.Progress(1, "toy"))
