@@ -29,7 +29,9 @@ Resumable: each run writes ``<out>/runs/<construction>_<level>/<loss>/seed<k>.js
 and is then skipped; an unfinished run resumes from the newest checkpoint of its work directory
 ``<out>/work/<construction>_<level>/<loss>/seed<k>``: its checkpoints are measured again, in
 order, to rebuild the early-stopping state before it trains on.
-``summary.json``, ``table.md`` and ``kl_vs_alignment.png`` go into ``<out>``.
+``summary.json``, ``table.md`` and ``kl_vs_alignment.png`` go into ``<out>``; ``--aggregate_only``
+writes them from the finished runs without training (e.g. ``--constructions alt spherical
+--aggregate_only`` tables both constructions at the levels each has).
 """
 
 from __future__ import annotations
@@ -231,6 +233,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval_every", type=int, default=None,
                         help=f"epochs between validation measurements (default {EVAL_EVERY}; "
                              f"quick {QUICK_EVAL_EVERY}); must divide the patience and max epochs")
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs (a level is listed "
+                             "when both losses have runs)")
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         parser.error("--quick needs --out (keep tiny runs out of the results directory)")
@@ -252,8 +257,14 @@ def main(argv: list[str] | None = None) -> None:
     progress = common.Progress(len(todo), "soft_target_toy")
     results: dict[tuple[str, int, str], list[dict]] = {}
     for construction, level, name, seed in todo:
-        result = run_one(construction, level, name, seed, sizes, patience, eval_every, out,
-                         progress)
+        if args.aggregate_only:
+            result = common.load_json(
+                common.run_path(out, setting_name(construction, level), name, seed))
+            if result is None:
+                continue
+        else:
+            result = run_one(construction, level, name, seed, sizes, patience, eval_every, out,
+                             progress)
         results.setdefault((construction, level, name), []).append(result)
     out.mkdir(parents=True, exist_ok=True)
     print(summarise(out, results, args.constructions, levels), flush=True)

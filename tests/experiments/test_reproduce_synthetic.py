@@ -247,6 +247,13 @@ def test_soft_target_toy_quick_end_to_end_and_resumes(tmp_path):
     assert (out / "kl_vs_alignment.png").exists()
     second = _run_quick("soft_target_toy", out)
     assert second.count("done, skipped") == 16
+    table = (out / "table.md").read_text()
+    (out / "table.md").unlink()
+    third = _run_quick("soft_target_toy", out, "--aggregate_only", "--constructions", "alt")
+    assert "training" not in third and "skipped" not in third
+    alt_only = (out / "table.md").read_text()
+    assert "### alt" in alt_only and "### spherical" not in alt_only
+    assert table.startswith(alt_only.rstrip("\n"))  # the same alt rows, from the stored runs
 
 
 def test_toy_run_interrupted_past_the_patience_resumes_to_the_same_result(tmp_path, monkeypatch):
