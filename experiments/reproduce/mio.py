@@ -41,8 +41,8 @@ def grid(main_seeds: list[int], ablation_seeds: list[int]) -> list[tuple[str, st
 
     Each main seed starts with ``random_init``, the probe of the encoder every run of that seed
     starts from (the floor a pretrained encoder has to beat). The lr ablation runs SimCLR beside
-    MIO (A): the paper sweeps lr for MIO only, but on this proxy SimCLR is unstable at lr 1.5, so the
-    main-grid comparison needs the matched-lr control."""
+    MIO (A): the paper sweeps lr for MIO only, but a comparison of the two at the one rate 1.5
+    says little without the matched-rate control."""
     runs = [("main", m, configs.LR, configs.TAU, s) for s in main_seeds
             for m in ("random_init", *configs.VARIANTS)]
     runs += [(f"lr{lr}", m, lr, configs.TAU, s) for lr in LRS if lr != configs.LR
