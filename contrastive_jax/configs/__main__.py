@@ -4,4 +4,5 @@ import sys
 
 from contrastive_jax.configs import main
 
-sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # importing the module (e.g. for the API docs) runs nothing
+    sys.exit(main(sys.argv[1:]))
