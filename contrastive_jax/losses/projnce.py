@@ -839,7 +839,7 @@ def _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta, b
 
 
 #: Arguments every loss of this module takes, spliced into the docstrings by
-#: :func:`_document` at the markers ``{loss_inputs}`` and ``{shared_args}``.
+#: :func:`_splice_shared_args` at the markers ``{loss_inputs}`` and ``{shared_args}``.
 _LOSS_INPUTS = """embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
       temperature: tau > 0 (0.07 in the paper)."""
@@ -860,11 +860,15 @@ _SHARED_ARGS = """axis_name: mesh/pmap axis to gather the batch over (see ``_cor
       float32 scalar, the mean over valid anchors of the global batch."""
 
 
+def _splice_shared_args(doc: str) -> str:
+    """``doc`` with the shared argument descriptions at its markers (also used by the API
+    site, whose doc tool reads the docstrings from source)."""
+    return doc.replace("{loss_inputs}", _LOSS_INPUTS).replace("{shared_args}", _SHARED_ARGS)
+
+
 def _document(fn):
     """Splices the shared argument descriptions into ``fn``'s docstring."""
-    fn.__doc__ = fn.__doc__.replace("{loss_inputs}", _LOSS_INPUTS).replace(
-        "{shared_args}", _SHARED_ARGS
-    )
+    fn.__doc__ = _splice_shared_args(fn.__doc__)
     return fn
 
 

@@ -256,16 +256,27 @@ def test_soft_target_toy_quick_end_to_end_and_resumes(tmp_path):
     assert table.startswith(alt_only.rstrip("\n"))  # the same alt rows, from the stored runs
 
 
+def _finished_quick_toy_run(tmp_path: Path) -> tuple[tuple, Path, dict]:
+    """One finished ``--quick`` toy run (alt 0 %, NLL, seed 0) with its result JSON removed, as
+    if it had been interrupted: (the ``run_one`` arguments but the progress, its work
+    directory, its result)."""
+    from experiments.reproduce import _common as common
+
+    args = ("alt", 0, "nll", 0, toy_configs.QUICK, toy.QUICK_PATIENCE, toy.QUICK_EVAL_EVERY,
+            tmp_path)
+    result = toy.run_one(*args, common.Progress(1, "toy"))
+    common.run_path(tmp_path, toy.setting_name("alt", 0), "nll", 0).unlink()
+    return args, common.work_path(tmp_path, toy.setting_name("alt", 0), "nll", 0), result
+
+
 def test_toy_run_interrupted_past_the_patience_resumes_to_the_same_result(tmp_path, monkeypatch):
     """A run cut off at epoch k > patience rebuilds its early-stopping curve from the k
     checkpoints it left, never trains to an earlier target (which would prune them), and ends
     where the uninterrupted run ended."""
     from experiments.reproduce import _common as common
 
+    args, work, whole = _finished_quick_toy_run(tmp_path)
     patience, eval_every = toy.QUICK_PATIENCE, toy.QUICK_EVAL_EVERY
-    args = ("alt", 0, "nll", 0, toy_configs.QUICK, patience, eval_every, tmp_path)
-    whole = toy.run_one(*args, common.Progress(1, "toy"))
-    work = common.work_path(tmp_path, toy.setting_name("alt", 0), "nll", 0)
     steps = common.checkpoint_steps(work)
     per_epoch = steps[0] // eval_every
     cut = whole["epochs"] - 1  # the interrupted run's last checkpoint
@@ -273,7 +284,6 @@ def test_toy_run_interrupted_past_the_patience_resumes_to_the_same_result(tmp_pa
     for step in steps:
         if step > cut * per_epoch:
             shutil.rmtree(work / "checkpoints" / str(step))
-    common.run_path(tmp_path, toy.setting_name("alt", 0), "nll", 0).unlink()
 
     pretrain = common.pretrain
 
@@ -292,12 +302,8 @@ def test_toy_run_interrupted_past_the_patience_resumes_to_the_same_result(tmp_pa
 def test_toy_run_with_a_gap_in_its_checkpoints_names_the_directory(tmp_path):
     from experiments.reproduce import _common as common
 
-    args = ("alt", 0, "nll", 0, toy_configs.QUICK, toy.QUICK_PATIENCE, toy.QUICK_EVAL_EVERY,
-            tmp_path)
-    toy.run_one(*args, common.Progress(1, "toy"))
-    work = common.work_path(tmp_path, toy.setting_name("alt", 0), "nll", 0)
+    args, work, _ = _finished_quick_toy_run(tmp_path)
     first, *_ = common.checkpoint_steps(work)
     shutil.rmtree(work / "checkpoints" / str(first))
-    common.run_path(tmp_path, toy.setting_name("alt", 0), "nll", 0).unlink()
     with pytest.raises(ValueError, match="delete the directory to rerun alt_00/nll/seed0"):
         toy.run_one(*args, common.Progress(1, "toy"))
