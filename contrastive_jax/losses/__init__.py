@@ -20,16 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from contrastive_jax.losses.kernel import (
+from contrastive_jax.losses._kernel import (
     conditional_alignment,
     conditional_uniformity,
     global_uniformity,
     y_aware_infonce,
 )
-from contrastive_jax.losses.mio import mio
-from contrastive_jax.losses.nce import nt_xent, sincere, supcon
-from contrastive_jax.losses.projnce import med_nce, med_supcon, projnce, soft_nce, soft_supcon
-from contrastive_jax.losses.soft_target import soft_target_cross_entropy, soft_target_infonce
+from contrastive_jax.losses._mio import mio
+from contrastive_jax.losses._nce import nt_xent, sincere, supcon
+from contrastive_jax.losses._projnce import med_nce, med_supcon, projnce, soft_nce, soft_supcon
+from contrastive_jax.losses._soft_target import soft_target_cross_entropy, soft_target_infonce
 
 #: What a loss's second positional argument is, by kind:
 #:

@@ -1,6 +1,6 @@
 """Griffe extension for the API site: docstrings whose text is spliced in at import time.
 
-``contrastive_jax.losses.projnce`` writes the arguments its five losses share once and splices
+``contrastive_jax.losses._projnce`` writes the arguments its five losses share once and splices
 them into each docstring at import (``_document``). Griffe reads the source, not the imported
 function, so this extension applies the module's own splice to the docstrings it finds there.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import griffe
 
 #: module -> name of its ``str -> str`` function that splices the shared text into a docstring
-SPLICES = {"contrastive_jax.losses.projnce": "_splice_shared_args"}
+SPLICES = {"contrastive_jax.losses._projnce": "_splice_shared_args"}
 
 
 class SplicedDocstrings(griffe.Extension):

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from contrastive_jax import losses
-from contrastive_jax.losses import _core, blockwise
+from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import _core
 from tests.losses.multidevice import assert_multidevice_matches
 
 N = 24
@@ -162,7 +163,7 @@ def test_blockwise_nadaraya_watson_matches_dense_soft_labels(distance):
     """The projection over row blocks (custom VJP) = Eq. (18) from the dense [m, m]
     soft labels of Eq. (17), in value and in the gradient into rows and bandwidth,
     with padding, a singleton class, duplicated rows and blocks not dividing m."""
-    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    pn = importlib.import_module("contrastive_jax.losses._projnce")
     z, labels, valid = _labelled_batch("projnce", seed=3)
     z = _core.l2_normalize(z.at[5].set(z[6]))  # a duplicated row: zero distance
     lb = pn._labelled_batch(z, labels, 0.1, valid, None)
@@ -198,7 +199,7 @@ def test_fused_cosine_path_matches_dense(name, class_sums, monkeypatch):
     the bandwidth equal the dense form, with one-hot class sums (soft labels kept, one
     symmetric product per block) and with segment sums (soft labels recomputed, two
     products); SoftSupCon also on 8 devices."""
-    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    pn = importlib.import_module("contrastive_jax.losses._projnce")
     if class_sums == "segment":
         monkeypatch.setattr(pn, "ONEHOT_MAX_CLASSES", 0)
     ids = jnp.zeros(N, jnp.int32)
@@ -234,7 +235,7 @@ def test_nadaraya_watson_lone_blocks_match_dense(distance):
     Eq. (17)-(18), on a batch where a near-duplicate pair couples one block only. (The
     skip does not depend on the distance; a cosine pair near enough to leave the other
     pairs outside the support is too near for float32 Gram entries to resolve.)"""
-    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    pn = importlib.import_module("contrastive_jax.losses._projnce")
     z, labels, valid = _labelled_batch("projnce", seed=3)
     # Gram-based distances (l2, cosine) lose digits for near pairs: keep them apart.
     step = {"l1": 0.02, "l2": 0.2}[distance]
@@ -280,7 +281,7 @@ def test_class_slot_branches_match_dense(name, monkeypatch):
     compiled number of class slots that holds the batch's distinct labels: with slot
     sizes (2, 8, 24) batches with 2, 5 and 12 distinct labels take each branch and
     equal the dense form in value and gradient."""
-    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    pn = importlib.import_module("contrastive_jax.losses._projnce")
     monkeypatch.setattr(pn, "CLASS_SLOTS_MIN", 2)
     assert pn.class_slot_sizes(N) == (2, 8, N)
     z, labels, valid = _labelled_batch(name)
@@ -304,7 +305,7 @@ def test_class_slot_branches_match_dense(name, monkeypatch):
 @pytest.mark.parametrize("name", CLASS_SLOT_CASES)
 def test_class_slot_branches_multidevice_matches_single_device(name, monkeypatch):
     """The branch is chosen from the gathered labels: 8 devices = one device."""
-    pn = importlib.import_module("contrastive_jax.losses.projnce")
+    pn = importlib.import_module("contrastive_jax.losses._projnce")
     monkeypatch.setattr(pn, "CLASS_SLOTS_MIN", 2)
     z, second, _ = _labelled_batch(name, seed=22)
     z = jnp.concatenate([z, z[:8] * 0.5])  # 32 rows: 4 per device

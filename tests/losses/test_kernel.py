@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from contrastive_jax.losses.kernel import (
+from contrastive_jax.losses._kernel import (
     conditional_alignment,
     conditional_uniformity,
     conditional_uniformity_weights,
@@ -18,7 +18,7 @@ from contrastive_jax.losses.kernel import (
     squared_distances,
     y_aware_infonce,
 )
-from contrastive_jax.losses.nce import nt_xent, supcon
+from contrastive_jax.losses._nce import nt_xent, supcon
 from tests.losses.multidevice import assert_multidevice_matches
 
 

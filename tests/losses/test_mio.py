@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from contrastive_jax.losses.mio import mio
+from contrastive_jax.losses._mio import mio
 from tests.losses.multidevice import assert_multidevice_matches
 
 # ----------------------------------------------------------------- numpy reference

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from contrastive_jax.losses.nce import (
+from contrastive_jax.losses._nce import (
     nt_xent,
     sincere,
     sincere_per_anchor,

@@ -19,11 +19,11 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from contrastive_jax.losses import _core
-from contrastive_jax.losses.nce import nt_xent, supcon, supcon_per_anchor
+from contrastive_jax.losses._nce import nt_xent, supcon, supcon_per_anchor
 from tests.losses.multidevice import AXIS, assert_multidevice_matches, device_mesh
 
-# The module, not the function `contrastive_jax.losses.projnce` that shadows it.
-pn = importlib.import_module("contrastive_jax.losses.projnce")
+# The module, not the function `contrastive_jax.losses._projnce` that shadows it.
+pn = importlib.import_module("contrastive_jax.losses._projnce")
 
 LOSSES = {
     "projnce": pn.projnce,

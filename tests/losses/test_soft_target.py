@@ -15,7 +15,7 @@ import optax
 import pytest
 from jax.test_util import check_grads
 
-from contrastive_jax.losses.soft_target import soft_target_cross_entropy, soft_target_infonce
+from contrastive_jax.losses._soft_target import soft_target_cross_entropy, soft_target_infonce
 from tests.losses.multidevice import assert_multidevice_matches
 
 LOSSES = {"sti": soft_target_infonce, "stce": soft_target_cross_entropy}

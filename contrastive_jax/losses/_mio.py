@@ -17,7 +17,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _core, blockwise
+from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import _core
 
 Array = jax.Array
 

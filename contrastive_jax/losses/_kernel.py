@@ -31,7 +31,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _core, blockwise
+from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import _core
 
 Array = jax.Array
 

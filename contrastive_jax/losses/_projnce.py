@@ -47,8 +47,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from contrastive_jax.losses import _core, blockwise, nw_gram
-from contrastive_jax.losses.nce import supcon_per_anchor
+from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import _core
+from contrastive_jax.losses import _nw_gram as nw_gram
+from contrastive_jax.losses._nce import supcon_per_anchor
 
 Array = jax.Array
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _core, blockwise
+from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import _core
 
 Array = jax.Array
 

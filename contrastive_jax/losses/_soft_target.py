@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from contrastive_jax.losses import _core, blockwise
+from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import _core
 
 Array = jax.Array
 
