@@ -1,4 +1,4 @@
-"""Streamed (row-block) losses equal the dense ones (issues 7 and 21).
+"""Streamed (row-block) losses equal the dense ones.
 
 Every streamed loss is checked against its dense form in value and gradient
 (rtol 1e-5, float32), with padded rows, singleton classes and block sizes that
