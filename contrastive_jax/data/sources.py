@@ -8,7 +8,7 @@
   (:mod:`contrastive_jax.data.synthetic`).
 * ``"image_folder"``: ``tfds.ImageFolder(config.data_dir)``, a tree
   ``<data_dir>/<split>/<class>/<image>.{jpg,jpeg,png}``; ``"folder:PATH"`` is
-  the same with ``data_dir = PATH`` (e.g. ``folder:../shared/data/cifar10``).
+  the same with ``data_dir = PATH`` (e.g. ``folder:PATH/TO/cifar10``).
 * any other name: a TFDS dataset (``cifar10``, ``cifar100``, ``stl10``,
   ``imagenet2012``, ...). If ``config.data_dir`` is a folder of images in the
   layout above, it is read with ``tfds.ImageFolder`` under that name;

@@ -13,7 +13,8 @@ SINCERE, the ProjNCE family, MIO) or continuous metadata (the y-Aware family);
 ``global_uniformity`` takes none. The soft-target losses take class scores
 ``logits [B, K]`` and soft ``targets [B, K]`` instead.
 
-This package needs only the core install (jax, chex, numpy).
+This package needs only the core install (jax, chex, numpy and scipy; the losses
+themselves import only jax, chex and numpy).
 """
 
 from __future__ import annotations
