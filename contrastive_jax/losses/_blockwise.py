@@ -45,8 +45,8 @@ Array = jax.Array
 #: ``block_fn(dots [b, m], params, rows, cols) -> (contributions [b], aux)``.
 RowBlockFn = Callable[[Array, Any, Any, Any], tuple[Array, Any]]
 
-#: Above this many candidate rows (the global batch) the NCE-family losses
-#: stream over row blocks instead of materialising the [n, m] logits. Measured
+#: Above this many candidate rows (the global batch) every loss but
+#: ``soft_target_cross_entropy`` streams over row blocks instead of materialising the [n, m] logits. Measured
 #: in ``experiments/bench/losses.py`` (one run, ratios to ``z @ z.T``): streaming
 #: is faster than the dense form from N = 2048 on and level with it at 1024.
 BLOCKWISE_THRESHOLD = 1024
