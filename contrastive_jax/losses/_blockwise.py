@@ -46,9 +46,10 @@ Array = jax.Array
 RowBlockFn = Callable[[Array, Any, Any, Any], tuple[Array, Any]]
 
 #: Above this many candidate rows (the global batch) every loss but
-#: ``soft_target_cross_entropy`` streams over row blocks instead of materialising the [n, m] logits. Measured
-#: in ``experiments/bench/losses.py`` (one run, ratios to ``z @ z.T``): streaming
-#: is faster than the dense form from N = 2048 on and level with it at 1024.
+#: ``soft_target_cross_entropy`` streams over row blocks instead of materialising
+#: the [n, m] logits. Measured in ``experiments/bench/losses.py`` (one run, ratios
+#: to ``z @ z.T``): streaming is faster than the dense form from N = 2048 on and
+#: level with it at 1024.
 BLOCKWISE_THRESHOLD = 1024
 #: Automatic block height: rows such that a [block, m] slab has about this many
 #: entries (8 MiB in float32; 256 rows at m = 8192). Smaller slabs stay in cache
