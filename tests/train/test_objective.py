@@ -63,8 +63,8 @@ def test_second_argument_comes_from_the_registry():
     ("fields", "match"),
     [
         ({"name": ""}, "empty"),
-        ({"name": "soft_target_infonce"}, "not an embedding loss"),
-        ({"name": "simclr"}, "not an embedding loss"),
+        ({"name": "soft_target_infonce"}, "not a loss the objective can train on"),
+        ({"name": "simclr"}, "not a loss the objective can train on"),
         ({"name": "sincere+supcon", "weights": (1.0,)}, "1 entries for 2 terms"),
     ],
 )
