@@ -45,7 +45,7 @@ __all__ = [
 # --------------------------------------------------------------------------- helpers
 
 
-def _as_unit_rows_np(z: np.ndarray, name: str = "z") -> np.ndarray:
+def _as_unit_rows_np(z: np.ndarray | Array, name: str = "z") -> np.ndarray:
     """Checks a float [N, D] array; returns float64 rows / max(norm, 1e-12)."""
     z = np.asarray(z)
     if z.ndim != 2 or z.shape[0] < 1 or z.shape[1] < 1:
@@ -56,7 +56,7 @@ def _as_unit_rows_np(z: np.ndarray, name: str = "z") -> np.ndarray:
     return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
 
 
-def _int_labels_np(labels: np.ndarray, n: int, name: str = "labels") -> np.ndarray:
+def _int_labels_np(labels: np.ndarray | Array, n: int, name: str = "labels") -> np.ndarray:
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"`{name}` must have shape [{n}], got {labels.shape}")

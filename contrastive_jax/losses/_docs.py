@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from contrastive_jax.losses import _blockwise
 
@@ -79,6 +79,14 @@ def splice(doc: str, rows: str = "N") -> str:
             )
         )
     return "\n".join(out) + ("\n" if doc.endswith("\n") else "")
+
+
+@overload
+def shared_args(fn: F, /) -> F: ...
+
+
+@overload
+def shared_args(*, rows: str = "N") -> Callable[[F], F]: ...
 
 
 def shared_args(fn: F | None = None, /, *, rows: str = "N") -> F | Callable[[F], F]:

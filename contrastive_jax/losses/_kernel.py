@@ -172,6 +172,7 @@ def _kernel_batch(
     _core.check_positive(temperature, "temperature")
     if metadata is not None:
         metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
+        assert sigma is not None  # the metadata losses always pass one
         _core.check_positive(sigma, "sigma")
     batch = _core.contrast_batch(
         embeddings, jnp.zeros((n,), jnp.int32) if metadata is None else metadata, valid, axis_name
@@ -191,6 +192,7 @@ def _kernel_batch(
 
 def _alignment_per_anchor(kb: _KernelBatch, sigma: float | Array) -> Array:
     """``-sum_{b in O(a)} P_ab S_ab``: [n]."""
+    assert kb.sq_dist is not None  # built with metadata
     targets = kernel_targets(kb.sq_dist, kb.others, sigma)
     return -jnp.sum(jnp.where(kb.others, targets * kb.logits, 0.0), axis=1)
 
@@ -318,6 +320,7 @@ def _streamed_inputs(embeddings, metadata, temperature, sigma, valid, axis_name)
         metadata, sigma = jnp.zeros((n, 1), jnp.int32), 1.0
     else:
         metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
+        assert sigma is not None  # the metadata losses always pass one
         _core.check_positive(sigma, "sigma")
     rows = blockwise.gather_rows(embeddings, metadata, valid, axis_name)
     params = (
@@ -527,6 +530,7 @@ def conditional_uniformity(
             embeddings, metadata, temperature, sigma, valid, axis_name, block
         )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
+    assert kb.sq_dist is not None  # built with metadata
     weights, _ = conditional_uniformity_weights(
         kb.sq_dist, kb.anchor_valid, kb.candidate_valid, sigma
     )

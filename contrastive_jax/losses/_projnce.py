@@ -40,8 +40,6 @@ and runs the smallest that holds the batch's distinct labels
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -197,11 +195,13 @@ def _projection_loss(
     _, class_ids = jnp.unique(rows.candidate_data, return_inverse=True, size=m)
     class_ids = class_ids.reshape(m).astype(jnp.int32)
     sizes = streamed.class_slot_sizes(m)
-    branches = [
-        functools.partial(streamed.streamed_total, kind, k, rows, anchor_rows, temperature=temperature,
-                          n=n, axis_name=axis_name, block=block, **hparams)
-        for k in sizes
-    ]
+
+    def branch(k: int):
+        return lambda ids: streamed.streamed_total(
+            kind, k, rows, anchor_rows, ids, temperature, n, axis_name, block, **hparams
+        )
+
+    branches = [branch(k) for k in sizes]
     if len(branches) == 1:
         total, anchor_ok = branches[0](class_ids)
     else:
