@@ -93,6 +93,7 @@ def alignment(
     return _core.valid_anchor_mean(per_pair, valid, axis_name)
 
 
+@_docs.shared_args
 def alignment_from_labels(
     embeddings: Array,
     labels: Array,
@@ -112,8 +113,8 @@ def alignment_from_labels(
       embeddings: float [N, D], every view as its own row (normalised inside).
       labels: int [N] instance ids (SimCLR) or class labels (supervised).
       alpha: exponent > 0 (Wang & Isola's default 2).
-      axis_name: mesh/pmap axis to gather the batch over.
-      valid: optional bool [N]; False rows are padding.
+      {axis_name}
+      {valid}
 
     Returns:
       float32 scalar (0 when there is no positive pair).
@@ -142,6 +143,7 @@ def alignment_from_labels(
     return _pair_mean(per_pair, pairs, axis_name)
 
 
+@_docs.shared_args
 def uniformity(
     embeddings: Array,
     *,
@@ -164,8 +166,8 @@ def uniformity(
     Args:
       embeddings: float [N, D] (normalised inside).
       t: kernel scale > 0 (the paper's default 2).
-      axis_name: mesh/pmap axis to gather the batch over.
-      valid: optional bool [N]; False rows are padding.
+      {axis_name}
+      {valid}
 
     Returns:
       float32 scalar (0 when fewer than two rows are valid).

@@ -27,6 +27,8 @@ SPLICED = "__shared_args_spliced__"
 #: marker -> the argument line it stands for; ``{rows}`` is the name of the row count.
 ARGS = {
     "axis_name": "axis_name: mesh/pmap axis to gather the batch over (see ``_core``).",
+    # The losses that need no gathered rows (a per-row loss, then a global mean).
+    "axis_name_split": "axis_name: mesh/pmap axis the batch is split over (see ``_core``).",
     "valid": "valid: optional bool [{rows}]; False rows are padding.",
     "block_size": (
         "block_size: stream over blocks of this many anchor rows, holding a [block, global "

@@ -218,7 +218,7 @@ def soft_target_cross_entropy(
       logits: float [B, K] class scores of the local rows.
       targets: float [B, K] soft targets; rows should lie on the simplex.
       temperature: tau > 0 (may be traced).
-      axis_name: mesh/pmap axis the batch is split over (see ``_core``).
+      {axis_name_split}
       {valid}
 
     Returns:
@@ -315,7 +315,7 @@ def label_cross_entropy(
       label: int [B] class labels in [0, K), or float [B, K] soft targets (eps must be 0).
       label_smoothing: eps in [0, 1].
       temperature: tau > 0.
-      axis_name: mesh/pmap axis the batch is split over (see ``_core``).
+      {axis_name_split}
       {valid}
 
     Returns:
