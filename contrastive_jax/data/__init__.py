@@ -42,7 +42,7 @@ from contrastive_jax.data.augment import (
     augmentation_preset,
     simclr_jitter,
 )
-from contrastive_jax.data.base import CorruptImageError, Source, Split
+from contrastive_jax.data.base import Source, Split, symmetric_label_noise
 from contrastive_jax.data.config import default_data_config
 from contrastive_jax.data.mixing import MixSample, apply_mix, mix_batch, sample_mix, smooth_labels
 from contrastive_jax.data.pipeline import (
@@ -57,8 +57,8 @@ from contrastive_jax.data.sources import (
     DatasetNotPreparedError,
     class_balanced_subset,
     load_source,
-    symmetric_label_noise,
 )
+from contrastive_jax.errors import CorruptImageError
 
 __all__ = [
     "PRESET_NAMES",

@@ -180,8 +180,8 @@ def _split_floats(tree: Any) -> tuple[list[Array], Callable[[list[Array]], Any]]
 
     def merge(floats: list[Array], others: Callable[[Array], Any] = lambda x: x) -> Any:
         it = iter(floats)
-        return treedef.unflatten(
-            [next(it) if f else others(x) for x, f in zip(leaves, is_float, strict=True)]
+        return jax.tree.unflatten(
+            treedef, [next(it) if f else others(x) for x, f in zip(leaves, is_float, strict=True)]
         )
 
     return [x for x, f in zip(leaves, is_float, strict=True) if f], merge
@@ -407,7 +407,7 @@ class GatheredRows(NamedTuple):
 
     anchors: Array
     candidates: Array
-    index: Array
+    index: Array  # type: ignore[assignment]  # a field, shadowing tuple.index
     anchor_valid: Array
     candidate_data: Array
     candidate_valid: Array

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, _docs
 
 Array = jax.Array
 
@@ -34,6 +34,7 @@ def _global_pair_mean(values: Array, pairs: Array, axis_name: str | None) -> Arr
     return total / jnp.maximum(count, 1.0)
 
 
+@_docs.shared_args
 def mio(
     embeddings: Array,
     labels: Array,
@@ -76,12 +77,10 @@ def mio(
         than two rows per id act as several positives.
       temperature: tau > 0 (0.5 in the paper, for positives and negatives).
       l2_weight: lambda >= 0 of the L2 regulariser.
-      axis_name: mesh/pmap axis to gather rows and labels over (see ``_core``).
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient, see ``blockwise``; the global pair counts come
-        from the label counts); None chooses the dense form up to
-        ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
+        The global pair counts come from the label counts.
 
     Returns:
       float32 scalar, identical on every device.

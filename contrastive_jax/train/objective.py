@@ -1,5 +1,6 @@
 """The pretraining objective: one loss of :mod:`contrastive_jax.losses` or a
-weighted sum of several (e.g. SimCLR + SupCon "JointTraining").
+weighted sum of several (e.g. SimCLR + SupCon "JointTraining"), looked up by name in
+the losses' registry (:func:`contrastive_jax.losses.get`).
 
 Config (``config.loss``)::
 
@@ -10,17 +11,20 @@ Config (``config.loss``)::
     targets = {}                  # optional: per-term second argument, e.g. {"mio": "instance"}
     mixing = None                 # optional: MixUp/CutMix + label smoothing of the label terms
 
-A temperature in a term's ``kwargs`` wins over ``temperature``; with neither, the loss's
-own default applies (MIO 0.5, the ProjNCE family 0.07, SINCERE/SupCon/NT-Xent 0.1).
+``temperature`` goes to every term that takes one; a temperature in a term's ``kwargs``
+wins over it; with neither, the loss's own default applies (MIO 0.5, the ProjNCE family
+0.07, SINCERE/SupCon/NT-Xent 0.1, the losses on class scores 1).
 
 Each loss is fed the second argument it is defined on, as the registry records it
 (:func:`contrastive_jax.losses.second_argument`): instance ids for ``nt_xent``, class
 labels for the supervised losses, metadata for the y-Aware family, nothing for
 ``global_uniformity``. ``config.loss.targets`` (optional) overrides it per term, e.g.
 ``{"mio": "instance"}`` for self-supervised MIO (the two views of an image as the
-positive pair). Besides the losses, the terms of :mod:`contrastive_jax.train.terms`
-(``align_uniform``, ``label_cross_entropy``, ``label_soft_target_infonce``) are names of
-``config.loss.name``.
+positive pair). Every registered loss whose second argument is one of :class:`Targets`
+(or none) is a term: the embedding losses, ``align_uniform``, and the losses on class
+scores with class labels (``label_cross_entropy``, ``label_soft_target_infonce``; the
+``classifier`` head); the soft-target losses are not (the step has no soft targets but
+the mixed ones below).
 
 ``config.loss.mixing`` (optional; absent, None or empty: off) turns on the soft targets of
 Hugger & Uhlmann (2024, arXiv:2404.14076, Sec. 4.1, Eq. 2): label smoothing with MixUp or
@@ -40,6 +44,7 @@ class labels or instance ids would see images that are not theirs), and the smoo
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -48,7 +53,6 @@ import jax.numpy as jnp
 
 from contrastive_jax import losses
 from contrastive_jax.errors import ConfigError
-from contrastive_jax.train import terms as extra_terms
 
 Array = jax.Array
 
@@ -85,8 +89,21 @@ class Targets(NamedTuple):
     metadata: Array | None  # float [n, p]
     soft_label: Array | None = None  # float [n, K], the mixed targets under config.loss.mixing
 
-#: Terms that take soft targets float [n, K] in place of class labels under ``config.loss.mixing``.
-SOFT_LABEL_TERMS = ("label_cross_entropy", "label_soft_target_infonce")
+#: Terms that take soft targets float [n, K] in place of class labels under
+#: ``config.loss.mixing``: the losses on class scores with class labels.
+SOFT_LABEL_TERMS = tuple(
+    name for name in losses.names()
+    if losses.first_argument(name) == "logits" and losses.second_argument(name) == "label"
+)
+
+
+def objective_terms() -> list[str]:
+    """The registered losses ``config.loss.name`` can name, sorted: those whose second
+    argument is a field of :class:`Targets` or none."""
+    return [
+        name for name in losses.names()
+        if losses.second_argument(name) is None or losses.second_argument(name) in Targets._fields
+    ]
 
 
 def parse_mixing(loss_config) -> Mixing | None:
@@ -176,20 +193,18 @@ def parse_terms(loss_config) -> list[Term]:
                 f"targets are the mixed ones: remove config.loss.kwargs.<term>.label_smoothing "
                 f"({smoothed}) and config.loss.targets ({sorted(overrides)})"
             )
-    embedding_losses = losses.embedding_losses()
+    choices = objective_terms()
     terms = []
     for name, weight in zip(names, weights, strict=True):
-        if name in extra_terms.TERMS:
-            fn, target = extra_terms.TERMS[name]
-            kwargs = {}  # no temperature: these terms have none
-        elif name in embedding_losses:
-            fn, target = losses.get(name), losses.second_argument(name)
-            kwargs = {} if temperature is None else {"temperature": float(temperature)}
-        else:
+        if name not in choices:
             raise ConfigError(
-                f"config.loss.name: {name!r} is not an embedding loss for pretraining; "
-                f"choose from {[*embedding_losses, *extra_terms.TERMS]}"
+                f"config.loss.name: {name!r} is not a loss the objective can train on; "
+                f"choose from {choices}"
             )
+        fn, target = losses.get(name), losses.second_argument(name)
+        takes_temperature = "temperature" in inspect.signature(fn).parameters
+        kwargs = {"temperature": float(temperature)} if (
+            temperature is not None and takes_temperature) else {}
         if name in overrides:
             if target is None:
                 raise ConfigError(f"config.loss.targets.{name}: {name!r} takes no second argument")

@@ -63,8 +63,8 @@ def test_second_argument_comes_from_the_registry():
     ("fields", "match"),
     [
         ({"name": ""}, "empty"),
-        ({"name": "soft_target_infonce"}, "not an embedding loss"),
-        ({"name": "simclr"}, "not an embedding loss"),
+        ({"name": "soft_target_infonce"}, "not a loss the objective can train on"),
+        ({"name": "simclr"}, "not a loss the objective can train on"),
         ({"name": "sincere+supcon", "weights": (1.0,)}, "1 entries for 2 terms"),
     ],
 )
@@ -79,3 +79,17 @@ def test_metadata_loss_without_metadata_is_refused():
     targets = objective.Targets(instance=jnp.arange(4), label=jnp.arange(4), metadata=None)
     with pytest.raises(ValueError, match="metadata"):
         objective.evaluate([term], z, targets, axis_name=None)
+
+
+def test_config_temperature_reaches_only_the_terms_that_take_one():
+    sincere, align_uniform = objective.parse_terms(
+        _loss_config(name="sincere+align_uniform", temperature=0.2)
+    )
+    assert sincere.kwargs == {"temperature": 0.2} and align_uniform.kwargs == {}
+
+
+def test_the_objective_names_come_from_the_one_loss_registry():
+    soft_targets = {n for n in losses.names() if losses.second_argument(n) == "soft_targets"}
+    assert set(objective.objective_terms()) == set(losses.names()) - soft_targets
+    assert {"align_uniform", "label_cross_entropy"} <= set(objective.objective_terms())
+    assert objective.SOFT_LABEL_TERMS == ("label_cross_entropy", "label_soft_target_infonce")
