@@ -89,7 +89,7 @@ def _labelled_batch(
     labels: Array,
     temperature: float | Array,
     valid: Array | None,
-    axis_name: str | None,
+    axis_name: str | tuple[str, ...] | None,
 ) -> _LabelledBatch:
     """Checks the inputs, gathers the batch and builds masks and class indices."""
     embeddings = _core.check_embeddings(embeddings)
@@ -688,7 +688,7 @@ def _projection_loss(
     labels: Array,
     temperature: float | Array,
     valid: Array | None,
-    axis_name: str | None,
+    axis_name: str | tuple[str, ...] | None,
     block_size: int | None,
     num_classes: int | None,
     *,
@@ -712,7 +712,7 @@ def _projection_loss(
     _core.check_positive(temperature, "temperature")
     _check_num_classes(num_classes, labels)
     n = embeddings.shape[0]
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    num_devices = _core.num_devices(axis_name)
     block = blockwise.choose_block(block_size, n * num_devices)
     if block is None:
         return _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta,
@@ -874,6 +874,7 @@ def _document(fn):
     return fn
 
 
+@_core.explicit_sharding
 @_document
 def projnce(
     embeddings: Array,
@@ -881,7 +882,7 @@ def projnce(
     *,
     temperature: float | Array = 0.07,
     beta: float | Array = 1.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,
@@ -922,6 +923,7 @@ def projnce(
                             block_size, num_classes, beta=beta)
 
 
+@_core.explicit_sharding
 @_document
 def soft_supcon(
     embeddings: Array,
@@ -930,7 +932,7 @@ def soft_supcon(
     temperature: float | Array = 0.07,
     bandwidth: float | Array = 0.6,
     distance: str = "l1",
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,
@@ -978,6 +980,7 @@ def soft_supcon(
                             block_size, num_classes, bandwidth=bandwidth, distance=distance)
 
 
+@_core.explicit_sharding
 @_document
 def soft_nce(
     embeddings: Array,
@@ -986,7 +989,7 @@ def soft_nce(
     temperature: float | Array = 0.07,
     bandwidth: float | Array = 0.6,
     distance: str = "l1",
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,
@@ -1026,6 +1029,7 @@ def soft_nce(
                             block_size, num_classes, bandwidth=bandwidth, distance=distance)
 
 
+@_core.explicit_sharding
 @_document
 def med_supcon(
     embeddings: Array,
@@ -1033,7 +1037,7 @@ def med_supcon(
     *,
     temperature: float | Array = 0.07,
     median_mode: str = "lower",
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,
@@ -1072,6 +1076,7 @@ def med_supcon(
                             block_size, num_classes, median_mode=median_mode)
 
 
+@_core.explicit_sharding
 @_document
 def med_nce(
     embeddings: Array,
@@ -1079,7 +1084,7 @@ def med_nce(
     *,
     temperature: float | Array = 0.07,
     median_mode: str = "lower",
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,

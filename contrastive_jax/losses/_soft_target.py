@@ -80,13 +80,14 @@ def _anchor_rows(targets: Array, valid: Array | None) -> Array:
     return _core.check_valid(valid, targets.shape[0]) & (jnp.sum(targets, axis=1) > 0)
 
 
+@_core.explicit_sharding
 def soft_target_infonce(
     logits: Array,
     targets: Array,
     *,
     temperature: float | Array = 1.0,
     class_prior: Array | None = None,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -197,12 +198,13 @@ def _soft_target_block(m, params, rows, candidate_ok):
     return jnp.where(anchor_ok, per_anchor, 0.0), None
 
 
+@_core.explicit_sharding
 def soft_target_cross_entropy(
     logits: Array,
     targets: Array,
     *,
     temperature: float | Array = 1.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
 ) -> Array:
     """Soft-target cross-entropy, Hugger & Uhlmann (2024) Eq. (3).
