@@ -354,8 +354,34 @@ def _spec_names(entry: Any) -> tuple[str, ...]:
     return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
+def _replicated(x: Any, mesh: Any, rows: tuple[str, ...] = ()) -> Any:
+    """``x`` resharded to rows over ``rows`` (none: replicated), other axes replicated."""
+    if not isinstance(x, (jax.Array, np.ndarray)):
+        return x
+    spec = () if x.ndim == 0 else (rows or None, *([None] * (x.ndim - 1)))
+    return jax.sharding.reshard(
+        jnp.asarray(x), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+    )
+
+
+def _check_bound(axis_name: AxisName) -> None:
+    """Raises ValueError unless every axis of ``axis_name`` is bound by a map."""
+    names = axis_names(axis_name)
+    if not names:
+        return
+    try:
+        jax.lax.axis_size(names)
+    except NameError:
+        raise ValueError(
+            f"`axis_name={axis_name!r}` names a mesh axis that no enclosing `jax.shard_map` "
+            "or `jax.pmap` binds. On global arrays (one device, or sharded under `jax.jit`) "
+            "pass `axis_name=None`; to split the batch over that axis, call the loss inside "
+            "`jax.shard_map(..., mesh=mesh)` over it."
+        ) from None
+
+
 def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
-    """Makes ``loss`` accept arrays sharded over Explicit mesh axes with ``axis_name=None``.
+    """Makes ``loss`` accept arrays sharded over Explicit mesh axes.
 
     ``loss(first, *second, axis_name=..., valid=..., **hparams)`` is any loss of
     the package. With ``axis_name=None`` and a first argument whose type is
@@ -367,43 +393,36 @@ def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
     gathered. Value and gradient equal the single-device call; the gradient has
     the sharding of the input. Rows replicated but another argument (or the
     feature axis) sharded: the arguments are replicated and the loss runs as on
-    one device. Any other call (GSPMD/Auto axes, one device, an explicit
-    ``axis_name``) goes straight to ``loss``.
+    one device. With ``axis_name`` (inside a ``shard_map`` over some mesh axes)
+    arguments still sharded over the remaining Explicit axes are replicated over
+    them. Any other call (GSPMD/Auto axes, one device, ``pmap``) goes straight to
+    ``loss``.
 
-    The per-device code cannot be expressed with Explicit-sharding rules alone:
-    slicing a sharded row (the streamed forms' scalars), reshaping sharded rows
-    into blocks and scanning over them have no Explicit rule, so the loss reads
-    the mesh from the input's type and becomes a ``shard_map`` instead.
+    Why not Explicit sharding rules throughout: the per-device code slices single
+    entries of sharded rows (the streamed forms' scalars), reshapes sharded rows
+    into blocks, scans over them and contracts a sharded feature axis; JAX has no
+    Explicit-sharding rule for the first three, and asks for an ``out_sharding``
+    for the last. Read from the input's type, the mesh makes a ``shard_map``.
     """
 
     @functools.wraps(loss)
     def wrapped(first, *second, axis_name: AxisName = None, valid: Array | None = None,
                 **hparams):
-        if axis_name is not None:
-            return loss(first, *second, axis_name=axis_name, valid=valid, **hparams)
+        _check_bound(axis_name)
         leaves, treedef = jax.tree.flatten(hparams)
         is_array = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
         typed = [_type_spec(x) for x in (first, *second, valid, *leaves)]
         meshes = [t[0] for t in typed if t is not None]
-        if not meshes:
-            return loss(first, *second, axis_name=None, valid=valid, **hparams)
-        mesh = meshes[0]
-        row_axes = () if typed[0] is None else _spec_names(typed[0][1][0])
         n = getattr(first, "shape", (None,))[0]
         rowwise = [x for x in (*second, valid) if x is not None]
-        if any(getattr(x, "ndim", 0) < 1 or x.shape[0] != n for x in rowwise):
-            # A shape error; the loss's own checks report it with the global shapes.
-            return loss(first, *second, axis_name=None, valid=valid, **hparams)
-
-        def placed(x: Any, rows: tuple[str, ...]) -> Any:
-            if not isinstance(x, (jax.Array, np.ndarray)):
-                return x
-            spec = jax.sharding.PartitionSpec(rows or None, *([None] * (x.ndim - 1)))
-            if x.ndim == 0:
-                spec = jax.sharding.PartitionSpec()
-            return jax.sharding.reshard(jnp.asarray(x), jax.sharding.NamedSharding(mesh, spec))
-
-        hp_arrays = [placed(x, ()) for x, a in zip(leaves, is_array, strict=True) if a]
+        if not meshes or any(getattr(x, "ndim", 0) < 1 or x.shape[0] != n for x in rowwise):
+            # Nothing sharded, or a shape error that the loss's own checks report.
+            return loss(first, *second, axis_name=axis_name, valid=valid, **hparams)
+        mesh = meshes[0]
+        row_axes = () if typed[0] is None or axis_name is not None else _spec_names(
+            typed[0][1][0]
+        )
+        hp_arrays = [_replicated(x, mesh) for x, a in zip(leaves, is_array, strict=True) if a]
 
         def with_hparams(arrays):
             it = iter(arrays)
@@ -411,11 +430,12 @@ def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
                 [next(it) if a else x for x, a in zip(leaves, is_array, strict=True)]
             )
 
-        first = placed(first, row_axes)
-        second = tuple(placed(x, row_axes) for x in second)
-        valid = placed(valid, row_axes)
+        first = _replicated(first, mesh, row_axes)
+        second = tuple(_replicated(x, mesh, row_axes) for x in second)
+        valid = _replicated(valid, mesh, row_axes)
         if not row_axes:
-            return loss(first, *second, axis_name=None, valid=valid, **with_hparams(hp_arrays))
+            return loss(first, *second, axis_name=axis_name, valid=valid,
+                        **with_hparams(hp_arrays))
         name = row_axes[0] if len(row_axes) == 1 else row_axes
         rows = jax.sharding.PartitionSpec(row_axes)
 
