@@ -236,7 +236,9 @@ def y_aware_infonce(
         image share them); constant, never differentiated.
       temperature: tau > 0 (0.1 in the official code).
       sigma: RBF bandwidth > 0 in metadata units (5 years of age in the official code).
-      axis_name: mesh/pmap axis to gather rows and metadata over (see ``_core``).
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather rows and metadata over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
         memory, fused gradient, see ``blockwise``); None chooses the dense form
@@ -382,7 +384,9 @@ def conditional_alignment(
       metadata: float [N] or [N, p] proxy labels; constant.
       temperature: tau > 0.
       sigma: RBF bandwidth > 0.
-      axis_name: mesh/pmap axis to gather rows and metadata over.
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather rows and metadata over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
         memory, fused gradient, see ``blockwise``); None chooses the dense form
@@ -437,7 +441,9 @@ def global_uniformity(
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       temperature: tau > 0.
-      axis_name: mesh/pmap axis to gather rows over.
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather rows over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
         memory, fused gradient, see ``blockwise``); None chooses the dense form
@@ -508,7 +514,9 @@ def conditional_uniformity(
       metadata: float [N] or [N, p] proxy labels; constant.
       temperature: tau > 0.
       sigma: RBF bandwidth > 0.
-      axis_name: mesh/pmap axis to gather rows and metadata over.
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather rows and metadata over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
         memory, fused gradient, see ``blockwise``); None chooses the dense form

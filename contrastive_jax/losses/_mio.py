@@ -77,7 +77,9 @@ def mio(
         than two rows per id act as several positives.
       temperature: tau > 0 (0.5 in the paper, for positives and negatives).
       l2_weight: lambda >= 0 of the L2 regulariser.
-      axis_name: mesh/pmap axis to gather rows and labels over (see ``_core``).
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather rows and labels over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
         memory, fused gradient, see ``blockwise``; the global pair counts come

@@ -183,7 +183,9 @@ def supcon(
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels (both views of an image share the label).
       temperature: tau > 0.
-      axis_name: mesh/pmap axis to gather negatives over (see ``_core``).
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather negatives over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(block·N)
         memory instead of O(N²), see ``blockwise``); None chooses the dense form
@@ -240,7 +242,9 @@ def nt_xent(
       embeddings: float [N, D], both views of each image as separate rows.
       labels: int [N] instance ids, one per source image.
       temperature: tau > 0 (SimCLR: 0.5 on CIFAR, 0.1 on ImageNet).
-      axis_name: mesh/pmap axis to gather negatives over.
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather negatives over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(block·N)
         memory instead of O(N²), see ``blockwise``); None chooses the dense form
@@ -298,7 +302,9 @@ def sincere(
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
       temperature: tau > 0 (0.1 in the paper).
-      axis_name: mesh/pmap axis to gather negatives over.
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather negatives over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(block·N)
         memory instead of O(N²), see ``blockwise``); None chooses the dense form

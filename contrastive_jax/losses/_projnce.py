@@ -845,7 +845,9 @@ def _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta, b
 _LOSS_INPUTS = """embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
       temperature: tau > 0 (0.07 in the paper)."""
-_SHARED_ARGS = """axis_name: mesh/pmap axis to gather the batch over (see ``_core``).
+_SHARED_ARGS = """axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather the batch over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [N]; False rows are padding (neither anchors nor
         candidates nor class statistics).
       block_size: stream over blocks of this many anchor rows (O(N·D + block·N)

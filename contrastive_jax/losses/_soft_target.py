@@ -124,7 +124,9 @@ def soft_target_infonce(
       targets: float [B, K] soft targets; rows should lie on the simplex.
       temperature: tau > 0 (may be traced).
       class_prior: optional float [K] noise distribution eta (>= 0).
-      axis_name: mesh/pmap axis to gather the targets over (see ``_core``).
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` to gather the targets over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [B]; False rows are padding.
       block_size: stream over blocks of this many anchor rows (O(block·B_g)
         memory instead of O(B·B_g), see ``blockwise``: ``M`` is ``scores`` against
@@ -220,7 +222,9 @@ def soft_target_cross_entropy(
       logits: float [B, K] class scores of the local rows.
       targets: float [B, K] soft targets; rows should lie on the simplex.
       temperature: tau > 0 (may be traced).
-      axis_name: mesh/pmap axis the batch is split over (see ``_core``).
+      axis_name: mesh axis, or tuple of mesh axes, of the enclosing
+        ``shard_map`` or ``pmap`` the batch is split over; None for global arrays,
+        sharded or not (see ``_core``).
       valid: optional bool [B]; False rows are padding.
 
     Returns:
