@@ -16,13 +16,17 @@ batch, rows sharded 8 ways, three ways:
   default), which the losses run under ``shard_map`` themselves;
 
 and prints each time and its ratio to ``shard_map``. Only ratios within one run
-mean anything: 8 simulated devices share the machine's cores.
+mean anything: 8 simulated devices share the machine's cores. ``--dots`` prints
+instead the shapes of the matrix products in each path's compiled per-device
+program (no run): a partitioned program multiplies 1/8 of the [N, N] work per
+device, a replicated one all of it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 
 os.environ["XLA_FLAGS"] = (
@@ -90,9 +94,19 @@ def main() -> None:
     parser.add_argument("--losses", default=",".join(LOSSES))
     parser.add_argument("--block-size", type=int, default=None,
                         help="anchor rows per block on every path (default: the loss's choice)")
+    parser.add_argument("--dots", action="store_true",
+                        help="print the per-device matrix products of each path; no timing")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.device_count()} devices, N = {args.n}, D = {args.d}, "
           f"median of {args.repeats}, block_size={args.block_size}")
+    if args.dots:
+        for name in args.losses.split(","):
+            programs = _programs(name, *_inputs(name, args.n, args.d), args.block_size)
+            for path, (fn, fn_args) in programs.items():
+                hlo = fn.lower(*fn_args).compile().as_text()
+                shapes = sorted(set(re.findall(r"(f32\[[0-9,]+\])\S* dot\(", hlo)))
+                print(f"{name} {path}: {' '.join(shapes)}", flush=True)
+        return
     print("| loss | shard_map s | jit_auto s | ratio | jit_explicit s | ratio |")
     print("|---|---|---|---|---|---|")
     for name in args.losses.split(","):
