@@ -359,6 +359,11 @@ def _replicated(x: Any, mesh: Any, rows: tuple[str, ...] = ()) -> Any:
     if not isinstance(x, (jax.Array, np.ndarray)):
         return x
     spec = () if x.ndim == 0 else (rows or None, *([None] * (x.ndim - 1)))
+    typed = _type_spec(x)
+    if typed is not None and typed[0] == mesh and [_spec_names(e) for e in typed[1]] + [
+        ()
+    ] * (x.ndim - len(typed[1])) == [_spec_names(e) for e in spec]:
+        return x  # already placed so
     return jax.sharding.reshard(
         jnp.asarray(x), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
     )

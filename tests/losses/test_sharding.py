@@ -166,6 +166,26 @@ def test_checkpoint_and_vmap_over_heads(name, block_size):
         np.testing.assert_allclose(grads[h], grad, rtol=1e-5, atol=1e-6)
 
 
+def test_vmap_over_heads_on_an_explicit_mesh():
+    """Heads [H, N, D] with rows sharded over an Explicit axis: ``jax.vmap`` of the loss
+    equals one call per head. (Heads sharded over a second axis too fail inside JAX
+    0.10.2 when differentiated; ``docs/using-losses.md`` says so.)"""
+    loss_fn, first, second, valid = case("supcon")
+    heads = jnp.stack([first, 0.5 * first[::-1] + 0.1])
+    mesh = jax.make_mesh((2, 4), ("heads", "batch"))
+    placed = jax.device_put(heads, NamedSharding(mesh, P(None, "batch")))
+
+    def per_head(x):
+        return loss_fn(x, second, valid=valid, temperature=0.5, block_size=STREAMED)
+
+    values, grads = jax.jit(jax.vmap(jax.value_and_grad(per_head)))(placed)
+    assert grads.sharding.is_equivalent_to(placed.sharding, 3)
+    for h in range(2):
+        value, grad = jax.value_and_grad(per_head)(heads[h])
+        np.testing.assert_allclose(values[h], value, rtol=1e-5)
+        np.testing.assert_allclose(grads[h], grad, rtol=1e-5, atol=1e-6)
+
+
 def test_set_mesh_two_axes_and_a_sharded_feature_axis():
     """Under ``jax.set_mesh``, rows over two Explicit axes and the feature axis over a
     third: the loss gathers the features, shards over the rows' axes, and the gradient
