@@ -220,12 +220,6 @@ def psum_if(x: Array, axis_name: AxisName) -> Array:
     return x if not names else jax.lax.psum(x, names)
 
 
-def pmax_if(x: Array, axis_name: AxisName) -> Array:
-    """``lax.pmax`` over ``axis_name``, identity when it is None."""
-    names = axis_names(axis_name)
-    return x if not names else jax.lax.pmax(x, names)
-
-
 def _varying_axes(x: Array) -> frozenset:
     """Mesh axes over which ``x`` is typed as varying inside ``shard_map``.
 
