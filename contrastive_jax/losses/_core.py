@@ -412,9 +412,11 @@ def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
         is_array = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
         typed = [_type_spec(x) for x in (first, *second, valid, *leaves)]
         meshes = [t[0] for t in typed if t is not None]
-        n = getattr(first, "shape", (None,))[0]
+        n = first.shape[0] if getattr(first, "ndim", 0) >= 1 else None
         rowwise = [x for x in (*second, valid) if x is not None]
-        if not meshes or any(getattr(x, "ndim", 0) < 1 or x.shape[0] != n for x in rowwise):
+        if not meshes or n is None or any(
+            getattr(x, "ndim", 0) < 1 or x.shape[0] != n for x in rowwise
+        ):
             # Nothing sharded, or a shape error that the loss's own checks report.
             return loss(first, *second, axis_name=axis_name, valid=valid, **hparams)
         mesh = meshes[0]
