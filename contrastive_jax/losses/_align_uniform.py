@@ -209,6 +209,7 @@ def uniformity(
 # --------------------------------------------------------------------------- loss
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def align_uniform(
     embeddings: Array,

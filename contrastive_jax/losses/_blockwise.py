@@ -414,7 +414,7 @@ class GatheredRows(NamedTuple):
 
 
 def gather_rows(
-    embeddings: Array, data: Array, valid: Array | None, axis_name: str | None
+    embeddings: Array, data: Array, valid: Array | None, axis_name: str | tuple[str, ...] | None
 ) -> GatheredRows:
     """Normalises and gathers rows like ``_core.contrast_batch``, minus the [n, m] self mask.
 
@@ -433,7 +433,7 @@ def gather_rows(
     )
 
 
-def global_mean(total: Array, anchor_ok: Array, axis_name: str | None) -> Array:
+def global_mean(total: Array, anchor_ok: Array, axis_name: str | tuple[str, ...] | None) -> Array:
     """``total`` (the sum of the per-anchor losses of this device's valid anchors)
     over the number of valid anchors of the global batch; 0 when there is none."""
     total = _core.differentiable_psum(total, axis_name)

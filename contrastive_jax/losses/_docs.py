@@ -26,9 +26,16 @@ SPLICED = "__shared_args_spliced__"
 
 #: marker -> the argument line it stands for; ``{rows}`` is the name of the row count.
 ARGS = {
-    "axis_name": "axis_name: mesh/pmap axis to gather the batch over (see ``_core``).",
+    "axis_name": (
+        "axis_name: mesh axis, or tuple of mesh axes (rows sharded over all of them, in mesh "
+        "order), of the enclosing ``shard_map`` or ``pmap`` to gather the batch over; None "
+        "for global arrays under ``jax.jit``, sharded over any mesh or not (see ``_core``)."
+    ),
     # The losses that need no gathered rows (a per-row loss, then a global mean).
-    "axis_name_split": "axis_name: mesh/pmap axis the batch is split over (see ``_core``).",
+    "axis_name_split": (
+        "axis_name: mesh axis, or tuple of mesh axes, of the enclosing ``shard_map`` or "
+        "``pmap`` that the batch is split over; None for global arrays (see ``_core``)."
+    ),
     "valid": "valid: optional bool [{rows}]; False rows are padding.",
     "block_size": (
         "block_size: stream over blocks of this many anchor rows, holding a [block, global "

@@ -161,7 +161,7 @@ def _kernel_batch(
     temperature: float | Array,
     sigma: float | Array | None,
     valid: Array | None,
-    axis_name: str | None,
+    axis_name: str | tuple[str, ...] | None,
 ) -> _KernelBatch:
     """Checks the inputs, normalises and gathers rows and metadata, builds the masks.
 
@@ -206,6 +206,7 @@ def _uniformity_per_anchor(kb: _KernelBatch) -> Array:
 # --------------------------------------------------------------------------- losses
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def y_aware_infonce(
     embeddings: Array,
@@ -213,7 +214,7 @@ def y_aware_infonce(
     *,
     temperature: float | Array = 0.1,
     sigma: float | Array = 5.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -348,13 +349,16 @@ def _kernel_streamed(kind, embeddings, metadata, temperature, sigma, valid, axis
     return blockwise.global_mean(total, anchor_ok, axis_name)
 
 
-def _block_for(embeddings: Array, axis_name: str | None, block_size: int | None) -> int | None:
+def _block_for(
+    embeddings: Array, axis_name: str | tuple[str, ...] | None, block_size: int | None
+) -> int | None:
     """Anchor rows per block for this call, or None for the dense path."""
     embeddings = _core.check_embeddings(embeddings)
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    num_devices = _core.num_devices(axis_name)
     return blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def conditional_alignment(
     embeddings: Array,
@@ -362,7 +366,7 @@ def conditional_alignment(
     *,
     temperature: float | Array = 0.1,
     sigma: float | Array = 5.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -412,12 +416,13 @@ def conditional_alignment(
     return _core.valid_anchor_mean(_alignment_per_anchor(kb, sigma), kb.anchor_ok, axis_name)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def global_uniformity(
     embeddings: Array,
     *,
     temperature: float | Array = 0.1,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -463,6 +468,7 @@ def global_uniformity(
     return _core.valid_anchor_mean(_uniformity_per_anchor(kb), kb.anchor_ok, axis_name)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def conditional_uniformity(
     embeddings: Array,
@@ -470,7 +476,7 @@ def conditional_uniformity(
     *,
     temperature: float | Array = 0.1,
     sigma: float | Array = 5.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:

@@ -23,7 +23,7 @@ from contrastive_jax.losses import _core, _docs
 Array = jax.Array
 
 
-def _global_pair_mean(values: Array, pairs: Array, axis_name: str | None) -> Array:
+def _global_pair_mean(values: Array, pairs: Array, axis_name: str | tuple[str, ...] | None) -> Array:
     """``sum_{pairs} values / #pairs`` over the global batch; 0 when there is no pair.
 
     ``values`` and ``pairs`` are [n, m] (local anchors against all rows); the sum
@@ -34,6 +34,7 @@ def _global_pair_mean(values: Array, pairs: Array, axis_name: str | None) -> Arr
     return total / jnp.maximum(count, 1.0)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def mio(
     embeddings: Array,
@@ -41,7 +42,7 @@ def mio(
     *,
     temperature: float | Array = 0.5,
     l2_weight: float | Array = 0.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -103,7 +104,7 @@ def mio(
     labels = _core.check_labels(labels, embeddings.shape[0])
     _core.check_positive(temperature, "temperature")
     _core.check_nonnegative(l2_weight, "l2_weight")
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    num_devices = _core.num_devices(axis_name)
     block = blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
     if block is not None:
         return _mio_streamed(embeddings, labels, temperature, l2_weight, valid, axis_name, block)

@@ -134,7 +134,7 @@ def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_s
     labels = _core.check_labels(labels, embeddings.shape[0])
     _core.check_positive(temperature, "temperature")
     n = embeddings.shape[0]
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    num_devices = _core.num_devices(axis_name)
     block = blockwise.choose_block(block_size, n * num_devices)
     if block is None:
         batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
@@ -158,13 +158,14 @@ def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_s
     return blockwise.global_mean(total, anchor_ok, axis_name)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def supcon(
     embeddings: Array,
     labels: Array,
     *,
     temperature: float | Array = 0.1,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -210,13 +211,14 @@ def supcon(
     )
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def nt_xent(
     embeddings: Array,
     labels: Array,
     *,
     temperature: float | Array = 0.1,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -269,13 +271,14 @@ def nt_xent(
     )
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def sincere(
     embeddings: Array,
     labels: Array,
     *,
     temperature: float | Array = 0.1,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:

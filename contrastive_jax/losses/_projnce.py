@@ -153,7 +153,7 @@ def _projection_loss(
     labels: Array,
     temperature: float | Array,
     valid: Array | None,
-    axis_name: str | None,
+    axis_name: str | tuple[str, ...] | None,
     block_size: int | None,
     num_classes: int | None,
     *,
@@ -177,7 +177,7 @@ def _projection_loss(
     _core.check_positive(temperature, "temperature")
     _check_num_classes(num_classes, labels)
     n = embeddings.shape[0]
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    num_devices = _core.num_devices(axis_name)
     block = blockwise.choose_block(block_size, n * num_devices)
     if block is None:
         return _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta,
@@ -235,6 +235,7 @@ def _dense_loss(kind, embeddings, labels, temperature, valid, axis_name, beta, b
 # --------------------------------------------------------------------------- losses
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def projnce(
     embeddings: Array,
@@ -242,7 +243,7 @@ def projnce(
     *,
     temperature: float | Array = 0.07,
     beta: float | Array = 1.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,
@@ -291,6 +292,7 @@ def projnce(
                             block_size, num_classes, beta=beta)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def soft_supcon(
     embeddings: Array,
@@ -299,7 +301,7 @@ def soft_supcon(
     temperature: float | Array = 0.07,
     bandwidth: float | Array = 0.6,
     distance: str = "l1",
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,
@@ -355,6 +357,7 @@ def soft_supcon(
                             block_size, num_classes, bandwidth=bandwidth, distance=distance)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def soft_nce(
     embeddings: Array,
@@ -363,7 +366,7 @@ def soft_nce(
     temperature: float | Array = 0.07,
     bandwidth: float | Array = 0.6,
     distance: str = "l1",
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,
@@ -411,6 +414,7 @@ def soft_nce(
                             block_size, num_classes, bandwidth=bandwidth, distance=distance)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def med_supcon(
     embeddings: Array,
@@ -418,7 +422,7 @@ def med_supcon(
     *,
     temperature: float | Array = 0.07,
     median_mode: str = "lower",
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,
@@ -465,6 +469,7 @@ def med_supcon(
                             block_size, num_classes, median_mode=median_mode)
 
 
+@_core.explicit_sharding
 @_docs.shared_args
 def med_nce(
     embeddings: Array,
@@ -472,7 +477,7 @@ def med_nce(
     *,
     temperature: float | Array = 0.07,
     median_mode: str = "lower",
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
     num_classes: int | None = None,

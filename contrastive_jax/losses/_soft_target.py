@@ -80,6 +80,7 @@ def _anchor_rows(targets: Array, valid: Array | None) -> Array:
     return _core.check_valid(valid, targets.shape[0]) & (jnp.sum(targets, axis=1) > 0)
 
 
+@_core.explicit_sharding
 @_docs.shared_args(rows="B")
 def soft_target_infonce(
     logits: Array,
@@ -87,7 +88,7 @@ def soft_target_infonce(
     *,
     temperature: float | Array = 1.0,
     class_prior: Array | None = None,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -196,13 +197,14 @@ def _soft_target_block(m, params, rows, candidate_ok):
     return jnp.where(anchor_ok, per_anchor, 0.0), None
 
 
+@_core.explicit_sharding
 @_docs.shared_args(rows="B")
 def soft_target_cross_entropy(
     logits: Array,
     targets: Array,
     *,
     temperature: float | Array = 1.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
 ) -> Array:
     """Soft-target cross-entropy, Hugger & Uhlmann (2024) Eq. (3).
@@ -292,6 +294,7 @@ def _smoothed(logits: Array, label: Array, label_smoothing: float) -> Array:
     return smooth_labels(label, logits.shape[1], float(label_smoothing))
 
 
+@_core.explicit_sharding
 @_docs.shared_args(rows="B")
 def label_cross_entropy(
     logits: Array,
@@ -338,6 +341,7 @@ def label_cross_entropy(
     )
 
 
+@_core.explicit_sharding
 @_docs.shared_args(rows="B")
 def label_soft_target_infonce(
     logits: Array,
