@@ -257,11 +257,13 @@ def align_uniform(
       Learning through Alignment and Uniformity on the Hypersphere. ICML 2020,
       arXiv:2005.10242, Sec. 4.1 (``align_loss``, ``uniform_loss``).
     """
-    if embeddings.ndim != 2 or embeddings.shape[0] % 2:
+    embeddings = _core.check_embeddings(embeddings)
+    if embeddings.shape[0] % 2:
         raise ValueError(
             f"`embeddings` must be [N, D] with N even (two views per example), got "
             f"{embeddings.shape}"
         )
+    instance = _core.check_labels(instance, embeddings.shape[0], "instance")
     valid = jnp.ones(embeddings.shape[0], bool) if valid is None else valid
     align = alignment_from_labels(
         embeddings, instance, alpha=alpha, axis_name=axis_name, valid=valid

@@ -397,11 +397,12 @@ def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
     them. Any other call (GSPMD/Auto axes, one device, ``pmap``) goes straight to
     ``loss``.
 
-    Why not Explicit sharding rules throughout: the per-device code slices single
-    entries of sharded rows (the streamed forms' scalars), reshapes sharded rows
-    into blocks, scans over them and contracts a sharded feature axis; JAX has no
-    Explicit-sharding rule for the first three, and asks for an ``out_sharding``
-    for the last. Read from the input's type, the mesh makes a ``shard_map``.
+    Why not Explicit sharding rules throughout: the code slices single entries of
+    sharded rows (the streamed forms' scalars), for which JAX has no Explicit rule,
+    contracts a feature axis that may be sharded (JAX then asks for an
+    ``out_sharding``), and the streamed forms scan over blocks of rows, which with
+    sharded rows would run one block at a time across the devices. Read from the
+    input's type, the mesh makes a ``shard_map`` instead.
     """
 
     @functools.wraps(loss)

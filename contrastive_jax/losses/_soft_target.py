@@ -275,8 +275,7 @@ def _smoothed(logits: Array, label: Array, label_smoothing: float) -> Array:
     Int labels [B] give ``(1 - eps) onehot(y) + eps / K``; float soft targets [B, K]
     (already smoothed and mixed) are returned as they are, with eps = 0 required.
     """
-    if logits.ndim != 2:
-        raise ValueError(f"`logits` must have shape [B, K], got {logits.shape}")
+    logits = _core.check_embeddings(logits, "logits")
     if not 0.0 <= float(label_smoothing) <= 1.0:
         raise ValueError(f"`label_smoothing` must be in [0, 1], got {label_smoothing}")
     if jnp.issubdtype(label.dtype, jnp.floating):
@@ -290,7 +289,10 @@ def _smoothed(logits: Array, label: Array, label_smoothing: float) -> Array:
             )
         return label.astype(jnp.float32)
     if label.shape != logits.shape[:1]:
-        raise ValueError(f"`label` must be int [{logits.shape[0]}], got {label.shape}")
+        raise ValueError(
+            f"`label` must have shape [{logits.shape[0]}] (int class labels) or "
+            f"{tuple(logits.shape)} (soft targets), got {tuple(label.shape)}"
+        )
     return smooth_labels(label, logits.shape[1], float(label_smoothing))
 
 
