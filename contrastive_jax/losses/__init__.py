@@ -9,8 +9,9 @@ Embedding losses take ``(embeddings [N, D], second, *, hparams, axis_name=None,
 valid=None)`` and return the mean over valid anchors of the global batch (the
 contract is described in ``docs/conventions.md``). ``second`` is one of
 :data:`SECOND_ARGUMENTS`: instance ids (``nt_xent``), class labels (SupCon,
-SINCERE, the ProjNCE family, MIO) or continuous metadata (the y-Aware family);
-``global_uniformity`` takes none. The soft-target losses take class scores
+SINCERE, the ProjNCE family, MIO), continuous metadata (the y-Aware family) or the
+other tower's embeddings (the two-tower losses ``clip`` and ``siglip``, whose row i of
+each tower is one pair); ``global_uniformity`` takes none. The soft-target losses take class scores
 ``logits [B, K]`` and soft ``targets [B, K]`` instead.
 
 This package needs only the core install (jax, chex, numpy).
@@ -30,6 +31,7 @@ from contrastive_jax.losses._mio import mio
 from contrastive_jax.losses._nce import nt_xent, sincere, supcon
 from contrastive_jax.losses._projnce import med_nce, med_supcon, projnce, soft_nce, soft_supcon
 from contrastive_jax.losses._soft_target import soft_target_cross_entropy, soft_target_infonce
+from contrastive_jax.losses._two_tower import clip, siglip
 
 #: What a loss's second positional argument is, by kind:
 #:
@@ -38,8 +40,11 @@ from contrastive_jax.losses._soft_target import soft_target_cross_entropy, soft_
 #: * ``"metadata"``: float [N] or [N, P] continuous metadata (the y-Aware family's kernel).
 #: * ``"soft_targets"``: float [B, K] target distributions; the first argument is then class
 #:   scores ``logits [B, K]``, not embeddings.
+#: * ``"paired_embeddings"``: float [N, D] the other tower of a two-tower model (CLIP,
+#:   SigLIP): the first argument is ``image_embeddings [N, D]``, the second
+#:   ``text_embeddings [N, D]``, and row i of each is one positive pair.
 #: * ``None``: no second argument (``global_uniformity``).
-SECOND_ARGUMENTS = ("instance", "label", "metadata", "soft_targets", None)
+SECOND_ARGUMENTS = ("instance", "label", "metadata", "paired_embeddings", "soft_targets", None)
 
 _REGISTRY: dict[str, tuple[Callable, str | None]] = {
     fn.__name__: (fn, second)
@@ -59,6 +64,8 @@ _REGISTRY: dict[str, tuple[Callable, str | None]] = {
         (global_uniformity, None),
         (soft_target_infonce, "soft_targets"),
         (soft_target_cross_entropy, "soft_targets"),
+        (clip, "paired_embeddings"),
+        (siglip, "paired_embeddings"),
     )
 }
 
