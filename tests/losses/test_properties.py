@@ -36,11 +36,13 @@ LABEL_LOSSES = ("nt_xent", "supcon", "sincere", "projnce", "soft_supcon", "soft_
 METADATA_LOSSES = ("y_aware_infonce", "conditional_alignment", "conditional_uniformity")
 NO_TARGET_LOSSES = ("global_uniformity",)
 LOGIT_LOSSES = ("soft_target_infonce", "soft_target_cross_entropy")
+PAIRED_LOSSES = ("clip", "siglip")
 SETTINGS = settings(max_examples=10, deadline=None, derandomize=True)
 
 
 def test_every_registered_loss_is_covered():
-    covered = LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES
+    covered = (LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES
+               + PAIRED_LOSSES)
     assert sorted(covered) == losses.names()
 
 
@@ -131,7 +133,16 @@ def test_soft_target_losses_finite(name, logits, targets, temperature):
     _assert_finite(name, logits, jnp.asarray(targets), temperature)
 
 
+@pytest.mark.parametrize("name", PAIRED_LOSSES)
+@SETTINGS
+@given(x=embeddings(), y=embeddings(), temperature=temperatures)
+def test_paired_losses_finite(name, x, y, temperature):
+    _assert_finite(name, x, jnp.asarray(y), temperature)
+
+
 def _second(name: str, n: int):
+    if name in PAIRED_LOSSES:
+        return jnp.ones((n, D), jnp.float32)
     if name in METADATA_LOSSES:
         return jnp.zeros((n, 1), jnp.float32)
     if name in LOGIT_LOSSES:
@@ -146,7 +157,7 @@ def _call(name: str, x, second, **kwargs):
     return fn(x, second, **kwargs)
 
 
-ALL = LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES
+ALL = LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES + PAIRED_LOSSES
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -10,7 +10,7 @@ from contrastive_jax import losses
 
 
 def test_every_registered_name_resolves_to_the_exported_function():
-    assert len(losses.names()) == 15
+    assert len(losses.names()) == 17
     for name in losses.names():
         assert losses.get(name) is getattr(losses, name)
         assert losses.get(name).__doc__
@@ -37,6 +37,8 @@ def test_every_loss_records_the_kind_of_its_second_argument():
             assert positional == ["embeddings"]
         elif kind == "soft_targets":
             assert positional == ["logits", "targets"]
+        elif kind == "paired_embeddings":
+            assert positional == ["image_embeddings", "text_embeddings"]
         else:
             assert positional[0] == "embeddings" and len(positional) == 2
     assert losses.second_argument("nt_xent") == "instance"
