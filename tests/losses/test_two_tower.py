@@ -115,9 +115,11 @@ KINDS = ("clip", "siglip")
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("block_size", [None, 3, 16])
 @pytest.mark.parametrize("pad", [0, 3])
-def test_value_and_gradients_match_the_float64_reference(kind, block_size, pad):
+@pytest.mark.parametrize("exchange", ["gather", "ring"])
+def test_value_and_gradients_match_the_float64_reference(kind, block_size, pad, exchange):
     a, b, valid = _data(16, pad=pad)
-    got = _value_and_grads(kind, valid=jnp.asarray(valid), block_size=block_size)(
+    got = _value_and_grads(kind, valid=jnp.asarray(valid), block_size=block_size,
+                           exchange=exchange)(
         a, b, jnp.float32(TAU), jnp.float32(BIAS)
     )
     _assert_matches(kind, got, _reference(kind, a, b, TAU, BIAS, valid))
@@ -147,13 +149,14 @@ def test_streaming_is_chosen_above_the_threshold_and_equals_the_dense_form(kind,
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("block_size", [None, 4])
-def test_no_n_by_n_array_when_streamed(kind, block_size):
+@pytest.mark.parametrize(("block_size", "exchange"), [(None, "gather"), (4, "gather"),
+                                                      (4, "ring")])
+def test_no_n_by_n_array_when_streamed(kind, block_size, exchange):
     """The streamed value-and-gradient program holds no [N, N] array; the dense one does."""
     n = 64
     a, b, _ = _data(n, d=8)
-    lowered = _value_and_grads(kind, block_size=block_size).lower(a, b, TAU, BIAS)
-    text = lowered.as_text()
+    fn = _value_and_grads(kind, block_size=block_size, exchange=exchange)
+    text = fn.lower(a, b, TAU, BIAS).as_text()
     has_square = f"tensor<{n}x{n}xf32>" in text
     assert has_square == (block_size is None)
 
@@ -207,6 +210,7 @@ def test_traced_hyperparameters_are_accepted_under_jit(kind):
         ({"valid": np.ones((3,), bool)}, "valid"),
         ({"valid": np.ones((4,), np.int32)}, "valid"),
         ({"block_size": 0}, "block_size"),
+        ({"exchange": "all_to_all"}, "exchange"),
     ],
 )
 @pytest.mark.parametrize("kind", KINDS)
@@ -246,17 +250,19 @@ MESHES = {
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("block_size", [None, 4])
+@pytest.mark.parametrize("block_size", [None, 3])
 @pytest.mark.parametrize("mesh_name", sorted(MESHES))
 @pytest.mark.parametrize("grad_inside", [False, True])
-def test_shard_map_equals_one_device(kind, block_size, mesh_name, grad_inside):
+@pytest.mark.parametrize("exchange", ["gather", "ring"])
+def test_shard_map_equals_one_device(kind, block_size, mesh_name, grad_inside, exchange):
     shape, names, axis_name = MESHES[mesh_name]
     mesh = _mesh(shape, names)
-    a, b, valid = _data(32, pad=5, seed=1)
+    a, b, valid = _data(48, pad=5, seed=1)
     rows = P(names)
 
     def local(x, y, t, c, v):
-        return _call(kind, x, y, t, c, valid=v, axis_name=axis_name, block_size=block_size)
+        return _call(kind, x, y, t, c, valid=v, axis_name=axis_name, block_size=block_size,
+                     exchange=exchange)
 
     if grad_inside:
         def per_device(x, y, t, c, v):
@@ -276,12 +282,14 @@ def test_shard_map_equals_one_device(kind, block_size, mesh_name, grad_inside):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_pmap_equals_one_device(kind):
+@pytest.mark.parametrize("exchange", ["gather", "ring"])
+def test_pmap_equals_one_device(kind, exchange):
     a, b, valid = _data(32, pad=3, seed=2)
 
     def local(x, y, v):
         return jax.value_and_grad(
-            lambda x_, y_: _call(kind, x_, y_, TAU, BIAS, valid=v, axis_name="d", block_size=2),
+            lambda x_, y_: _call(kind, x_, y_, TAU, BIAS, valid=v, axis_name="d", block_size=2,
+                                 exchange=exchange),
             argnums=(0, 1),
         )(x, y)
 
@@ -298,12 +306,13 @@ def test_pmap_equals_one_device(kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("block_size", [None, 4])
 @pytest.mark.parametrize("mesh_name", sorted(MESHES))
-def test_jit_on_sharded_arrays_equals_one_device(kind, block_size, mesh_name):
+@pytest.mark.parametrize("exchange", ["gather", "ring"])
+def test_jit_on_sharded_arrays_equals_one_device(kind, block_size, mesh_name, exchange):
     shape, names, _ = MESHES[mesh_name]
     mesh = _mesh(shape, names)
     a, b, valid = _data(32, pad=2, seed=4)
     put = functools.partial(jax.device_put, device=NamedSharding(mesh, P(names)))
-    got = _value_and_grads(kind, valid=put(valid), block_size=block_size)(
+    got = _value_and_grads(kind, valid=put(valid), block_size=block_size, exchange=exchange)(
         put(a), put(b), jnp.float32(TAU), jnp.float32(BIAS)
     )
     _assert_matches(kind, got, _reference(kind, a, b, TAU, BIAS, valid))
