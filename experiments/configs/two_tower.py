@@ -11,7 +11,7 @@ first view is paired with the second view of another example, a new partner ever
     python -m contrastive_jax.pretrain --workdir runs/clip_digits \\
         --config experiments/configs/two_tower.py:clip
     python -m contrastive_jax.pretrain --workdir runs/siglip_shuffled \\
-        --config experiments/configs/two_tower.py:siglip,shuffled,30
+        --config experiments/configs/two_tower.py:siglip,shuffled,15
 
 ``python -m experiments.reproduce.two_tower`` runs both losses, both pairings, 3 seeds, and
 scores image->text retrieval on the test split.
@@ -40,7 +40,7 @@ LOSSES = {"clip": {"temperature": 0.07}, "siglip": {"temperature": 0.1, "bias": 
 #: config pairing -> the objective's second argument of a two-tower loss.
 PAIRINGS = {"paired": "paired_embeddings", "shuffled": "shuffled_pairs"}
 LR = 1.5
-EPOCHS = 30
+EPOCHS = 15
 
 
 def get_config(spec: str = "clip") -> ml_collections.ConfigDict:
