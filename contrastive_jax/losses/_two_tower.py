@@ -31,8 +31,12 @@ Three forms compute the same value and gradients:
   devices (``lax.ppermute``) with their column statistics and gradients, so no device
   holds more than its own rows of each tower plus one visiting block.
 
-The positives ``d_ii`` are computed once, outside the products, and differentiated by
-autodiff. Every form divides the global sum by the global number of valid pairs.
+Without ``axis_name``, towers whose rows are sharded over Explicit mesh axes (under
+``jax.jit`` with ``jax.sharding.set_mesh``) are handled per device: the loss wraps itself
+in ``jax.shard_map`` over those axes (the previous item), so it is partitioned like
+the rows, not replicated. The positives ``d_ii`` are computed once, outside the
+products, and differentiated by autodiff. Every form divides the global sum by the
+global number of valid pairs.
 """
 
 from __future__ import annotations
@@ -97,6 +101,41 @@ def _global_sum(x: Array, axis_name: AxisName) -> Array:
     if axes <= _core._varying_axes(x):
         return jax.lax.psum(x, axis_name)
     return x + jax.lax.stop_gradient(jax.lax.psum(x, axis_name) - x)
+
+
+def _explicit_rows(a: Array, b: Array, axis_name: AxisName):
+    """Without ``axis_name``, for towers whose rows are sharded over Explicit mesh axes: a
+    function ``(loss, a, b, valid, **hyperparameters)`` that runs ``loss`` inside
+    ``jax.shard_map`` over those axes (each device its own rows, ``axis_name`` set), so
+    the loss is partitioned like the rows. None otherwise (the call proceeds as is)."""
+    if axis_name is not None or not hasattr(a, "ndim") or getattr(a, "ndim", 0) != 2:
+        return None
+    sharding = getattr(jax.typeof(a), "sharding", None)
+    spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
+    if not spec or spec[0] is None or mesh is None:
+        return None
+    axes = spec[0] if isinstance(spec[0], tuple) else (spec[0],)
+    types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
+    if any(types[axis] != jax.sharding.AxisType.Explicit for axis in axes):
+        return None
+    rows = jax.sharding.PartitionSpec(spec[0])
+    names = axes if len(axes) > 1 else axes[0]
+
+    def run(loss, a, b, valid, **hyperparameters):
+        _check_towers(a, b)
+        a, b, valid = (jax.reshard(x, rows) for x in (a, b, _core.check_valid(valid, a.shape[0])))
+        scalars = {k: jax.reshard(jnp.asarray(v, jnp.float32), jax.sharding.PartitionSpec())
+                   for k, v in hyperparameters.items()}
+
+        def local(a, b, valid, scalars):
+            return loss(a, b, valid=valid, axis_name=names, **scalars)
+
+        return jax.shard_map(
+            local, mesh=mesh, in_specs=(rows, rows, rows, jax.sharding.PartitionSpec()),
+            out_specs=jax.sharding.PartitionSpec(),
+        )(a, b, valid, scalars)
+
+    return run
 
 
 def _axis_tuple(axis_name: AxisName) -> AxisName:
@@ -442,6 +481,10 @@ def clip(
     """
     _core.check_positive(temperature, "temperature")
     axis_name = _axis_tuple(axis_name)
+    explicit = _explicit_rows(image_embeddings, text_embeddings, axis_name)
+    if explicit is not None:
+        return explicit(functools.partial(clip, block_size=block_size, exchange=exchange),
+                        image_embeddings, text_embeddings, valid, temperature=temperature)
     t = _Towers(image_embeddings, text_embeddings, valid, axis_name, block_size, exchange)
     tau = blockwise.like_anchors(temperature, t.a)
     if t.fused:
@@ -529,6 +572,11 @@ def siglip(
     _core.check_positive(temperature, "temperature")
     _check_finite(bias, "bias")
     axis_name = _axis_tuple(axis_name)
+    explicit = _explicit_rows(image_embeddings, text_embeddings, axis_name)
+    if explicit is not None:
+        return explicit(functools.partial(siglip, block_size=block_size, exchange=exchange),
+                        image_embeddings, text_embeddings, valid, temperature=temperature,
+                        bias=bias)
     t = _Towers(image_embeddings, text_embeddings, valid, axis_name, block_size, exchange)
     params = (blockwise.like_anchors(temperature, t.a), blockwise.like_anchors(bias, t.a))
     if t.fused:

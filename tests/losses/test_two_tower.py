@@ -316,3 +316,21 @@ def test_jit_on_sharded_arrays_equals_one_device(kind, block_size, mesh_name, ex
         put(a), put(b), jnp.float32(TAU), jnp.float32(BIAS)
     )
     _assert_matches(kind, got, _reference(kind, a, b, TAU, BIAS, valid))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("block_size", [None, 4])
+@pytest.mark.parametrize("mesh_name", sorted(MESHES))
+def test_jit_on_an_explicit_mesh_is_partitioned_and_equals_one_device(kind, block_size, mesh_name):
+    """Rows sharded over Explicit axes: the loss runs per device (shard_map over those axes),
+    its gradients keep the rows' sharding, and value and gradients are the reference's."""
+    shape, names, _ = MESHES[mesh_name]
+    mesh = jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Explicit,) * len(shape))
+    a, b, valid = _data(32, pad=3, seed=5)
+    with jax.sharding.set_mesh(mesh):
+        put = functools.partial(jax.device_put, device=NamedSharding(mesh, P(names)))
+        got = _value_and_grads(kind, valid=put(valid), block_size=block_size)(
+            put(a), put(b), jnp.float32(TAU), jnp.float32(BIAS)
+        )
+        assert got[1][0].sharding.is_equivalent_to(NamedSharding(mesh, P(names)), 2)
+    _assert_matches(kind, got, _reference(kind, a, b, TAU, BIAS, valid))
