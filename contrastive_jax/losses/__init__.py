@@ -10,7 +10,9 @@ Embedding losses take ``(embeddings [N, D], second, *, hparams, axis_name=None,
 valid=None)`` and return the mean over valid anchors of the global batch (the
 contract is described in ``docs/conventions.md``). ``second`` is one of
 :data:`SECOND_ARGUMENTS`: instance ids (``nt_xent``, ``align_uniform``), class labels
-(SupCon, SINCERE, the ProjNCE family, MIO) or continuous metadata (the y-Aware family);
+(SupCon, SINCERE, the ProjNCE family, MIO), continuous metadata (the y-Aware family)
+or the other tower's embeddings (the two-tower losses ``clip`` and ``siglip``, whose row i
+of each tower is one pair);
 ``global_uniformity`` takes none. The losses on class scores (:data:`FIRST_ARGUMENTS`
 ``"logits"``) take ``logits [B, K]`` and soft ``targets [B, K]`` (the soft-target losses)
 or class labels (``label_cross_entropy``, ``label_soft_target_infonce``) instead.
@@ -39,6 +41,7 @@ from contrastive_jax.losses._soft_target import (
     soft_target_cross_entropy,
     soft_target_infonce,
 )
+from contrastive_jax.losses._two_tower import clip, siglip
 
 #: What a loss's first positional argument is: ``"embeddings"`` float [N, D] (rows
 #: normalised inside) or ``"logits"`` float [B, K] class scores.
@@ -52,8 +55,11 @@ FIRST_ARGUMENTS = ("embeddings", "logits")
 #: * ``"metadata"``: float [N] or [N, P] continuous metadata (the y-Aware family's kernel).
 #: * ``"soft_targets"``: float [B, K] target distributions; the first argument is then class
 #:   scores ``logits [B, K]``, not embeddings.
+#: * ``"paired_embeddings"``: float [N, D] the other tower of a two-tower model (CLIP,
+#:   SigLIP): the first argument is ``image_embeddings [N, D]``, the second
+#:   ``text_embeddings [N, D]``, and row i of each is one positive pair.
 #: * ``None``: no second argument (``global_uniformity``).
-SECOND_ARGUMENTS = ("instance", "label", "metadata", "soft_targets", None)
+SECOND_ARGUMENTS = ("instance", "label", "metadata", "paired_embeddings", "soft_targets", None)
 
 _REGISTRY: dict[str, tuple[Callable, str, str | None]] = {
     fn.__name__: (fn, first, second)
@@ -76,6 +82,8 @@ _REGISTRY: dict[str, tuple[Callable, str, str | None]] = {
         (soft_target_cross_entropy, "logits", "soft_targets"),
         (label_cross_entropy, "logits", "label"),
         (label_soft_target_infonce, "logits", "label"),
+        (clip, "embeddings", "paired_embeddings"),
+        (siglip, "embeddings", "paired_embeddings"),
     )
 }
 

@@ -26,6 +26,15 @@ scores with class labels (``label_cross_entropy``, ``label_soft_target_infonce``
 ``classifier`` head); the soft-target losses are not (the step has no soft targets but
 the mixed ones below).
 
+The two-tower losses (``clip``, ``siglip``; kind ``"paired_embeddings"``) treat the two
+views of each example as its two towers: the projections of the first views are
+``image_embeddings``, those of the second views ``text_embeddings`` (the step lays out
+the V views of an example on consecutive rows; these losses need
+``config.data.num_views = 2``). A shuffled-pairs control,
+``config.loss.targets = {"clip": "shuffled_pairs"}``, pairs each example's first view
+with the second view of the previous example on the device (a different, random
+partner at every step), so the towers share no pairing to learn.
+
 ``config.loss.mixing`` (optional; absent, None or empty: off) turns on the soft targets of
 Hugger & Uhlmann (2024, arXiv:2404.14076, Sec. 4.1, Eq. 2): label smoothing with MixUp or
 CutMix in timm's batch mode (:mod:`contrastive_jax.data.mixing`). The training step then
@@ -99,11 +108,16 @@ SOFT_LABEL_TERMS = tuple(
 
 def objective_terms() -> list[str]:
     """The registered losses ``config.loss.name`` can name, sorted: those whose second
-    argument is a field of :class:`Targets` or none."""
+    argument is a field of :class:`Targets`, the other tower or none."""
     return [
         name for name in losses.names()
-        if losses.second_argument(name) is None or losses.second_argument(name) in Targets._fields
+        if losses.second_argument(name) in (None, "paired_embeddings", *Targets._fields)
     ]
+
+
+#: The second arguments of a two-tower loss: the other view of the same example, or of the
+#: previous example on the device (the shuffled-pairs control).
+PAIRINGS = ("paired_embeddings", "shuffled_pairs")
 
 
 def parse_mixing(loss_config) -> Mixing | None:
@@ -174,10 +188,10 @@ def parse_terms(loss_config) -> list[Term]:
     if unknown:
         raise ConfigError(f"config.loss.targets names losses that are not terms: {sorted(unknown)}")
     for name, target in overrides.items():
-        if target not in Targets._fields:
-            raise ConfigError(
-                f"config.loss.targets.{name}={target!r} is not one of {Targets._fields}"
-            )
+        paired = name in losses.names() and losses.second_argument(name) == "paired_embeddings"
+        choices = PAIRINGS if paired else Targets._fields
+        if target not in choices:
+            raise ConfigError(f"config.loss.targets.{name}={target!r} is not one of {choices}")
     mixing = parse_mixing(loss_config)
     if mixing is not None:
         other = [n for n in names if n not in SOFT_LABEL_TERMS]
@@ -228,7 +242,9 @@ def evaluate(
     values = {}
     total = jnp.zeros((), jnp.float32)
     for term in terms:
-        if term.target is None:
+        if term.target in PAIRINGS:
+            value = _paired(term, projections, valid, axis_name)
+        elif term.target is None:
             value = term.fn(projections, axis_name=axis_name, valid=valid, **term.kwargs)
         else:
             second = getattr(targets, term.target)
@@ -241,3 +257,18 @@ def evaluate(
         values[term.name] = value
         total = total + term.weight * value
     return total, values
+
+
+def _paired(term: Term, projections: Array, valid: Array | None, axis_name) -> Array:
+    """A two-tower term on the two views: rows 2i (first views) against rows 2i + 1."""
+    n = projections.shape[0]
+    if n % 2:
+        raise ConfigError(
+            f"loss {term.name!r} pairs the two views of each example, but the device has "
+            f"{n} rows (an odd number): give the data two views per example"
+        )
+    images, texts = projections[0::2], projections[1::2]
+    if term.target == "shuffled_pairs":
+        texts = jnp.roll(texts, 1, axis=0)
+    pair_valid = None if valid is None else valid[0::2] & valid[1::2]
+    return term.fn(images, texts, axis_name=axis_name, valid=pair_valid, **term.kwargs)

@@ -40,12 +40,14 @@ LOGIT_LOSSES = ("soft_target_infonce", "soft_target_cross_entropy")
 LABEL_LOGIT_LOSSES = ("label_cross_entropy", "label_soft_target_infonce")
 #: Instance ids, no temperature (Wang & Isola's scale t in its place).
 INSTANCE_LOSSES = ("align_uniform",)
+PAIRED_LOSSES = ("clip", "siglip")
 SETTINGS = settings(max_examples=10, deadline=None, derandomize=True)
 
 
 def test_every_registered_loss_is_covered():
     covered = (LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES
-               + LABEL_LOGIT_LOSSES + INSTANCE_LOSSES)
+               + LABEL_LOGIT_LOSSES + INSTANCE_LOSSES
+               + PAIRED_LOSSES)
     assert sorted(covered) == losses.names()
 
 
@@ -158,7 +160,16 @@ def test_align_uniform_bad_scale_raises(name):
         losses.align_uniform(jnp.ones((N, D)), jnp.zeros((N,), jnp.int32), **{name: 0.0})
 
 
+@pytest.mark.parametrize("name", PAIRED_LOSSES)
+@SETTINGS
+@given(x=embeddings(), y=embeddings(), temperature=temperatures)
+def test_paired_losses_finite(name, x, y, temperature):
+    _assert_finite(name, x, jnp.asarray(y), temperature)
+
+
 def _second(name: str, n: int):
+    if name in PAIRED_LOSSES:
+        return jnp.ones((n, D), jnp.float32)
     if name in METADATA_LOSSES:
         return jnp.zeros((n, 1), jnp.float32)
     if name in LOGIT_LOSSES:
@@ -174,7 +185,7 @@ def _call(name: str, x, second, **kwargs):
 
 
 ALL = (LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES + LABEL_LOGIT_LOSSES
-       + INSTANCE_LOSSES)
+       + INSTANCE_LOSSES + PAIRED_LOSSES)
 #: The losses on class scores [N, K].
 SCORE_LOSSES = LOGIT_LOSSES + LABEL_LOGIT_LOSSES
 

@@ -10,7 +10,7 @@ from contrastive_jax import losses
 
 
 def test_every_registered_name_resolves_to_the_exported_function():
-    assert len(losses.names()) == 18
+    assert len(losses.names()) == 20
     for name in losses.names():
         assert losses.get(name) is getattr(losses, name)
         assert losses.get(name).__doc__
@@ -33,11 +33,13 @@ def test_every_loss_records_the_kind_of_its_second_argument():
         assert first in losses.FIRST_ARGUMENTS and kind in losses.SECOND_ARGUMENTS
         params = list(inspect.signature(losses.get(name)).parameters.values())
         positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
-        assert positional[0] == first
+        assert positional[0] == first or kind == "paired_embeddings"
         if kind is None:
             assert positional == ["embeddings"]
         elif kind == "soft_targets":
             assert positional == ["logits", "targets"]
+        elif kind == "paired_embeddings":
+            assert positional == ["image_embeddings", "text_embeddings"]
         else:
             assert len(positional) == 2
     assert losses.second_argument("nt_xent") == "instance"

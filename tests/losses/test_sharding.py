@@ -67,6 +67,7 @@ def case(name: str):
         "instance": jnp.asarray(labels, jnp.int32),
         "label": jnp.asarray(labels, jnp.int32),
         "metadata": jnp.asarray(rng.normal(size=(N,)), jnp.float32),
+        "paired_embeddings": jnp.asarray(rng.normal(size=(N, D)), jnp.float32),
         "soft_targets": jax.nn.softmax(jnp.asarray(rng.normal(size=(N, K)), jnp.float32) * 3),
         None: jnp.zeros((N,), jnp.int32),
     }[kind]
