@@ -42,6 +42,7 @@ Example (8 simulated CPU devices)::
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -141,6 +142,11 @@ def target_devices(target: str, num_devices: int | None = None) -> list:
         )
     generation, topology = TPU_TARGETS[target]
     from jax.experimental import topologies
+
+    # libtpu takes a machine-wide lock file (/tmp/libtpu_lockfile) when it loads, so a second
+    # dry run, or one beside a training process, would fail; compiling for a topology opens
+    # no TPU, so the lock is not needed.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
     kwargs = {"chip_config_name": "megacore"} if TPU_CHIPS[generation].megacore else {}
     try:
