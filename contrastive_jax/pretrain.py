@@ -22,8 +22,8 @@ With several processes, when one dies the others abort (SIGABRT) after
 a TPU slice (``--target tpu-v4-32``) without data and prints per-device memory, FLOPs and a
 projected step time (:mod:`contrastive_jax.train.dry_run`)::
 
-    python -m contrastive_jax.pretrain --config "$(python -m contrastive_jax.configs \
-        simclr_imagenet)" --dry_run --devices 32 --peak_tflops 275
+    python -m contrastive_jax.pretrain --dry_run --devices 32 --peak_tflops 275 \\
+        --config "$(python -m contrastive_jax.configs simclr_imagenet)"
 
 Also installed as the console script ``contrastive-jax-pretrain``; the configs
 that ship with the package are listed by ``python -m contrastive_jax.configs``.
