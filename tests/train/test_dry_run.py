@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 
 from contrastive_jax import configs
@@ -54,6 +55,9 @@ def test_memory_and_flops_scale_with_the_batch():
 
 
 def test_run_cli_ends_with_a_json_line(capsys):
+    # The backend runs before run_cli (so it keeps the session's 8 devices, of which it uses
+    # 4); in a fresh process run_cli would set the CPU device count for the whole process.
+    assert len(jax.devices("cpu")) == 8
     assert dr.run_cli(tiny(16), num_devices=4, target="cpu", peak_tflops=None, mfu=0.4) == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"devices", "global_batch", "per_device_bytes", "flops_per_step"} <= set(last)
