@@ -102,7 +102,7 @@ PEAK_BF16_FLOPS = (
 
 #: Sizes of the full run and of ``--smoke``.
 FULL = dict(
-    loss_sizes=(8192, 65536, 262144), largest_start=8192, largest_cap=1 << 24,
+    loss_sizes=(8192, 65536, 262144), largest_start=65536, largest_cap=1 << 24,
     torch_start=1024, torch_cap=1 << 20, batches=(128, 256), image_size=224,
     encoder="resnet50", reference_encoder="resnet50", step_warmup=3, step_repeats=10, repeats=3,
     numerics_n=4096, budget=400.0,
@@ -113,8 +113,8 @@ SMOKE = dict(
     step_warmup=0, step_repeats=1, repeats=1, numerics_n=64, budget=1200.0,
 )
 #: Share of the budget of each part (the PyTorch child gets ``torch``).
-SHARES = {"torch": 0.25, "losses": 0.3, "largest": 0.07, "peers": 0.05, "step": 0.25,
-          "numerics": 0.08}
+SHARES = {"torch": 0.2, "losses": 0.25, "largest": 0.08, "peers": 0.06, "step": 0.35,
+          "numerics": 0.06}
 #: A call predicted to take longer than this is not run by ``largest`` (seconds).
 LONGEST_CALL = 20.0
 
@@ -749,7 +749,17 @@ def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str):
     return step_fn, state, batch, global_batch
 
 
+def step_configs(batches: tuple[int, ...]) -> list[tuple[str, int]]:
+    """(loss, per-device batch) in the order they run: SupCon (the loss of the reference
+    step) at every batch first, then SINCERE from the largest batch down."""
+    return [("supcon", b) for b in batches] + [("sincere", b) for b in sorted(batches)[::-1]]
+
+
 def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[dict]:
+    """Each configuration traced and lowered in turn, all compiled at once in threads (XLA
+    compiles in C++ without the GIL), then each timed in turn."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import jax
 
     kind = jax.devices()[0].device_kind
@@ -758,59 +768,87 @@ def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[d
     emit(f"\n# pretraining step: {sizes['encoder']}{stem}, SimCLR-v2 head, LARS, "
          f"bf16 compute, {sizes['image_size']} px, 2 views; {jax.device_count()} x {kind}, "
          f"peak {peak}")
-    emit("| loss | batch / device | compile s | step s | images/s | FLOPs/step (XLA) | MFU | "
-         "PyTorch images/s | ours / PyTorch | device peak bytes |\n"
-         "|---|---|---|---|---|---|---|---|---|---|")
+    emit("| loss | batch / device | lower s | compile s (concurrent) | step s | images/s | "
+         "FLOPs/step (XLA) | MFU | PyTorch images/s | ours / PyTorch | device peak bytes |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|")
     theirs = {r["batch"]: r for r in (torch_result or {}).get("step", []) if "images_per_s" in r}
-    records = []
-    for batch in sizes["batches"]:
-        for loss in ("supcon", "sincere"):
-            record: dict[str, Any] = {"loss": loss, "batch_per_device": batch}
-            try:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("skipped (budget)")
-                step_fn, state, data, global_batch = build_step(
-                    sizes["encoder"], batch, sizes["image_size"], loss)
-                start = time.perf_counter()
-                compiled = step_fn.lower(state, data).compile()
-                record["compile_s"] = time.perf_counter() - start
-                cost = compiled.cost_analysis()
-                cost = cost[0] if isinstance(cost, list) else cost
-                flops = float(cost.get("flops", 0.0)) if cost else None
-                before = _peak()
-                for _ in range(sizes["step_warmup"]):
-                    state, logged = compiled(state, data)
-                jax.block_until_ready(state)
-                start = time.perf_counter()
-                for _ in range(sizes["step_repeats"]):
-                    state, logged = compiled(state, data)
-                jax.block_until_ready(logged)
-                seconds = (time.perf_counter() - start) / sizes["step_repeats"]
-                after = _peak()
-                record.update(
-                    global_batch=global_batch, step_s=seconds,
-                    images_per_s=global_batch / seconds, flops_per_step=flops,
-                    mfu=None if peak is None or not flops else
-                    flops / seconds / (peak * jax.device_count()),
-                    device_peak_bytes=after if after and before is not None and after > before
-                    else None,
-                    loss_value=float(logged["loss"]), finite=float(logged["finite"]))
-                ref = theirs.get(batch)
-                if ref is not None:
-                    record["reference_images_per_s"] = ref["images_per_s"]
-                    record["ours_over_reference"] = record["images_per_s"] / ref["images_per_s"]
-                del state, data, compiled, step_fn
-            except TimeoutError as err:
-                record["status"] = str(err)
-            except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-                record["status"] = _error(err)
-            records.append(record)
-            emit(row([loss, batch, record.get("compile_s"),
+    records = {key: {"loss": key[0], "batch_per_device": key[1]}
+               for key in step_configs(sizes["batches"])}
+    built = {}
+    for key, record in records.items():
+        try:
+            if time.monotonic() > deadline:
+                raise TimeoutError("skipped (budget)")
+            start = time.perf_counter()
+            step_fn, state, data, global_batch = build_step(
+                sizes["encoder"], key[1], sizes["image_size"], key[0])
+            lowered = step_fn.lower(state, data)
+            record.update(global_batch=global_batch, lower_s=time.perf_counter() - start)
+            built[key] = (lowered, state, data)
+        except TimeoutError as err:
+            record["status"] = str(err)
+        except Exception as err:  # noqa: BLE001 - recorded, the run goes on
+            record["status"] = _error(err)
+
+    def compile_timed(lowered):
+        start = time.perf_counter()
+        compiled = lowered.compile()
+        return compiled, time.perf_counter() - start
+
+    with ThreadPoolExecutor(max(1, len(built))) as pool:
+        futures = {key: pool.submit(compile_timed, b[0]) for key, b in built.items()}
+        for key, record in records.items():
+            if key in futures:
+                try:
+                    compiled, record["compile_s"] = futures[key].result()
+                    _, state, data = built.pop(key)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("skipped (budget)")
+                    record.update(_time_step(compiled, state, data, record["global_batch"],
+                                             sizes, peak))
+                    ref = theirs.get(key[1]) if key[0] == "supcon" else None
+                    if ref is not None:
+                        record["reference_images_per_s"] = ref["images_per_s"]
+                        record["ours_over_reference"] = (record["images_per_s"]
+                                                         / ref["images_per_s"])
+                    del compiled, state, data
+                except TimeoutError as err:
+                    record["status"] = str(err)
+                except Exception as err:  # noqa: BLE001 - recorded, the run goes on
+                    record["status"] = _error(err)
+            emit(row([key[0], key[1], record.get("lower_s"), record.get("compile_s"),
                       record.get("step_s", record.get("status")), record.get("images_per_s"),
                       record.get("flops_per_step"), record.get("mfu"),
                       record.get("reference_images_per_s"), record.get("ours_over_reference"),
                       record.get("device_peak_bytes")]))
-    return records
+    return list(records.values())
+
+
+def _time_step(compiled, state, data, global_batch: int, sizes: dict, peak: float | None) -> dict:
+    """Images/s, XLA's FLOPs per step and MFU of a compiled step (warm-up, then the mean
+    of ``step_repeats`` steps)."""
+    import jax
+
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    flops = float(cost.get("flops", 0.0)) if cost else None
+    before = _peak()
+    for _ in range(sizes["step_warmup"]):
+        state, logged = compiled(state, data)
+    jax.block_until_ready(state)
+    start = time.perf_counter()
+    for _ in range(sizes["step_repeats"]):
+        state, logged = compiled(state, data)
+    jax.block_until_ready(logged)
+    seconds = (time.perf_counter() - start) / sizes["step_repeats"]
+    after = _peak()
+    return {
+        "step_s": seconds, "images_per_s": global_batch / seconds, "flops_per_step": flops,
+        "mfu": None if peak is None or not flops else
+        flops / seconds / (peak * jax.device_count()),
+        "device_peak_bytes": after if after and before is not None and after > before else None,
+        "loss_value": float(logged["loss"]), "finite": float(logged["finite"]),
+    }
 
 
 # --------------------------------------------------------------------------- JAX: numerics
