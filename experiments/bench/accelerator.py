@@ -43,7 +43,10 @@ Parts (``--parts``, all by default), each printed as a table as it runs:
   ``ResNet`` has a CIFAR stem (3x3 stride-1, no max-pool), which at 224 px needs about 16x
   the FLOPs and activation memory of the ResNet-50 everyone means; its stem is swapped at
   run time for the ImageNet one (7x7 stride 2 + 3x3 max-pool; the files are not changed),
-  so both steps compute the same network.
+  so both steps compute the same network. Last, SupCon at batch 128 once more with every
+  BatchNorm's variance computed in two passes (``use_fast_variance=False``): what the
+  formula that divides our first-step gradient error by three costs
+  (``experiments/parity/README.md``, "Where the float32 gradient error comes from").
 * ``numerics``: value and gradient of ``supcon``, ``sincere`` and ``nt_xent`` (float32
   inputs) at JAX's default matmul precision and under ``jax.default_matmul_precision
   ("highest")``, against the same formula in float64; and the relative error of a plain
@@ -697,8 +700,13 @@ def optimizer_config(**overrides) -> types.SimpleNamespace:
     return types.SimpleNamespace(**fields)
 
 
-def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str):
-    """(compiled step, state, batch, global batch) of the library's pretraining step.
+def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str,
+               bn_two_pass: bool = False):
+    """(jitted step, state, batch, global batch) of the library's pretraining step.
+
+    ``bn_two_pass``: every BatchNorm computes its batch variance as ``E[(x - E[x])^2]``
+    instead of Flax's default ``E[x^2] - E[x]^2`` (``use_fast_variance=False``), to measure
+    what the more accurate formula costs.
 
     Library calls: ``models.create_encoder``, ``models.create_head``,
     ``models.ContrastiveModel``, ``train.step.PretrainModel``, ``train.step.split_model``,
@@ -728,6 +736,10 @@ def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str):
     model = step_lib.PretrainModel(models.ContrastiveModel(net, head), net.num_features, None,
                                    rngs=rngs)
     model.train()
+    if bn_two_pass:
+        for _, module in nnx.iter_graph(model):
+            if isinstance(module, nnx.BatchNorm):
+                module.use_fast_variance = False
     graphdef, params, batch_stats, rest = step_lib.split_model(model)
     tx, schedule = optim.make_optimizer(optimizer_config(), params, steps_per_epoch=1000,
                                         global_batch_size=global_batch, total_steps=100_000)
@@ -749,10 +761,13 @@ def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str):
     return step_fn, state, batch, global_batch
 
 
-def step_configs(batches: tuple[int, ...]) -> list[tuple[str, int]]:
-    """(loss, per-device batch) in the order they run: SupCon (the loss of the reference
-    step) at every batch first, then SINCERE from the largest batch down."""
-    return [("supcon", b) for b in batches] + [("sincere", b) for b in sorted(batches)[::-1]]
+def step_configs(batches: tuple[int, ...]) -> list[tuple[str, int, str]]:
+    """(loss, per-device batch, variant) in the order they run: SupCon (the loss of the
+    reference step) at every batch first, then SINCERE from the largest batch down, then
+    SupCon at the smallest batch with two-pass BatchNorm variance (``bn_two_pass``)."""
+    return ([("supcon", b, "") for b in batches]
+            + [("sincere", b, "") for b in sorted(batches)[::-1]]
+            + [("supcon", min(batches), "bn_two_pass")])
 
 
 def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[dict]:
@@ -772,7 +787,7 @@ def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[d
          "FLOPs/step (XLA) | MFU | PyTorch images/s | ours / PyTorch | device peak bytes |\n"
          "|---|---|---|---|---|---|---|---|---|---|---|")
     theirs = {r["batch"]: r for r in (torch_result or {}).get("step", []) if "images_per_s" in r}
-    records = {key: {"loss": key[0], "batch_per_device": key[1]}
+    records = {key: {"loss": key[0], "batch_per_device": key[1], "variant": key[2]}
                for key in step_configs(sizes["batches"])}
     built = {}
     for key, record in records.items():
@@ -781,7 +796,8 @@ def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[d
                 raise TimeoutError("skipped (budget)")
             start = time.perf_counter()
             step_fn, state, data, global_batch = build_step(
-                sizes["encoder"], key[1], sizes["image_size"], key[0])
+                sizes["encoder"], key[1], sizes["image_size"], key[0],
+                bn_two_pass=key[2] == "bn_two_pass")
             lowered = step_fn.lower(state, data)
             record.update(global_batch=global_batch, lower_s=time.perf_counter() - start)
             built[key] = (lowered, state, data)
@@ -807,7 +823,7 @@ def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[d
                         raise TimeoutError("skipped (budget)")
                     record.update(_time_step(compiled, state, data, record["global_batch"],
                                              sizes, peak))
-                    ref = theirs.get(key[1]) if key[0] == "supcon" else None
+                    ref = theirs.get(key[1]) if key[0] == "supcon" and not key[2] else None
                     if ref is not None:
                         record["reference_images_per_s"] = ref["images_per_s"]
                         record["ours_over_reference"] = (record["images_per_s"]
@@ -817,7 +833,7 @@ def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[d
                     record["status"] = str(err)
                 except Exception as err:  # noqa: BLE001 - recorded, the run goes on
                     record["status"] = _error(err)
-            emit(row([key[0], key[1], record.get("lower_s"), record.get("compile_s"),
+            emit(row([" ".join(filter(None, key[::2])), key[1], record.get("lower_s"), record.get("compile_s"),
                       record.get("step_s", record.get("status")), record.get("images_per_s"),
                       record.get("flops_per_step"), record.get("mfu"),
                       record.get("reference_images_per_s"), record.get("ours_over_reference"),
