@@ -406,15 +406,21 @@ def run(
     supcon_dir: str | Path,
     sincere_dir: str | Path,
     precision: str = "highest",
+    bn_variance: str = "fast",
 ) -> dict[str, Any]:
     """The step-parity comparisons in both modes; returns the summary dict printed by main().
 
     ``precision``: JAX's default matmul precision for our side (``"highest"``: float32
     products; ``"default"``: the backend's default, TF32-class on recent GPUs, float32 on the
     CPU). The losses pin their similarity products to ``HIGHEST`` either way.
+    ``bn_variance``: our BatchNorms' batch variance, ``"fast"`` (Flax's default
+    ``E[x^2] - E[x]^2``, what the library's models use) or ``"two-pass"``
+    (``E[(x - E[x])^2]``, ``use_fast_variance=False``).
     """
     if precision not in ("highest", "default"):
         raise ValueError(f"precision must be 'highest' or 'default', got {precision!r}")
+    if bn_variance not in ("fast", "two-pass"):
+        raise ValueError(f"bn_variance must be 'fast' or 'two-pass', got {bn_variance!r}")
     for name, value in (("batch_size", batch_size), ("image_size", image_size),
                         ("num_classes", num_classes), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -434,6 +440,10 @@ def run(
     )
     ours = parity_model.build_parity_model("resnet18", 128, seed=seed)
     parity_model.load_torch_state_dict(ours, ref.state_dict())
+    if bn_variance == "two-pass":
+        for _, module in nnx.iter_graph(ours):
+            if isinstance(module, nnx.BatchNorm):
+                module.use_fast_variance = False
     refs = {
         "torch": torch,
         "losses": supcon_losses,
@@ -494,6 +504,7 @@ def run(
             "seed": seed,
             "data": "random normal" if data_dir is None else "cifar10 folder",
             "precision": precision,
+            "bn_variance": bn_variance,
             "backend": jax.default_backend(),
             "torch": torch.__version__,
             "jax": jax.__version__,
@@ -539,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--precision", choices=("highest", "default"), default="highest",
                         help="JAX default matmul precision of our side (default: highest)")
+    parser.add_argument("--bn-variance", choices=("fast", "two-pass"), default="fast",
+                        help="our BatchNorms' batch variance formula (default: fast, the "
+                             "library's)")
     args = parser.parse_args(argv)
     torch = reference.require_torch()
     if args.threads:
@@ -558,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             supcon_dir=args.supcon_dir,
             sincere_dir=args.sincere_dir,
             precision=args.precision,
+            bn_variance=args.bn_variance,
         )
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
