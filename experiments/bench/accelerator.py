@@ -70,6 +70,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from collections.abc import Callable
@@ -379,19 +380,21 @@ def run_torch_child(args, seconds: float) -> dict:
         command.append("--smoke")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    result = None
-    try:
-        for line in proc.stdout:
-            if line.startswith("{"):
-                result = json.loads(line)
-            else:
-                print(line, end="", flush=True)
-        proc.wait(timeout=seconds + 120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    stderr = proc.stderr.read()
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: no deadlock on a full pipe
+        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+        result = None
+        try:
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    result = json.loads(line)
+                else:
+                    print(line, end="", flush=True)
+            proc.wait(timeout=seconds + 120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        err.seek(0)
+        stderr = err.read()
     if proc.returncode != 0 or result is None:
         return {"status": f"failed (exit {proc.returncode}): {stderr[-500:]}"}
     return result
