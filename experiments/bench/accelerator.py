@@ -44,9 +44,9 @@ Parts (``--parts``, all by default), each printed as a table as it runs:
   the FLOPs and activation memory of the ResNet-50 everyone means; its stem is swapped at
   run time for the ImageNet one (7x7 stride 2 + 3x3 max-pool; the files are not changed),
   so both steps compute the same network. Last, SupCon at batch 128 once more with every
-  BatchNorm's variance computed in two passes (``use_fast_variance=False``): what the
-  formula that divides our first-step gradient error by three costs
-  (``experiments/parity/README.md``, "Where the float32 gradient error comes from").
+  BatchNorm's variance in Flax's one pass (``use_fast_variance=True``) instead of the
+  library's two: what the formula that divides our first-step gradient error by two to three
+  costs (``experiments/parity/README.md``, "Where the float32 gradient error comes from").
 * ``numerics``: value and gradient of ``supcon``, ``sincere`` and ``nt_xent`` (float32
   inputs) at JAX's default matmul precision and under ``jax.default_matmul_precision
   ("highest")``, against the same formula in float64; and the relative error of a plain
@@ -704,12 +704,12 @@ def optimizer_config(**overrides) -> types.SimpleNamespace:
 
 
 def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str,
-               bn_two_pass: bool = False):
+               bn_one_pass: bool = False):
     """(jitted step, state, batch, global batch) of the library's pretraining step.
 
-    ``bn_two_pass``: every BatchNorm computes its batch variance as ``E[(x - E[x])^2]``
-    instead of Flax's default ``E[x^2] - E[x]^2`` (``use_fast_variance=False``), to measure
-    what the more accurate formula costs.
+    ``bn_one_pass``: every BatchNorm computes its batch variance as Flax's default
+    ``E[x^2] - E[x]^2`` (``use_fast_variance=True``) instead of the library's two passes
+    ``E[(x - E[x])^2]``, to measure what the more accurate formula costs.
 
     Library calls: ``models.create_encoder``, ``models.create_head``,
     ``models.ContrastiveModel``, ``train.step.PretrainModel``, ``train.step.split_model``,
@@ -739,10 +739,10 @@ def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str,
     model = step_lib.PretrainModel(models.ContrastiveModel(net, head), net.num_features, None,
                                    rngs=rngs)
     model.train()
-    if bn_two_pass:
+    if bn_one_pass:
         for _, module in nnx.iter_graph(model):
             if isinstance(module, nnx.BatchNorm):
-                module.use_fast_variance = False
+                module.use_fast_variance = True
     graphdef, params, batch_stats, rest = step_lib.split_model(model)
     tx, schedule = optim.make_optimizer(optimizer_config(), params, steps_per_epoch=1000,
                                         global_batch_size=global_batch, total_steps=100_000)
@@ -767,10 +767,10 @@ def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str,
 def step_configs(batches: tuple[int, ...]) -> list[tuple[str, int, str]]:
     """(loss, per-device batch, variant) in the order they run: SupCon (the loss of the
     reference step) at every batch first, then SINCERE from the largest batch down, then
-    SupCon at the smallest batch with two-pass BatchNorm variance (``bn_two_pass``)."""
+    SupCon at the smallest batch with one-pass BatchNorm variance (``bn_one_pass``)."""
     return ([("supcon", b, "") for b in batches]
             + [("sincere", b, "") for b in sorted(batches)[::-1]]
-            + [("supcon", min(batches), "bn_two_pass")])
+            + [("supcon", min(batches), "bn_one_pass")])
 
 
 def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[dict]:
@@ -800,7 +800,7 @@ def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[d
             start = time.perf_counter()
             step_fn, state, data, global_batch = build_step(
                 sizes["encoder"], key[1], sizes["image_size"], key[0],
-                bn_two_pass=key[2] == "bn_two_pass")
+                bn_one_pass=key[2] == "bn_one_pass")
             lowered = step_fn.lower(state, data)
             record.update(global_batch=global_batch, lower_s=time.perf_counter() - start)
             built[key] = (lowered, state, data)

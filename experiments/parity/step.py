@@ -406,21 +406,21 @@ def run(
     supcon_dir: str | Path,
     sincere_dir: str | Path,
     precision: str = "highest",
-    bn_variance: str = "fast",
+    bn_variance: str = "two-pass",
 ) -> dict[str, Any]:
     """The step-parity comparisons in both modes; returns the summary dict printed by main().
 
     ``precision``: JAX's default matmul precision for our side (``"highest"``: float32
     products; ``"default"``: the backend's default, TF32-class on recent GPUs, float32 on the
     CPU). The losses pin their similarity products to ``HIGHEST`` either way.
-    ``bn_variance``: our BatchNorms' batch variance, ``"fast"`` (Flax's default
-    ``E[x^2] - E[x]^2``, what the library's models use) or ``"two-pass"``
-    (``E[(x - E[x])^2]``, ``use_fast_variance=False``).
+    ``bn_variance``: our BatchNorms' batch variance, ``"two-pass"`` (``E[(x - E[x])^2]``,
+    what the library's models use) or ``"one-pass"`` (Flax's default ``E[x^2] - E[x]^2``,
+    ``use_fast_variance=True``).
     """
     if precision not in ("highest", "default"):
         raise ValueError(f"precision must be 'highest' or 'default', got {precision!r}")
-    if bn_variance not in ("fast", "two-pass"):
-        raise ValueError(f"bn_variance must be 'fast' or 'two-pass', got {bn_variance!r}")
+    if bn_variance not in ("one-pass", "two-pass"):
+        raise ValueError(f"bn_variance must be 'one-pass' or 'two-pass', got {bn_variance!r}")
     for name, value in (("batch_size", batch_size), ("image_size", image_size),
                         ("num_classes", num_classes), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -440,10 +440,9 @@ def run(
     )
     ours = parity_model.build_parity_model("resnet18", 128, seed=seed)
     parity_model.load_torch_state_dict(ours, ref.state_dict())
-    if bn_variance == "two-pass":
-        for _, module in nnx.iter_graph(ours):
-            if isinstance(module, nnx.BatchNorm):
-                module.use_fast_variance = False
+    for _, module in nnx.iter_graph(ours):
+        if isinstance(module, nnx.BatchNorm):
+            module.use_fast_variance = bn_variance == "one-pass"
     refs = {
         "torch": torch,
         "losses": supcon_losses,
@@ -550,8 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--precision", choices=("highest", "default"), default="highest",
                         help="JAX default matmul precision of our side (default: highest)")
-    parser.add_argument("--bn-variance", choices=("fast", "two-pass"), default="fast",
-                        help="our BatchNorms' batch variance formula (default: fast, the "
+    parser.add_argument("--bn-variance", choices=("two-pass", "one-pass"), default="two-pass",
+                        help="our BatchNorms' batch variance formula (default: two-pass, the "
                              "library's)")
     args = parser.parse_args(argv)
     torch = reference.require_torch()
