@@ -336,7 +336,7 @@ def _type_spec(x: Any) -> tuple[Any, Any] | None:
         return None
     sharding = getattr(jax.typeof(x), "sharding", None)
     spec = getattr(sharding, "spec", None)
-    if spec is None or not any(entry is not None for entry in spec):
+    if sharding is None or spec is None or not any(entry is not None for entry in spec):
         return None
     return sharding.mesh, spec
 

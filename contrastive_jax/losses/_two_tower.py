@@ -42,7 +42,6 @@ global number of valid pairs.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +51,7 @@ from contrastive_jax.losses import _blockwise as blockwise
 from contrastive_jax.losses import _core
 
 Array = jax.Array
-AxisName = str | Sequence[str] | None
+AxisName = _core.AxisName
 #: How the towers meet across devices: ``"gather"`` all-gathers both towers;
 #: ``"ring"`` passes the text rows around the devices with ``lax.ppermute``.
 EXCHANGES = ("gather", "ring")
@@ -81,26 +80,6 @@ def _check_finite(value: float | Array, name: str) -> None:
         return
     if concrete.ndim != 0 or not np.isfinite(concrete):
         raise ValueError(f"`{name}` must be a finite scalar, got {value!r}")
-
-
-def _axis_size(axis_name: AxisName) -> int:
-    return 1 if axis_name is None else jax.lax.axis_size(axis_name)
-
-
-def _global_sum(x: Array, axis_name: AxisName) -> Array:
-    """The sum of the per-device ``x`` over ``axis_name``, with the right gradient.
-
-    As ``_core.differentiable_psum``, for one axis name or a tuple of them: ``psum``
-    where ``x`` is typed as varying over every axis (``shard_map`` with varying-axis
-    checks; its transpose is a broadcast), else (``pmap``, ``check_vma=False``) the
-    psum's value with the gradient of the local term.
-    """
-    if axis_name is None:
-        return x
-    axes = set(axis_name) if isinstance(axis_name, (tuple, list)) else {axis_name}
-    if axes <= _core._varying_axes(x):
-        return jax.lax.psum(x, axis_name)
-    return x + jax.lax.stop_gradient(jax.lax.psum(x, axis_name) - x)
 
 
 def _axis_tuple(axis_name: AxisName) -> AxisName:
@@ -159,7 +138,7 @@ class _Towers:
         # d_ii, differentiated through both towers outside the streamed products.
         self.positive = jnp.sum(self.a * self.b, axis=1)
         self.all_valid = _core.all_gather_rows(self.valid, axis_name)
-        self.block = blockwise.choose_block(block_size, n * _axis_size(axis_name))
+        self.block = blockwise.choose_block(block_size, n * _core.num_devices(axis_name))
         # The fused kernels (streamed on one device, or the ring) stream image rows
         # against the n text rows of one device at a time.
         self.fused = exchange == "ring" or (axis_name is None and self.block is not None)
@@ -172,7 +151,7 @@ class _Towers:
     def mean(self, total: Array) -> Array:
         """``total`` (this device's sum) over the valid pairs of the global batch."""
         count = _core.psum_if(jnp.sum(self.valid.astype(jnp.float32)), self.axis_name)
-        return _global_sum(total, self.axis_name) / jnp.maximum(count, 1.0)
+        return _core.differentiable_psum(total, self.axis_name) / jnp.maximum(count, 1.0)
 
 
 # --------------------------------------------------------------------------- fused kernels
@@ -216,7 +195,7 @@ def _unblock(x: Array, n: int) -> Array:
 def _ring(step, travelling, local, axis_name: AxisName):
     """Runs ``step(travelling, local) -> (travelling, local)`` once per device of the ring,
     passing ``travelling`` to the next device after each step (home after the last)."""
-    size = _axis_size(axis_name)
+    size = _core.num_devices(axis_name)
     perm = [(k, (k + 1) % size) for k in range(size)]
 
     def body(carry, _):
