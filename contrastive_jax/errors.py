@@ -6,6 +6,8 @@ Both subclass :class:`ValueError`, so ``except ValueError`` still catches them; 
 
 from __future__ import annotations
 
+import difflib
+
 
 class ConfigError(ValueError):
     """A config field has a bad value; the message names the field and the allowed values."""
@@ -13,3 +15,18 @@ class ConfigError(ValueError):
 
 class InputError(ValueError):
     """Input data or a file the run reads is unusable (e.g. a corrupt image)."""
+
+
+def check_fields(where: str, fields, known) -> None:
+    """Raises ConfigError if a name of ``fields`` is not in ``known``, naming the nearest field.
+
+    Args:
+      where: the config path of the fields, e.g. ``"config.train"``.
+      fields: the names a config sets.
+      known: the names the schema declares.
+    """
+    known = sorted(known)
+    for name in sorted(set(fields) - set(known)):
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {where}.{near[0]}?" if near else f"known fields: {', '.join(known)}"
+        raise ConfigError(f"{where}.{name} is not a config field; {hint}")

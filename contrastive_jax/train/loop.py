@@ -32,45 +32,36 @@ config (:class:`ConfigMismatch`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
-from flax import nnx
 
-from contrastive_jax import data as data_lib
-from contrastive_jax import models
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import objective, optim
+from contrastive_jax.train import inputs, objective
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
     CheckpointError,
     abstract_like,
     structure_signature,
 )
+from contrastive_jax.train.config import check_config
 from contrastive_jax.train.logging import CollapseDetector, MetricLogger
 from contrastive_jax.train.step import (
-    PretrainModel,
-    TrainState,
+    build_model,  # noqa: F401 - part of the loop's interface (loop.build_model)
+    init_state,
     make_train_step,
     nonfinite_record,
-    split_model,
 )
 
 CONFIG_FILE = "config.json"
-#: Fields of a pretraining batch that reach the device.
-BATCH_FIELDS = ("views", "label", "index", "metadata")
 
 #: Where ``config.train.compilation_cache_dir="auto"`` puts JAX's compilation cache
 #: (under ``$XDG_CACHE_HOME``, by default ``~/.cache``) unless JAX already has one.
@@ -98,45 +89,6 @@ class NonFiniteLoss(FloatingPointError):
 
 class ConfigMismatch(ValueError):
     """The checkpoint in the work directory was written with an incompatible config."""
-
-
-def build_model(config: ml_collections.ConfigDict, num_classes: int) -> PretrainModel:
-    """Encoder + head (+ optional probe) from ``config.model``, seeded by ``config.seed``."""
-    rngs = nnx.Rngs(config.seed)
-    encoder = models.create_encoder(config.model.encoder, rngs=rngs)
-    head = models.create_head(config.model.head, encoder.num_features, rngs=rngs)
-    network = models.ContrastiveModel(encoder, head)
-    probe_classes = num_classes if config.train.online_probe else None
-    return PretrainModel(network, encoder.num_features, probe_classes, rngs=rngs)
-
-
-def init_state(
-    config: ml_collections.ConfigDict,
-    num_classes: int,
-    *,
-    steps_per_epoch: int,
-    global_batch_size: int,
-    total_steps: int,
-):
-    """A fresh (graphdef, rest, tx, schedule, TrainState) for ``config``."""
-    model = build_model(config, num_classes)
-    model.train()
-    graphdef, params, batch_stats, rest = split_model(model)
-    tx, schedule = optim.make_optimizer(
-        config.optimizer,
-        params,
-        steps_per_epoch=steps_per_epoch,
-        global_batch_size=global_batch_size,
-        total_steps=total_steps,
-    )
-    state = TrainState(
-        step=jnp.zeros((), jnp.int32),
-        params=params,
-        batch_stats=batch_stats,
-        opt_state=tx.init(params),
-        rng=jax.random.key_data(jax.random.key(config.seed)),
-    )
-    return graphdef, rest, tx, schedule, state
 
 
 def _model_fingerprint(config: ml_collections.ConfigDict) -> dict:
@@ -264,14 +216,14 @@ def configure_compilation_cache(directory: str) -> str | None:
 
 def _warmup_steps(optimizer: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
     """The learning-rate warm-up in steps (``warmup_steps``, else ``warmup_epochs``)."""
-    if optimizer.get("warmup_steps") is not None:
+    if optimizer.warmup_steps is not None:
         return int(optimizer.warmup_steps)
-    return round(float(optimizer.get("warmup_epochs", 0.0)) * steps_per_epoch)
+    return round(float(optimizer.warmup_epochs) * steps_per_epoch)
 
 
 def _profile_range(config: ml_collections.ConfigDict, total_steps: int) -> tuple[int, int] | None:
     """``config.train.profile_steps`` as (first, last) 1-based steps, or None."""
-    steps = tuple(config.train.get("profile_steps") or ())
+    steps = tuple(config.train.profile_steps or ())
     if not steps:
         return None
     if len(steps) != 2 or not all(isinstance(s, int) for s in steps) or not (
@@ -287,50 +239,6 @@ def _profile_range(config: ml_collections.ConfigDict, total_steps: int) -> tuple
 
 def _several_processes() -> bool:
     return jax.process_count() > 1
-
-
-class _Batch(NamedTuple):
-    arrays: dict[str, jax.Array]  # the global batch, on the devices
-    stop: bool  # this process's SIGTERM flag when the batch was drawn
-
-
-class _DevicePrefetch:
-    """Global batches put on the devices ahead of the step that consumes them.
-
-    ``take()`` returns the next batch; ``fill()`` (called right after a step is
-    dispatched) draws and transfers batches until ``depth`` are waiting, so the
-    transfers overlap the running step. Drawing happens on the calling (main)
-    thread: each batch carries the SIGTERM flag as it was when it was drawn.
-    ``depth`` 0 transfers each batch when it is taken.
-    """
-
-    def __init__(self, local_batches: Iterator[dict], mesh, sigterm: _SigtermFlag, *,
-                 depth: int, remaining: int) -> None:
-        self._local = local_batches
-        self._mesh = mesh
-        self._sigterm = sigterm
-        self.depth = depth
-        self._remaining = remaining  # batches still to draw
-        self._queue: collections.deque[_Batch] = collections.deque()
-        self.seconds = 0.0  # host time spent drawing and transferring
-
-    def _draw(self) -> None:
-        started = time.perf_counter()
-        local = {k: v for k, v in next(self._local).items() if k in BATCH_FIELDS}
-        stop = self._sigterm.raised
-        local["stop"] = np.full(len(local["label"]), stop, np.int32)
-        self._queue.append(_Batch(data_lib.make_global_batch(local, self._mesh), stop))
-        self._remaining -= 1
-        self.seconds += time.perf_counter() - started
-
-    def fill(self) -> None:
-        while len(self._queue) < self.depth and self._remaining > 0:
-            self._draw()
-
-    def take(self) -> _Batch:
-        if not self._queue:
-            self._draw()
-        return self._queue.popleft()
 
 
 class _CompileTimer:
@@ -383,30 +291,30 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFlag) -> dict:
-    cache_dir = configure_compilation_cache(str(config.train.get("compilation_cache_dir", "auto")))
+    check_config(config)
+    cache_dir = configure_compilation_cache(str(config.train.compilation_cache_dir))
     terms = objective.parse_terms(config.loss)
     mesh = make_mesh()
-    source = data_lib.load_source(config.data)
+    train_input = inputs.load_input(config)
     global_batch = int(config.data.global_batch_size)
     if global_batch % jax.device_count():
         raise ConfigError(
             f"config.data.global_batch_size={global_batch} must be divisible by the "
             f"{jax.device_count()} devices"
         )
-    steps_per_epoch = source.split("train").num_examples // global_batch
+    steps_per_epoch = train_input.num_examples // global_batch
     if steps_per_epoch < 1:
         raise ConfigError(
             f"config.data.global_batch_size={global_batch} exceeds the "
-            f"{source.split('train').num_examples} training examples of {source.name!r}"
+            f"{train_input.num_examples} training examples of {train_input.name!r}"
         )
     total_steps = int(config.train.total_steps or config.train.epochs * steps_per_epoch)
     profile = _profile_range(config, total_steps)
-    prefetch_depth = int(config.train.get("prefetch", 2))
-    if prefetch_depth < 0:
-        raise ConfigError(f"config.train.prefetch must be >= 0 batches, got {prefetch_depth}")
+    if config.train.prefetch < 0:
+        raise ConfigError(f"config.train.prefetch must be >= 0 batches, got {config.train.prefetch}")
     collapse = CollapseDetector(
-        threshold=float(config.train.get("collapse_threshold", -0.2)),
-        patience=int(config.train.get("collapse_patience", 3)),
+        threshold=float(config.train.collapse_threshold),
+        patience=int(config.train.collapse_patience),
         after_step=_warmup_steps(config.optimizer, steps_per_epoch),
     )
     # Only now, with the config and the data checked, is the work directory created: a run
@@ -415,7 +323,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
 
     graphdef, rest, tx, schedule, state = init_state(
         config,
-        source.num_classes,
+        train_input.num_classes,
         steps_per_epoch=steps_per_epoch,
         global_batch_size=global_batch,
         total_steps=total_steps,
@@ -450,13 +358,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
 
     step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
     record = jax.device_put(nonfinite_record(terms, skipped), replicated(mesh))
-    batches = _DevicePrefetch(
-        data_lib.make_pretrain_iterator(
-            config.data, seed=config.seed, start_step=start_step, source=source
-        ),
+    batches = inputs.DevicePrefetch(
+        train_input.batches(start_step),
         mesh,
-        sigterm,
-        depth=prefetch_depth,
+        lambda: sigterm.raised,
+        depth=config.train.prefetch,
         remaining=total_steps - start_step,
     )
     logger = MetricLogger(
@@ -470,7 +376,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         return {
             "step": step,
             "seed": int(config.seed),
-            "num_classes": source.num_classes,
+            "num_classes": train_input.num_classes,
             "model": _model_fingerprint(config),
             "state_signature": signature,
             "nonfinite_steps": nonfinite_steps,

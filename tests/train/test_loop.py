@@ -23,7 +23,7 @@ import pytest
 from jax._src.array import ArrayImpl
 
 from contrastive_jax.parallel import make_mesh
-from contrastive_jax.train import checkpoint, loop
+from contrastive_jax.train import checkpoint, inputs, loop
 from contrastive_jax.train.logging import CollapseDetector
 from tests.train import runs
 
@@ -296,10 +296,6 @@ def test_bad_profile_steps_and_prefetch_are_named(tmp_path):
             loop.train(config, str(tmp_path / field))
 
 
-class _Flag:
-    raised = False
-
-
 def test_device_prefetch_queue():
     mesh = make_mesh()
     drawn = []
@@ -311,11 +307,12 @@ def test_device_prefetch_queue():
                    "label": np.zeros(8, np.int32), "index": np.arange(8, dtype=np.int32),
                    "unused": np.zeros(8)}
 
-    flag = _Flag()
-    queue = loop._DevicePrefetch(local_batches(), mesh, flag, depth=2, remaining=3)
+    flag = {"raised": False}
+    queue = inputs.DevicePrefetch(local_batches(), mesh, lambda: flag["raised"], depth=2,
+                                  remaining=3)
     queue.fill()
     assert drawn == [0, 1]
-    flag.raised = True  # SIGTERM after two batches were drawn
+    flag["raised"] = True  # SIGTERM after two batches were drawn
     first = queue.take()
     queue.fill()
     assert drawn == [0, 1, 2]
@@ -328,7 +325,7 @@ def test_device_prefetch_queue():
     assert drawn == [0, 1, 2]  # ``remaining`` batches only
 
     drawn.clear()
-    lazy = loop._DevicePrefetch(local_batches(), mesh, _Flag(), depth=0, remaining=2)
+    lazy = inputs.DevicePrefetch(local_batches(), mesh, lambda: False, depth=0, remaining=2)
     lazy.fill()
     assert drawn == []  # depth 0: drawn and transferred only when taken
     lazy.take()
