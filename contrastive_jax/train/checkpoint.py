@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pathlib
 import threading
 import time
 from typing import Any
@@ -53,7 +52,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from jax.experimental import multihost_utils
+
+from contrastive_jax.train import paths
 
 CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
@@ -69,15 +71,17 @@ class ChecksumMismatch(CheckpointError):
     """The arrays restored from a checkpoint are not the arrays that were saved."""
 
 
-def checkpoint_dir(workdir: str) -> str:
-    return os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
+def checkpoint_dir(workdir: str | os.PathLike) -> epath.Path:
+    """``<workdir>/checkpoints`` (local or ``gs://``, :mod:`.paths`)."""
+    return paths.as_path(workdir) / CHECKPOINT_DIR
 
 
 class Checkpointer:
     """Saves, verifies, prunes and restores (state, meta) pairs with Orbax.
 
     Args:
-      workdir: the run's work directory; checkpoints go to ``<workdir>/checkpoints``.
+      workdir: the run's work directory, local or ``gs://`` (:mod:`.paths`); checkpoints go
+        to ``<workdir>/checkpoints``.
       max_to_keep: verified checkpoints kept (the newest ones), >= 1.
       asynchronous: write in a background thread (the caller continues training).
     """
@@ -86,7 +90,7 @@ class Checkpointer:
         if max_to_keep < 1:
             raise ValueError(f"checkpoint max_to_keep must be >= 1, got {max_to_keep}")
         self.directory = checkpoint_dir(workdir)
-        self.damaged_directory = os.path.join(os.path.abspath(workdir), DAMAGED_DIR)
+        self.damaged_directory = paths.as_path(workdir) / DAMAGED_DIR
         self.max_to_keep = max_to_keep
         options = ocp.CheckpointManagerOptions(
             max_to_keep=None,  # retention below, after verification
@@ -200,9 +204,9 @@ class Checkpointer:
         """
         # Not through the manager: this may run in a thread beside a save.
         with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as json_reader:
-            expected = json_reader.restore(os.path.join(self.directory, str(step), "meta"))
+            expected = json_reader.restore(self.directory / str(step) / "meta")
         expected = expected.get(CHECKSUM_KEY)
-        path = os.path.join(self.directory, str(step), "state")
+        path = self.directory / str(step) / "state"
         structure = tuple(sorted(expected)) if isinstance(expected, dict) else None
         with ocp.PyTreeCheckpointer() as reader:
             tree = self._trees.get(structure)
@@ -211,7 +215,7 @@ class Checkpointer:
                 # metadata file in the item's directory and warns that there is none.
                 handler = ocp.PyTreeCheckpointHandler()
                 try:
-                    tree = handler.metadata(pathlib.Path(path)).tree
+                    tree = handler.metadata(path).tree
                 finally:
                     handler.close()
                 if structure is not None:
@@ -283,7 +287,7 @@ class Checkpointer:
 
     def _quarantine(self, step: int, err: Exception) -> None:
         """Reports a damaged checkpoint and moves it to ``damaged_checkpoints/``."""
-        target = os.path.join(self.damaged_directory, f"{step}-{int(time.time())}")
+        target = self.damaged_directory / f"{step}-{int(time.time())}"
         logging.warning(
             "checkpoint at step %d in %s is damaged (%s: %s); moved to %s",
             step,
@@ -293,8 +297,8 @@ class Checkpointer:
             target,
         )
         if jax.process_index() == 0:
-            os.makedirs(self.damaged_directory, exist_ok=True)
-            os.rename(os.path.join(self.directory, str(step)), target)
+            self.damaged_directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / str(step)).rename(target)
         if jax.process_count() > 1:
             multihost_utils.sync_global_devices(f"quarantine checkpoint {step}")
         self._manager.reload()

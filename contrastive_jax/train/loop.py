@@ -42,10 +42,11 @@ from typing import Any
 
 import jax
 import ml_collections
+from etils import epath
 
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import inputs, objective
+from contrastive_jax.train import inputs, objective, paths
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
     CheckpointError,
@@ -53,7 +54,7 @@ from contrastive_jax.train.checkpoint import (
     structure_signature,
 )
 from contrastive_jax.train.config import check_config
-from contrastive_jax.train.logging import CollapseDetector, MetricLogger
+from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger
 from contrastive_jax.train.step import (
     build_model,  # noqa: F401 - part of the loop's interface (loop.build_model)
     init_state,
@@ -132,17 +133,16 @@ def _check_compatible(
         )
 
 
-def _prepare_workdir(workdir: str) -> str:
-    workdir = os.path.abspath(workdir)
+def _prepare_workdir(workdir: str) -> epath.Path:
+    path = paths.as_path(workdir)
     try:
-        os.makedirs(workdir, exist_ok=True)
-        probe = os.path.join(workdir, f".write-test-{os.getpid()}")
-        with open(probe, "w", encoding="utf-8") as f:
-            f.write("ok")
-        os.remove(probe)
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
     except OSError as err:
-        raise OSError(f"work directory {workdir} is not writable: {err}") from err
-    return workdir
+        raise OSError(f"work directory {path} is not writable: {err}") from err
+    return path
 
 
 class _SigtermFlag:
@@ -198,12 +198,12 @@ def configure_compilation_cache(directory: str) -> str | None:
         directory = os.path.join(base, *AUTO_CACHE)
     elif not directory:
         return current
-    directory = os.path.abspath(os.path.expanduser(directory))
+    directory = str(paths.as_path(directory))  # a local directory or a bucket (gs://...)
     if directory != current:
         from jax.experimental.compilation_cache import compilation_cache
 
         try:
-            os.makedirs(directory, exist_ok=True)
+            paths.as_path(directory).mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise OSError(
                 f"config.train.compilation_cache_dir={directory} cannot be created ({err}); "
@@ -353,8 +353,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         skipped = int(restored_meta.get("nonfinite_steps", 0))
     start_step = int(state.step)
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, CONFIG_FILE), "w", encoding="utf-8") as f:
-            f.write(config.to_json_best_effort(indent=2))
+        (workdir / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
 
     step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
     record = jax.device_put(nonfinite_record(terms, skipped), replicated(mesh))
@@ -429,7 +428,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
             done = step + 1
             batch = batches.take()
             if profile and done == profile[0]:
-                jax.profiler.start_trace(os.path.join(workdir, TENSORBOARD_DIR))
+                jax.profiler.start_trace(str(workdir / TENSORBOARD_DIR))
                 profiling = True
             if step == start_step:
                 with _CompileTimer() as compiled:
@@ -453,8 +452,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
                 profiling = False
                 logger.message(
                     f"profile of steps {profile[0]}-{profile[1]} written to "
-                    f"{os.path.join(workdir, TENSORBOARD_DIR)}; view it with tensorboard "
-                    f"--logdir {os.path.join(workdir, TENSORBOARD_DIR)} (Profile tab)"
+                    f"{workdir / TENSORBOARD_DIR}; view it with tensorboard "
+                    f"--logdir {workdir / TENSORBOARD_DIR} (Profile tab)"
                 )
             if agree_late:
                 preempted = pending_stop is not None and bool(pending_stop)
@@ -505,7 +504,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
     steps_run = total_steps - start_step
     timed = max(steps_run - 1, 0)  # the steps after the first (compiled) one
     return {
-        "workdir": workdir,
+        "workdir": str(workdir),
         "start_step": start_step,
         "final_step": total_steps,
         "final_loss": last.get("loss", float("nan")),
