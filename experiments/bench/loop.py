@@ -97,7 +97,7 @@ class _CpuClock:
     """Process CPU seconds from the loop's throughput clock start (after the first step) to the end."""
 
     def __init__(self) -> None:
-        from contrastive_jax.train.logging import MetricLogger
+        from contrastive_jax.train.metrics_log import MetricLogger
 
         self._cls = MetricLogger
         self._original = MetricLogger.start_clock

@@ -24,7 +24,7 @@ from jax._src.array import ArrayImpl
 
 from contrastive_jax.parallel import make_mesh
 from contrastive_jax.train import checkpoint, inputs, loop
-from contrastive_jax.train.logging import CollapseDetector
+from contrastive_jax.train.metrics_log import CollapseDetector
 from tests.train import runs
 
 TOTAL = 8
