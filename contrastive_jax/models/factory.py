@@ -66,7 +66,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead
 from contrastive_jax.models.mlp import MLP
@@ -142,11 +142,7 @@ def _resolve(config: Any, defaults: dict[str, Any], kind: str) -> dict[str, Any]
     if kind == "encoder" and own is not None:
         known |= set(own)
         values.update(own)
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown {kind} config field(s) {unknown}; known fields: {sorted(known)}"
-        )
+    check_fields(f"config.model.{kind}", fields, known)
     values.update(fields)
     choices = ENCODER_NAMES if kind == "encoder" else HEAD_NAMES
     if values["name"] not in choices:

@@ -97,7 +97,7 @@ def _abstract_state(config: ml_collections.ConfigDict, num_classes: int):
     The optimiser state's structure does not depend on the schedule, so any
     valid schedule length will do.
     """
-    warmup = int(config.optimizer.get("warmup_steps") or 0)
+    warmup = int(config.optimizer.warmup_steps or 0)
     graphdef, rest, _, _, state = loop.init_state(
         config,
         num_classes,
