@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-dev
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup quickstart test test-all lint docs bench clean
+.PHONY: setup quickstart test test-all notebooks lint typecheck docs bench clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,12 @@ DOCTESTS := contrastive_jax/losses contrastive_jax/metrics.py
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow" --doctest-modules tests $(DOCTESTS)
 
+# Every notebook run top to bottom in a fresh kernel, as a user runs it (no environment
+# variables): 05 trains the quickstart into runs/quickstart when that holds no checkpoint
+# (about 5 minutes), 03 uses the built-in digits. See notebooks/README.md for the timings.
+notebooks: $(STAMP)
+	$(PY) -m pytest -q -n 0 -m slow tests/test_notebooks.py
+
 # Adds the slow tests, among them tests/test_wheel.py: the wheel installed without extras
 # into a fresh venv runs the README's loss example outside the checkout, then with [train]
 # the quickstart.
@@ -34,7 +40,14 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 --doctest-modules tests $(DOCTESTS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check contrastive_jax tests experiments notebooks
+	$(VENV)/bin/ruff check contrastive_jax tests experiments notebooks docs/_griffe
+
+# Static types (mypy, settings in pyproject.toml) over the packages that are kept clean;
+# `make typecheck TYPECHECK_PATHS="..."` checks others.
+TYPECHECK_PATHS ?= contrastive_jax/losses contrastive_jax/metrics.py
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy $(TYPECHECK_PATHS)
 
 # The API reference site in site/, warnings as errors.
 docs: $(STAMP)

@@ -1,6 +1,6 @@
 """Exceptions that the command-line tools report as a usage error (exit code 2).
 
-Both subclass :class:`ValueError`, so ``except ValueError`` still catches them; any other
+All subclass :class:`ValueError`, so ``except ValueError`` still catches them; any other
 ``ValueError`` reaching a command-line tool is a bug and is shown with its traceback.
 """
 
@@ -15,6 +15,10 @@ class ConfigError(ValueError):
 
 class InputError(ValueError):
     """Input data or a file the run reads is unusable (e.g. a corrupt image)."""
+
+
+class CorruptImageError(ValueError):
+    """An image file that cannot be decoded; the message names the file."""
 
 
 def check_fields(where: str, fields, known) -> None:

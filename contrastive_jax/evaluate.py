@@ -37,7 +37,7 @@ k-fold AUC and balanced accuracy with the training folds sub-sampled, the
 downstream protocol of Dufumier et al. 2021, arXiv:2111.05643, Fig. 3).
 
 Classifiers trained end to end (the ``classifier`` head, or any head whose outputs are
-class scores, trained with the label terms of :mod:`contrastive_jax.train.terms`):
+class scores, trained with the label losses of :mod:`contrastive_jax.losses`):
 :func:`evaluate_classifier` scores the head's logits on a split of a checkpoint with
 :func:`classifier_metrics` (top-1/top-5 with bootstrap intervals, expected calibration
 error and reliability bins, NLL; Hugger & Uhlmann 2024, arXiv:2404.14076, Sec. 4.2).

@@ -1,7 +1,7 @@
 """Linear evaluation of a pretrained encoder: frozen features, a linear probe, bootstrap intervals.
 
     python -m contrastive_jax.linear_eval --workdir runs/quickstart
-    python -m contrastive_jax.linear_eval --checkpoint runs/quickstart/checkpoints/330 \
+    python -m contrastive_jax.linear_eval --checkpoint runs/quickstart/checkpoints/660 \
         --epochs 100 --base_lr 5.0
 
 Restores the encoder of the newest readable checkpoint in ``--workdir`` (or of

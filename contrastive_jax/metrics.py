@@ -26,38 +26,26 @@ import numpy as np
 from scipy import spatial, special
 
 from contrastive_jax.losses import _core
+from contrastive_jax.losses._align_uniform import alignment, alignment_from_labels, uniformity
 
 Array = jax.Array
+
+__all__ = [
+    "alignment",
+    "alignment_from_labels",
+    "uniformity",
+    "embedding_stats",
+    "class_similarity_matrix",
+    "within_between_similarities",
+    "similarity_summary",
+    "mixed_ksg",
+]
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _safe_power(sq: Array, half_alpha: float | Array) -> Array:
-    """``sq ** half_alpha`` for ``sq >= 0``; 0 at ``sq = 0`` with a zero gradient."""
-    positive = sq > 0
-    return jnp.where(positive, jnp.where(positive, sq, 1.0) ** half_alpha, 0.0)
-
-
-def _pair_sq_distances(batch: _core.ContrastBatch) -> Array:
-    """``||a_r - c_j||^2 = ||a_r||^2 + ||c_j||^2 - 2 a_r.c_j`` [n, m], clipped at 0.
-
-    Rows are unit vectors except all-zero input rows, which stay zero.
-    """
-    dots = _core.similarity_logits(batch.anchors, batch.candidates, 1.0)
-    sq_a = jnp.sum(batch.anchors * batch.anchors, axis=1)
-    sq_c = jnp.sum(batch.candidates * batch.candidates, axis=1)
-    return jnp.maximum(sq_a[:, None] + sq_c[None, :] - 2.0 * dots, 0.0)
-
-
-def _pair_mean(values: Array, mask: Array, axis_name: str | None) -> Array:
-    """Mean of ``values`` over the True entries of ``mask`` of all devices (0 if none)."""
-    total = _core.differentiable_psum(jnp.sum(jnp.where(mask, values, 0.0)), axis_name)
-    count = _core.psum_if(jnp.sum(mask.astype(jnp.float32)), axis_name)
-    return total / jnp.maximum(count, 1.0)
-
-
-def _as_unit_rows_np(z: np.ndarray, name: str = "z") -> np.ndarray:
+def _as_unit_rows_np(z: np.ndarray | Array, name: str = "z") -> np.ndarray:
     """Checks a float [N, D] array; returns float64 rows / max(norm, 1e-12)."""
     z = np.asarray(z)
     if z.ndim != 2 or z.shape[0] < 1 or z.shape[1] < 1:
@@ -68,174 +56,13 @@ def _as_unit_rows_np(z: np.ndarray, name: str = "z") -> np.ndarray:
     return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
 
 
-def _int_labels_np(labels: np.ndarray, n: int, name: str = "labels") -> np.ndarray:
+def _int_labels_np(labels: np.ndarray | Array, n: int, name: str = "labels") -> np.ndarray:
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"`{name}` must have shape [{n}], got {labels.shape}")
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"`{name}` must be an integer array, got dtype {labels.dtype}")
     return labels.astype(np.int64)
-
-
-# --------------------------------------------------------------------------- alignment, uniformity
-
-
-def alignment(
-    z1: Array,
-    z2: Array,
-    *,
-    alpha: float = 2.0,
-    axis_name: str | None = None,
-    valid: Array | None = None,
-) -> Array:
-    """Alignment of positive pairs (Wang & Isola 2020, Sec. 4.1, ``align_loss``).
-
-    ``L_align = mean_i || f(x_i) - f(y_i) ||_2^alpha`` with ``f(x_i)``, ``f(y_i)``
-    the L2-normalised rows ``i`` of ``z1`` and ``z2``. Range [0, 2^alpha]; lower is
-    better aligned.
-
-    Args:
-      z1: float [N, D], first view of each pair (normalised inside).
-      z2: float [N, D], second view, row i paired with row i of ``z1``.
-      alpha: exponent > 0 (the paper's default 2).
-      axis_name: mesh/pmap axis; the mean then runs over the pairs of all devices.
-      valid: optional bool [N]; False rows (pairs) are padding.
-
-    Returns:
-      float32 scalar (0 when no pair is valid).
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from contrastive_jax import metrics
-      >>> z1 = jnp.array([[1.0, 0.0], [0.0, 1.0]])
-      >>> z2 = jnp.array([[1.0, 0.0], [1.0, 1.0]])  # the second pair is 45 degrees apart
-      >>> print(f"{float(metrics.alignment(z1, z2)):.4f}")  # (0 + (2 - sqrt 2)) / 2
-      0.2929
-
-    References:
-      Wang, T. and Isola, P. (2020). Understanding contrastive representation learning
-      through alignment and uniformity on the hypersphere. ICML 2020, arXiv:2005.10242.
-    """
-    z1 = _core.check_embeddings(z1, "z1")
-    z2 = _core.check_embeddings(z2, "z2")
-    if z1.shape != z2.shape:
-        raise ValueError(f"`z1` and `z2` must have the same shape, got {z1.shape} and {z2.shape}")
-    _core.check_positive(alpha, "alpha")
-    valid = _core.check_valid(valid, z1.shape[0])
-    diff = _core.l2_normalize(z1) - _core.l2_normalize(z2)
-    per_pair = _safe_power(jnp.sum(diff * diff, axis=1), 0.5 * alpha)
-    return _core.valid_anchor_mean(per_pair, valid, axis_name)
-
-
-def alignment_from_labels(
-    embeddings: Array,
-    labels: Array,
-    *,
-    alpha: float = 2.0,
-    axis_name: str | None = None,
-    valid: Array | None = None,
-) -> Array:
-    """Alignment of a flat multi-view batch: mean over positive pairs of ``||z_i - z_j||^alpha``.
-
-    ``L_align = (1/|P|) sum_{(i, j) in P} || z_i - z_j ||^alpha``,
-    ``P = {(i, j) : i != j, c_i = c_j, both valid}`` over the global batch, rows
-    L2-normalised. For a two-view batch with instance ids this equals
-    :func:`alignment` of the two views (each pair is counted in both orders).
-
-    Args:
-      embeddings: float [N, D], every view as its own row (normalised inside).
-      labels: int [N] instance ids (SimCLR) or class labels (supervised).
-      alpha: exponent > 0 (Wang & Isola's default 2).
-      axis_name: mesh/pmap axis to gather the batch over.
-      valid: optional bool [N]; False rows are padding.
-
-    Returns:
-      float32 scalar (0 when there is no positive pair).
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from contrastive_jax import metrics
-      >>> z = jnp.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.1, 1.0]])
-      >>> labels = jnp.array([0, 0, 1, 1])  # two tight pairs
-      >>> print(f"{float(metrics.alignment_from_labels(z, labels)):.4f}")
-      0.0099
-
-    References:
-      Wang, T. and Isola, P. (2020). Understanding contrastive representation learning
-      through alignment and uniformity on the hypersphere. ICML 2020, arXiv:2005.10242.
-    """
-    embeddings = _core.check_embeddings(embeddings)
-    labels = _core.check_labels(labels, embeddings.shape[0])
-    _core.check_positive(alpha, "alpha")
-    batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
-    same = batch.anchor_labels[:, None] == batch.candidate_labels[None, :]
-    pairs = (
-        same & ~batch.is_self & batch.anchor_valid[:, None] & batch.candidate_valid[None, :]
-    )
-    per_pair = _safe_power(_pair_sq_distances(batch), 0.5 * alpha)
-    return _pair_mean(per_pair, pairs, axis_name)
-
-
-def uniformity(
-    embeddings: Array,
-    *,
-    t: float = 2.0,
-    axis_name: str | None = None,
-    valid: Array | None = None,
-) -> Array:
-    """Uniformity (Wang & Isola 2020, Sec. 4.1, ``uniform_loss``).
-
-    ``L_uniform = log( (1/|Pairs|) sum_{i<j} exp(-t ||z_i - z_j||^2) )`` over the
-    distinct pairs of valid rows of the global batch, rows L2-normalised.
-    Range [-4t, 0]; lower is more uniform. For points spread uniformly on the
-    circle S^1 it tends to ``-2t + log I_0(2t)`` (N evenly spaced points give
-    ``log((N A - 1) / (N - 1))`` with ``A = exp(-2t) I_0(2t)``).
-
-    Computed as a masked log-sum-exp; under ``axis_name`` the per-device
-    log-sum-exps are combined with a (stop-gradient) global max, so value and
-    gradient equal a single-device call on the concatenated batch.
-
-    Args:
-      embeddings: float [N, D] (normalised inside).
-      t: kernel scale > 0 (the paper's default 2).
-      axis_name: mesh/pmap axis to gather the batch over.
-      valid: optional bool [N]; False rows are padding.
-
-    Returns:
-      float32 scalar (0 when fewer than two rows are valid).
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from contrastive_jax import metrics
-      >>> square = jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
-      >>> # 4 pairs at squared distance 2, 2 at 4: log((4 e^-4 + 2 e^-8) / 6)
-      >>> print(f"{float(metrics.uniformity(square)):.4f}")
-      -4.3963
-
-    References:
-      Wang, T. and Isola, P. (2020). Understanding contrastive representation learning
-      through alignment and uniformity on the hypersphere. ICML 2020, arXiv:2005.10242.
-    """
-    embeddings = _core.check_embeddings(embeddings)
-    _core.check_positive(t, "t")
-    n = embeddings.shape[0]
-    batch = _core.contrast_batch(embeddings, jnp.zeros((n,), jnp.int32), valid, axis_name)
-    rows = _core.local_row_offset(n, axis_name) + jnp.arange(n)
-    cols = jnp.arange(batch.candidates.shape[0])
-    pairs = (
-        (rows[:, None] < cols[None, :])
-        & batch.anchor_valid[:, None]
-        & batch.candidate_valid[None, :]
-    )
-    logits = -jnp.asarray(t, jnp.float32) * _pair_sq_distances(batch)
-    local_lse = _core.masked_logsumexp(logits.reshape(-1), pairs.reshape(-1), axis=0)
-    if axis_name is None:
-        lse = local_lse
-    else:
-        shift = jax.lax.pmax(jax.lax.stop_gradient(local_lse), axis_name)
-        lse = shift + jnp.log(_core.differentiable_psum(jnp.exp(local_lse - shift), axis_name))
-    count = _core.psum_if(jnp.sum(pairs.astype(jnp.float32)), axis_name)
-    return jnp.where(count > 0, lse - jnp.log(jnp.maximum(count, 1.0)), 0.0)
 
 
 # --------------------------------------------------------------------------- embedding statistics

@@ -18,6 +18,13 @@ of another config); 1 with a traceback for anything else, which is a bug.
 With several processes, when one dies the others abort (SIGABRT) after
 --heartbeat_timeout_seconds.
 
+``--dry_run`` compiles the config's training step for ``--devices N`` simulated CPU devices or
+a TPU slice (``--target tpu-v4-32``) without data and prints per-device memory, FLOPs and a
+projected step time (:mod:`contrastive_jax.train.dry_run`)::
+
+    python -m contrastive_jax.pretrain --dry_run --devices 32 --peak_tflops 275 \\
+        --config "$(python -m contrastive_jax.configs simclr_imagenet)"
+
 Also installed as the console script ``contrastive-jax-pretrain``; the configs
 that ship with the package are listed by ``python -m contrastive_jax.configs``.
 """
@@ -56,7 +63,24 @@ _HEARTBEAT = flags.DEFINE_integer(
     "heartbeat_timeout_seconds", 100,
     "Multi-process: stop when another process has been silent this long.",
 )
-flags.mark_flags_as_required(["config", "workdir"])
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False,
+    "Compile the config's training step without data and print per-device memory, FLOPs and "
+    "a projected step time (contrastive_jax.train.dry_run); --workdir is not needed.",
+)
+_DEVICES = flags.DEFINE_integer(
+    "devices", None, "--dry_run: devices of the mesh (simulated CPU devices for --target=cpu).",
+)
+_TARGET = flags.DEFINE_string(
+    "target", "cpu", "--dry_run: 'cpu' or a TPU slice such as tpu-v4-32, tpu-v5e-16, "
+    "tpu-v5p-32, tpu-v6e-16 (compiled ahead of time; needs libtpu: the 'tpu' extra).",
+)
+_PEAK_TFLOPS = flags.DEFINE_float(
+    "peak_tflops", None, "--dry_run: peak TFLOP/s per device for the projected step time "
+    "(default: a TPU target's bf16 peak).",
+)
+_MFU = flags.DEFINE_float("mfu", 0.4, "--dry_run: assumed model FLOPs utilisation.")
+flags.mark_flags_as_required(["config"])
 
 EXIT_USAGE = 2  # bad config, input or environment (any other ValueError is a bug: traceback)
 #: Write errors of a full disk, a quota or a file-size limit: exit like a failed checkpoint.
@@ -95,6 +119,14 @@ def parse_flags(argv: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     del argv
     logging.getLogger("absl").setLevel(logging.WARNING)
+    if _DRY_RUN.value:
+        from contrastive_jax.train.dry_run import run_cli
+
+        return run_cli(_CONFIG.value, num_devices=_DEVICES.value, target=_TARGET.value,
+                       peak_tflops=_PEAK_TFLOPS.value, mfu=_MFU.value)
+    if not _WORKDIR.value:
+        print("error: --workdir is required (except with --dry_run)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         initialize_distributed(
             _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,

@@ -1,4 +1,5 @@
-"""The API reference site builds with warnings as errors, and shows spliced docstrings whole."""
+"""The API reference site builds with warnings as errors, and shows the losses' docstrings with
+their shared argument text formatted in (as ``help()`` does)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_site_builds_strictly_with_the_projnce_shared_arguments_spliced(tmp_path):
+def test_site_builds_strictly_with_the_shared_arguments_formatted_in(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings_handlers.python")
     proc = subprocess.run(
@@ -20,6 +21,9 @@ def test_site_builds_strictly_with_the_projnce_shared_arguments_spliced(tmp_path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = (tmp_path / "api" / "losses" / "index.html").read_text()
-    assert "{loss_inputs}" not in page and "{shared_args}" not in page
-    assert page.count("compiled class-slot counts") >= 5  # the shared text, in each of the five losses
+    from contrastive_jax.losses import _docs
+
+    assert not [key for key in _docs.ARGS if "{" + key + "}" in page]  # no marker left
+    assert page.count("compiled class-slot counts") >= 5  # the ProjNCE family's, in each of five
+    assert page.count("None chooses the dense form") >= 14  # each of the 14 losses with block_size
     assert not (tmp_path / "_griffe").exists()  # the build's extension is not published

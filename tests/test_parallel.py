@@ -1,4 +1,4 @@
-"""Mesh helpers and multi-process set-up (issue 8, item 6, fast version).
+"""Mesh helpers and multi-process set-up, fast version.
 
 Two Python processes joined on localhost with ``initialize_distributed`` (4
 simulated CPU devices each) run a cross-process ``psum``; killing one makes

@@ -7,11 +7,28 @@ package, so they work from any directory::
     contrastive-jax-pretrain --workdir runs/digits \\
         --config "$(python -m contrastive_jax.configs sincere_digits)"
 
+The papers' recipes, each docstring citing the source of every setting and the accuracy it
+is expected to reach (``docs/training.md`` of the source repository has their dry-run memory
+and FLOP figures):
+
+* ``simclr_imagenet``: SimCLR (Chen et al. 2020), ResNet-50, batch 4096, LARS, 100 epochs;
+* ``supcon_imagenet``, ``sincere_imagenet``: the same with SupCon (Khosla et al. 2020) or
+  SINCERE (Feeney & Hughes 2023) at tau = 0.1, 350 epochs;
+* ``simclr_cifar10``, ``supcon_cifar10``: the SupContrast reference code's CIFAR-10 commands
+  (ResNet-50, batch 1024, 1,000 epochs);
+* ``sincere_cifar10``: the SINCERE paper's CIFAR-10 recipe (ResNet-50, batch 512, 1,000 epochs).
+
+Small configs that run on a CPU:
+
 * ``quickstart``: SINCERE on the built-in cluttered digits, the default of
   ``python -m contrastive_jax.quickstart``.
 * ``sincere_digits``: SINCERE vs SupCon on the built-in digits, the CPU proxy.
-* ``sincere_cifar10``: SINCERE vs SupCon on CIFAR-10 at 16x16 (TFDS ``cifar10``; pass
-  ``--config.data.data_dir`` for a prepared TFDS directory or a folder of images).
+* ``sincere_cifar10_proxy``: SINCERE vs SupCon on CIFAR-10 at 16x16 with a narrow ResNet-18
+  (TFDS ``cifar10``; pass ``--config.data.data_dir`` for a prepared TFDS directory or a
+  folder of images).
+
+Each recipe's ``--config.dataset`` and ``--config.data.data_dir`` say where its data are
+(TFDS ``imagenet2012`` or ``cifar10`` by default).
 
 From Python::
 
@@ -26,7 +43,17 @@ import sys
 from pathlib import Path
 
 #: The packaged configs, by name.
-NAMES = ("quickstart", "sincere_cifar10", "sincere_digits")
+NAMES = (
+    "quickstart",
+    "sincere_digits",
+    "sincere_cifar10_proxy",
+    "simclr_imagenet",
+    "supcon_imagenet",
+    "sincere_imagenet",
+    "simclr_cifar10",
+    "supcon_cifar10",
+    "sincere_cifar10",
+)
 
 
 def path(name: str) -> str:
@@ -65,5 +92,5 @@ def main(argv: list[str]) -> int:
             return 2
         return 0
     for name in NAMES:
-        print(f"{name:<16} {path(name)}")
+        print(f"{name:<22} {path(name)}")
     return 0

@@ -32,6 +32,7 @@ need no TensorFlow (the training step imports :mod:`.mixing`).
 import importlib
 
 from contrastive_jax._extras import require
+from contrastive_jax.errors import CorruptImageError
 
 #: Public name -> the module of this package that defines it.
 _EXPORTS = {
@@ -41,7 +42,7 @@ _EXPORTS = {
     **dict.fromkeys(
         ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment"
     ),
-    **dict.fromkeys(("CorruptImageError", "Source", "Split"), "base"),
+    **dict.fromkeys(("Source", "Split", "symmetric_label_noise"), "base"),
     "default_data_config": "config",
     **dict.fromkeys(
         ("MixSample", "apply_mix", "mix_batch", "sample_mix", "smooth_labels"), "mixing"
@@ -53,8 +54,7 @@ _EXPORTS = {
     ),
     **dict.fromkeys(("CorruptRecordError", "RecordSet"), "records"),
     **dict.fromkeys(
-        ("DatasetNotPreparedError", "class_balanced_subset", "load_source",
-         "symmetric_label_noise"),
+        ("DatasetNotPreparedError", "class_balanced_subset", "load_source"),
         "sources",
     ),
 }

@@ -36,7 +36,14 @@ from collections.abc import Callable, Mapping, Sequence
 import ml_collections
 import numpy as np
 
-from contrastive_jax.data.base import Source, Split, channel_stats
+from contrastive_jax.data.base import (
+    Source,
+    Split,
+    channel_stats,
+    check_classes,
+    check_metadata_names,
+)
+from contrastive_jax.data.vectors import VectorSplit, vector_source
 from contrastive_jax.errors import ConfigError
 
 #: Built-in dataset names, which :func:`register_source` refuses.
@@ -103,9 +110,6 @@ def array_source(
       ValueError: no ``"train"`` split, labels outside [0, K), splits of
         different image shapes, or a bad array (the message names it).
     """
-    # Imported here: the vectors module imports this one.
-    from contrastive_jax.data.vectors import VectorSplit, vector_source
-
     if any(isinstance(v, VectorSplit) or (not isinstance(v, Split) and len(v) and np.ndim(v[0]) == 2)
            for v in splits.values()):
         if stats is not None:
@@ -148,46 +152,6 @@ def array_source(
         std=tuple(float(v) for v in std),
         metadata_names=tuple(metadata_names),
     )
-
-
-def check_classes(
-    what: str,
-    splits: Mapping[str, Split],
-    class_names: Sequence[str] | None,
-    num_classes: int | None,
-) -> tuple[int, tuple[str, ...]]:
-    """(K, K class names) of in-memory ``splits`` (anything with int ``labels`` [N]).
-
-    K defaults to ``len(class_names)``, else 1 + the largest label; names to ``"0" .. "K-1"``.
-
-    Raises:
-      ValueError: names for another K, or labels outside [0, K) (``what`` names the source).
-    """
-    labelled = [s.labels for s in splits.values() if len(s.labels)]
-    largest = max(int(y.max()) for y in labelled) if labelled else -1
-    smallest = min(int(y.min()) for y in labelled) if labelled else 0
-    if num_classes is None:
-        num_classes = len(class_names) if class_names is not None else largest + 1
-    if class_names is None:
-        class_names = tuple(str(k) for k in range(num_classes))
-    if len(class_names) != num_classes:
-        raise ValueError(f"{len(class_names)} class_names for num_classes={num_classes}")
-    if smallest < 0 or largest >= num_classes:
-        raise ValueError(
-            f"{what}: labels must lie in [0, {num_classes}), got [{smallest}, {largest}]"
-        )
-    return int(num_classes), tuple(str(c) for c in class_names)
-
-
-def check_metadata_names(what: str, splits: Mapping[str, Split],
-                         metadata_names: Sequence[str]) -> None:
-    """Raises ValueError unless every split's metadata has one column per name."""
-    widths = {s.metadata.shape[1] for s in splits.values() if s.metadata is not None}
-    if widths and widths != {len(metadata_names)}:
-        raise ValueError(
-            f"{what}: metadata has {sorted(widths)} columns but {len(metadata_names)} "
-            "metadata_names"
-        )
 
 
 def register_source(name: str, factory: SourceFactory) -> None:

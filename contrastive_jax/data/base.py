@@ -17,7 +17,7 @@ holds none).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,10 +26,6 @@ from contrastive_jax.errors import ConfigError
 
 if TYPE_CHECKING:
     from contrastive_jax.data.records import RecordSet
-
-
-class CorruptImageError(ValueError):
-    """An image file that cannot be decoded; the message names the file."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,3 +164,70 @@ def channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, .
     mean = total / count
     std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0))
     return tuple(float(v) for v in mean), tuple(float(v) for v in std)
+
+
+def check_classes(
+    what: str,
+    splits: Mapping[str, Split],
+    class_names: Sequence[str] | None,
+    num_classes: int | None,
+) -> tuple[int, tuple[str, ...]]:
+    """(K, K class names) of in-memory ``splits`` (anything with int ``labels`` [N]).
+
+    K defaults to ``len(class_names)``, else 1 + the largest label; names to ``"0" .. "K-1"``.
+
+    Raises:
+      ValueError: names for another K, or labels outside [0, K) (``what`` names the source).
+    """
+    labelled = [s.labels for s in splits.values() if len(s.labels)]
+    largest = max(int(y.max()) for y in labelled) if labelled else -1
+    smallest = min(int(y.min()) for y in labelled) if labelled else 0
+    if num_classes is None:
+        num_classes = len(class_names) if class_names is not None else largest + 1
+    if class_names is None:
+        class_names = tuple(str(k) for k in range(num_classes))
+    if len(class_names) != num_classes:
+        raise ValueError(f"{len(class_names)} class_names for num_classes={num_classes}")
+    if smallest < 0 or largest >= num_classes:
+        raise ValueError(
+            f"{what}: labels must lie in [0, {num_classes}), got [{smallest}, {largest}]"
+        )
+    return int(num_classes), tuple(str(c) for c in class_names)
+
+
+def check_metadata_names(what: str, splits: Mapping[str, Split],
+                         metadata_names: Sequence[str]) -> None:
+    """Raises ValueError unless every split's metadata has one column per name."""
+    widths = {s.metadata.shape[1] for s in splits.values() if s.metadata is not None}
+    if widths and widths != {len(metadata_names)}:
+        raise ValueError(
+            f"{what}: metadata has {sorted(widths)} columns but {len(metadata_names)} "
+            "metadata_names"
+        )
+
+
+def symmetric_label_noise(
+    labels: np.ndarray, num_classes: int, prob: float, seed: int
+) -> np.ndarray:
+    """Symmetric label noise, the corruption of Jeong & Hero's label-noise experiments
+    ("Generalizing Supervised Contrastive learning: A Projection Perspective", Table 3).
+
+    Each label is independently replaced, with probability ``prob``, by a class
+    drawn uniformly from all K classes (so it may keep its value: the expected
+    fraction of changed labels is ``prob (K - 1) / K``).
+
+    Args:
+      labels: int [N].
+      num_classes: K.
+      prob: noise probability in [0, 1].
+      seed: noise seed.
+
+    Returns:
+      int64 [N] noisy labels.
+    """
+    if not 0.0 <= prob <= 1.0:
+        raise ConfigError(f"label_noise must be in [0, 1], got {prob}")
+    rng = np.random.default_rng([seed, 2])
+    replace = rng.random(len(labels)) < prob
+    random_labels = rng.integers(0, num_classes, len(labels))
+    return np.where(replace, random_labels, labels).astype(np.int64)

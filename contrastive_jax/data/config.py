@@ -7,7 +7,8 @@ from ml_collections import config_dict
 
 
 def default_data_config() -> ml_collections.ConfigDict:
-    """Defaults of every data field (the quickstart's digits set-up).
+    """Defaults of every data field (plain built-in digits; the quickstart config picks
+    ``digits_cluttered``).
 
     Fields:
       dataset: ``"digits"`` (default) | ``"digits_cluttered"`` | ``"phantoms"``

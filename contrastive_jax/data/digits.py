@@ -11,7 +11,8 @@ model and augmentation preset works unchanged):
 * ``digits``: each 8x8 digit upsampled x2 by pixel repetition (nearest
   neighbour, so no grey level is invented), scaled to 0..255
   (``round(v * 255 / 16)``). It nearly saturates (raw pixels reach ~0.97
-  accuracy): a fast smoke test, the default of the quickstart and of tests.
+  accuracy): a fast smoke test and the default of ``default_data_config`` and of
+  tests (the quickstart uses ``digits_cluttered``).
 * ``digits_cluttered``: the harder variant of docs/reproductions.md. The 8x8 digit (values in
   [0, 1]) is placed at a random offset of a 16x16 canvas, combined by ``max``
   with a distractor digit of the same split at 0.5 contrast at another random

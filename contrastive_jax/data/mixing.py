@@ -35,7 +35,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from contrastive_jax.losses._soft_target import smooth_labels
+
 Array = jax.Array
+
+__all__ = ["MixSample", "apply_mix", "mix_batch", "sample_mix", "smooth_labels"]
 
 
 class MixSample(NamedTuple):
@@ -51,21 +55,6 @@ class MixSample(NamedTuple):
     lam: Array
     use_cutmix: Array
     box: Array
-
-
-def smooth_labels(labels: Array, num_classes: int, epsilon: float = 0.1) -> Array:
-    """Label-smoothed one-hot targets.
-
-    Args:
-      labels: int [B].
-      num_classes: K.
-      epsilon: smoothing in [0, 1]; 0 gives one-hot, 1 uniform.
-
-    Returns:
-      float32 [B, K]: ``1 - eps + eps / K`` at the label, ``eps / K`` elsewhere.
-    """
-    off = epsilon / num_classes
-    return jax.nn.one_hot(labels, num_classes, dtype=jnp.float32) * (1.0 - epsilon) + off
 
 
 def sample_mix(

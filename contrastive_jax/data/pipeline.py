@@ -58,7 +58,7 @@ the last batch is padded::
      "label": int32 [B], "index": int64 [B] (-1 on padding),
      "valid": bool [B], "metadata": float32 [B, p] if available}
 
-A corrupt image file raises :class:`~contrastive_jax.data.base.CorruptImageError`
+A corrupt image file raises :class:`~contrastive_jax.errors.CorruptImageError`
 naming the file, and a corrupt TFDS record
 :class:`~contrastive_jax.data.records.CorruptRecordError` naming the shard
 file and the record's index in it, when the batch that contains it is
@@ -84,13 +84,13 @@ from contrastive_jax.data.augment import (
     eval_transform,
     make_views,
 )
-from contrastive_jax.data.base import Source, Split
+from contrastive_jax.data.base import Source, Split, symmetric_label_noise
 from contrastive_jax.data.batch_augment import augment_batch, is_batchable, view_keys
 from contrastive_jax.data.batching import per_process as _per_process
 from contrastive_jax.data.batching import process_position as _process
 from contrastive_jax.data.batching import steps_per_epoch
 from contrastive_jax.data.records import RecordSet
-from contrastive_jax.data.sources import decode_image_file, load_source, symmetric_label_noise
+from contrastive_jax.data.sources import decode_image_file, load_source
 from contrastive_jax.data.vectors import VectorEvalIterator, VectorPretrainIterator, VectorSource
 from contrastive_jax.errors import ConfigError
 

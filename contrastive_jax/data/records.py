@@ -31,8 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from contrastive_jax.data._tf import tf
-from contrastive_jax.data.base import CorruptImageError
-from contrastive_jax.errors import InputError
+from contrastive_jax.errors import CorruptImageError, InputError
 
 #: TFDS's names of the two formats this module reads.
 ARRAY_RECORD = "array_record"

@@ -8,7 +8,7 @@
   (:mod:`contrastive_jax.data.synthetic`).
 * ``"image_folder"``: ``tfds.ImageFolder(config.data_dir)``, a tree
   ``<data_dir>/<split>/<class>/<image>.{jpg,jpeg,png}``; ``"folder:PATH"`` is
-  the same with ``data_dir = PATH`` (e.g. ``folder:../shared/data/cifar10``).
+  the same with ``data_dir = PATH`` (e.g. ``folder:PATH/TO/cifar10``).
 * any other name: a TFDS dataset (``cifar10``, ``cifar100``, ``stl10``,
   ``imagenet2012``, ...). If ``config.data_dir`` is a folder of images in the
   layout above, it is read with ``tfds.ImageFolder`` under that name;
@@ -20,7 +20,7 @@
 
 Image folders are listed, not decoded: the pipeline reads and decodes files
 on the fly. A file that cannot be decoded raises
-:class:`~contrastive_jax.data.base.CorruptImageError` naming it (no silent
+:class:`~contrastive_jax.errors.CorruptImageError` naming it (no silent
 skip: skipping would change every later batch). A TFDS dataset of
 fixed-size images whose splits fit in :data:`MAX_IN_MEMORY_BYTES` decoded
 (CIFAR, STL-10, MNIST, ...) is loaded into memory; every other one
@@ -67,8 +67,8 @@ import numpy as np
 
 from contrastive_jax.data import arrays, digits, synthetic
 from contrastive_jax.data import records as records_lib
-from contrastive_jax.data.base import CorruptImageError, Source, Split, channel_stats
-from contrastive_jax.errors import ConfigError, InputError
+from contrastive_jax.data.base import Source, Split, channel_stats
+from contrastive_jax.errors import ConfigError, CorruptImageError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -130,33 +130,6 @@ def class_balanced_subset(
             )
         rows.append(rng.choice(members, size=count, replace=False))
     return np.sort(np.concatenate(rows)).astype(np.int64)
-
-
-def symmetric_label_noise(
-    labels: np.ndarray, num_classes: int, prob: float, seed: int
-) -> np.ndarray:
-    """Symmetric label noise, the corruption of Jeong & Hero's label-noise experiments
-    ("Generalizing Supervised Contrastive learning: A Projection Perspective", Table 3).
-
-    Each label is independently replaced, with probability ``prob``, by a class
-    drawn uniformly from all K classes (so it may keep its value: the expected
-    fraction of changed labels is ``prob (K - 1) / K``).
-
-    Args:
-      labels: int [N].
-      num_classes: K.
-      prob: noise probability in [0, 1].
-      seed: noise seed.
-
-    Returns:
-      int64 [N] noisy labels.
-    """
-    if not 0.0 <= prob <= 1.0:
-        raise ConfigError(f"label_noise must be in [0, 1], got {prob}")
-    rng = np.random.default_rng([seed, 2])
-    replace = rng.random(len(labels)) < prob
-    random_labels = rng.integers(0, num_classes, len(labels))
-    return np.where(replace, random_labels, labels).astype(np.int64)
 
 
 # --------------------------------------------------------------------------- image files

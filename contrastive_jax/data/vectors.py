@@ -38,8 +38,12 @@ from collections.abc import Iterator, Mapping, Sequence
 import ml_collections
 import numpy as np
 
-from contrastive_jax.data.arrays import check_classes, check_metadata_names
-from contrastive_jax.data.base import Source
+from contrastive_jax.data.base import (
+    Source,
+    check_classes,
+    check_metadata_names,
+    symmetric_label_noise,
+)
 from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
 from contrastive_jax.errors import ConfigError
 
@@ -223,7 +227,6 @@ class VectorPretrainIterator(Iterator[Batch]):
         process_index: int | None = None,
         process_count: int | None = None,
     ) -> None:
-        from contrastive_jax.data.sources import symmetric_label_noise
 
         _check_views(config, source)
         self.source = source

@@ -5,21 +5,27 @@
     fn = losses.get("sincere")              # the same function, by name (e.g. from a config)
     losses.second_argument("sincere")       # "label": what its second argument is
 
+Every loss and regulariser is registered here, once, with the kinds of its arguments.
 Embedding losses take ``(embeddings [N, D], second, *, hparams, axis_name=None,
 valid=None)`` and return the mean over valid anchors of the global batch (the
 contract is described in ``docs/conventions.md``). ``second`` is one of
-:data:`SECOND_ARGUMENTS`: instance ids (``nt_xent``), class labels (SupCon,
-SINCERE, the ProjNCE family, MIO) or continuous metadata (the y-Aware family);
-``global_uniformity`` takes none. The soft-target losses take class scores
-``logits [B, K]`` and soft ``targets [B, K]`` instead.
+:data:`SECOND_ARGUMENTS`: instance ids (``nt_xent``, ``align_uniform``), class labels
+(SupCon, SINCERE, the ProjNCE family, MIO), continuous metadata (the y-Aware family)
+or the other tower's embeddings (the two-tower losses ``clip`` and ``siglip``, whose row i
+of each tower is one pair);
+``global_uniformity`` takes none. The losses on class scores (:data:`FIRST_ARGUMENTS`
+``"logits"``) take ``logits [B, K]`` and soft ``targets [B, K]`` (the soft-target losses)
+or class labels (``label_cross_entropy``, ``label_soft_target_infonce``) instead.
 
-This package needs only the core install (jax, chex, numpy).
+This package needs only the core install (jax, chex, numpy and scipy; the losses
+themselves import only jax, chex and numpy).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from contrastive_jax.losses._align_uniform import align_uniform
 from contrastive_jax.losses._kernel import (
     conditional_alignment,
     conditional_uniformity,
@@ -29,41 +35,60 @@ from contrastive_jax.losses._kernel import (
 from contrastive_jax.losses._mio import mio
 from contrastive_jax.losses._nce import nt_xent, sincere, supcon
 from contrastive_jax.losses._projnce import med_nce, med_supcon, projnce, soft_nce, soft_supcon
-from contrastive_jax.losses._soft_target import soft_target_cross_entropy, soft_target_infonce
+from contrastive_jax.losses._soft_target import (
+    label_cross_entropy,
+    label_soft_target_infonce,
+    soft_target_cross_entropy,
+    soft_target_infonce,
+)
+from contrastive_jax.losses._two_tower import clip, siglip
+
+#: What a loss's first positional argument is: ``"embeddings"`` float [N, D] (rows
+#: normalised inside) or ``"logits"`` float [B, K] class scores.
+FIRST_ARGUMENTS = ("embeddings", "logits")
 
 #: What a loss's second positional argument is, by kind:
 #:
 #: * ``"instance"``: int [N] instance ids; the views of one image share an id (SimCLR).
-#: * ``"label"``: int [N] class labels.
+#: * ``"label"``: int [N] class labels (int [B] for the losses on class scores, which also
+#:   take soft targets float [B, K] in their place).
 #: * ``"metadata"``: float [N] or [N, P] continuous metadata (the y-Aware family's kernel).
 #: * ``"soft_targets"``: float [B, K] target distributions; the first argument is then class
 #:   scores ``logits [B, K]``, not embeddings.
+#: * ``"paired_embeddings"``: float [N, D] the other tower of a two-tower model (CLIP,
+#:   SigLIP): the first argument is ``image_embeddings [N, D]``, the second
+#:   ``text_embeddings [N, D]``, and row i of each is one positive pair.
 #: * ``None``: no second argument (``global_uniformity``).
-SECOND_ARGUMENTS = ("instance", "label", "metadata", "soft_targets", None)
+SECOND_ARGUMENTS = ("instance", "label", "metadata", "paired_embeddings", "soft_targets", None)
 
-_REGISTRY: dict[str, tuple[Callable, str | None]] = {
-    fn.__name__: (fn, second)
-    for fn, second in (
-        (nt_xent, "instance"),
-        (supcon, "label"),
-        (sincere, "label"),
-        (projnce, "label"),
-        (soft_supcon, "label"),
-        (soft_nce, "label"),
-        (med_supcon, "label"),
-        (med_nce, "label"),
-        (mio, "label"),
-        (y_aware_infonce, "metadata"),
-        (conditional_alignment, "metadata"),
-        (conditional_uniformity, "metadata"),
-        (global_uniformity, None),
-        (soft_target_infonce, "soft_targets"),
-        (soft_target_cross_entropy, "soft_targets"),
+_REGISTRY: dict[str, tuple[Callable, str, str | None]] = {
+    fn.__name__: (fn, first, second)
+    for fn, first, second in (
+        (nt_xent, "embeddings", "instance"),
+        (supcon, "embeddings", "label"),
+        (sincere, "embeddings", "label"),
+        (projnce, "embeddings", "label"),
+        (soft_supcon, "embeddings", "label"),
+        (soft_nce, "embeddings", "label"),
+        (med_supcon, "embeddings", "label"),
+        (med_nce, "embeddings", "label"),
+        (mio, "embeddings", "label"),
+        (y_aware_infonce, "embeddings", "metadata"),
+        (conditional_alignment, "embeddings", "metadata"),
+        (conditional_uniformity, "embeddings", "metadata"),
+        (global_uniformity, "embeddings", None),
+        (align_uniform, "embeddings", "instance"),
+        (soft_target_infonce, "logits", "soft_targets"),
+        (soft_target_cross_entropy, "logits", "soft_targets"),
+        (label_cross_entropy, "logits", "label"),
+        (label_soft_target_infonce, "logits", "label"),
+        (clip, "embeddings", "paired_embeddings"),
+        (siglip, "embeddings", "paired_embeddings"),
     )
 }
 
 
-def _entry(name: str) -> tuple[Callable, str | None]:
+def _entry(name: str) -> tuple[Callable, str, str | None]:
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -100,6 +125,20 @@ def second_argument(name: str) -> str | None:
       >>> print(losses.second_argument("global_uniformity"))
       None
     """
+    return _entry(name)[2]
+
+
+def first_argument(name: str) -> str:
+    """The kind of first argument of the loss ``name``, one of :data:`FIRST_ARGUMENTS`.
+
+    Raises:
+      ValueError: no loss is registered under ``name``.
+
+    Examples:
+      >>> from contrastive_jax import losses
+      >>> losses.first_argument("supcon"), losses.first_argument("label_cross_entropy")
+      ('embeddings', 'logits')
+    """
     return _entry(name)[1]
 
 
@@ -111,14 +150,16 @@ def names() -> list[str]:
 def embedding_losses() -> list[str]:
     """The registered losses whose first argument is embeddings [N, D], sorted.
 
-    These are the losses a pretraining objective can use; the others take class scores.
+    The others take class scores [B, K] (:func:`first_argument` ``"logits"``).
     """
-    return sorted(name for name, (_, second) in _REGISTRY.items() if second != "soft_targets")
+    return sorted(name for name, (_, first, _) in _REGISTRY.items() if first == "embeddings")
 
 
 __all__ = [
+    "FIRST_ARGUMENTS",
     "SECOND_ARGUMENTS",
     "embedding_losses",
+    "first_argument",
     "get",
     "names",
     "second_argument",

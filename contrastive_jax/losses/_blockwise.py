@@ -45,10 +45,11 @@ Array = jax.Array
 #: ``block_fn(dots [b, m], params, rows, cols) -> (contributions [b], aux)``.
 RowBlockFn = Callable[[Array, Any, Any, Any], tuple[Array, Any]]
 
-#: Above this many candidate rows (the global batch) the NCE-family losses
-#: stream over row blocks instead of materialising the [n, m] logits. Measured
-#: in ``experiments/bench/losses.py`` (one run, ratios to ``z @ z.T``): streaming
-#: is faster than the dense form from N = 2048 on and level with it at 1024.
+#: Above this many candidate rows (the global batch) every loss but
+#: ``soft_target_cross_entropy`` streams over row blocks instead of materialising
+#: the [n, m] logits. Measured in ``experiments/bench/losses.py`` (one run, ratios
+#: to ``z @ z.T``): streaming is faster than the dense form from N = 2048 on and
+#: level with it at 1024.
 BLOCKWISE_THRESHOLD = 1024
 #: Automatic block height: rows such that a [block, m] slab has about this many
 #: entries (8 MiB in float32; 256 rows at m = 8192). Smaller slabs stay in cache
@@ -179,8 +180,8 @@ def _split_floats(tree: Any) -> tuple[list[Array], Callable[[list[Array]], Any]]
 
     def merge(floats: list[Array], others: Callable[[Array], Any] = lambda x: x) -> Any:
         it = iter(floats)
-        return treedef.unflatten(
-            [next(it) if f else others(x) for x, f in zip(leaves, is_float, strict=True)]
+        return jax.tree.unflatten(
+            treedef, [next(it) if f else others(x) for x, f in zip(leaves, is_float, strict=True)]
         )
 
     return [x for x, f in zip(leaves, is_float, strict=True) if f], merge
@@ -406,14 +407,14 @@ class GatheredRows(NamedTuple):
 
     anchors: Array
     candidates: Array
-    index: Array
+    index: Array  # type: ignore[assignment]  # a field, shadowing tuple.index
     anchor_valid: Array
     candidate_data: Array
     candidate_valid: Array
 
 
 def gather_rows(
-    embeddings: Array, data: Array, valid: Array | None, axis_name: str | None
+    embeddings: Array, data: Array, valid: Array | None, axis_name: str | tuple[str, ...] | None
 ) -> GatheredRows:
     """Normalises and gathers rows like ``_core.contrast_batch``, minus the [n, m] self mask.
 
@@ -432,7 +433,7 @@ def gather_rows(
     )
 
 
-def global_mean(total: Array, anchor_ok: Array, axis_name: str | None) -> Array:
+def global_mean(total: Array, anchor_ok: Array, axis_name: str | tuple[str, ...] | None) -> Array:
     """``total`` (the sum of the per-anchor losses of this device's valid anchors)
     over the number of valid anchors of the global batch; 0 when there is none."""
     total = _core.differentiable_psum(total, axis_name)

@@ -5,23 +5,31 @@ Every embedding loss of :mod:`contrastive_jax.losses` follows one contract:
 
 * ``embeddings`` float [N, D] holds the rows on this device; rows are
   L2-normalised inside the loss.
-* With ``axis_name=None`` the call sees the whole batch (works under
-  ``jax.jit`` on global, possibly sharded, arrays).
-* With ``axis_name`` the call sits inside ``jax.shard_map`` (or ``jax.pmap``)
-  over that axis: embeddings and labels are all-gathered, the local rows are the
-  anchors, they are scored against the gathered (global) batch with self masks at
-  *global* indices, and the global mean over valid anchors is returned on every
-  device. Value and gradient then equal a single-device call on the
-  concatenated batch.
+* With ``axis_name=None`` the call sees the whole batch. It runs on one device,
+  under ``jax.jit`` on global arrays sharded by GSPMD (Auto mesh axes), and on
+  arrays whose type is sharded over Explicit mesh axes (``jax.make_mesh``'s
+  default): there :func:`explicit_sharding` runs the loss under ``jax.shard_map``
+  over the mesh axes that shard the rows, so the cost is that of the
+  ``axis_name`` path and the gradient is sharded like the embeddings.
+* With ``axis_name`` (a mesh axis name, or a tuple of them when the rows are
+  sharded over several axes, in mesh order) the call sits inside
+  ``jax.shard_map`` (or ``jax.pmap``) over those axes: embeddings and labels
+  are all-gathered, the local rows are the anchors, they are scored against the
+  gathered (global) batch with self masks at *global* indices, and the global
+  mean over valid anchors is returned on every device, typed as replicated
+  (``out_specs=P()`` passes shard_map's checks). Value and gradient then equal
+  a single-device call on the concatenated batch.
 * ``valid`` bool [N] marks padded rows: they are neither anchors nor
   candidates (positives, negatives, denominators).
-* Similarities and reductions run in float32; masks use finite large negatives
-  and ``where`` so no NaN reaches a gradient.
+* Similarities and reductions run in float32 (bfloat16 embeddings included);
+  masks use finite large negatives and ``where`` so no NaN reaches a gradient.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +40,8 @@ import numpy as np
 BIG = 1e9
 
 Array = jax.Array
+#: A mesh axis name, a tuple of them (rows sharded over all, in mesh order), or None.
+AxisName = str | tuple[str, ...] | None
 
 
 # --------------------------------------------------------------------------- checks
@@ -154,28 +164,60 @@ def safe_divide(numerator: Array, denominator: Array) -> Array:
 # --------------------------------------------------------------------------- devices
 
 
-def all_gather_rows(x: Array, axis_name: str | None) -> Array:
-    """Concatenates the rows of ``x`` over the devices of ``axis_name``.
+def axis_names(axis_name: AxisName) -> tuple[str, ...]:
+    """``axis_name`` as a tuple of mesh axis names (empty for None).
 
-    [n, ...] -> [n * num_devices, ...] in device order; identity when
-    ``axis_name`` is None. The gather is differentiable: its transpose
-    reduce-scatters the cotangents back to the owning device.
+    Raises:
+      ValueError: ``axis_name`` is neither None, a string nor a non-empty tuple of strings.
     """
     if axis_name is None:
+        return ()
+    if isinstance(axis_name, str):
+        return (axis_name,)
+    if (
+        isinstance(axis_name, (tuple, list))
+        and axis_name
+        and all(isinstance(a, str) for a in axis_name)
+    ):
+        return tuple(axis_name)
+    raise ValueError(
+        f"`axis_name` must be None, a mesh axis name or a tuple of them, got {axis_name!r}"
+    )
+
+
+def num_devices(axis_name: AxisName) -> int:
+    """Devices the rows are split over: the product of the sizes of ``axis_name``'s axes."""
+    names = axis_names(axis_name)
+    return 1 if not names else jax.lax.axis_size(names)
+
+
+def all_gather_rows(x: Array, axis_name: AxisName) -> Array:
+    """Concatenates the rows of ``x`` over the devices of ``axis_name``.
+
+    [n, ...] -> [n * num_devices, ...] in device order (over several axes: the
+    order of ``jax.lax.axis_index`` of the tuple, i.e. mesh order for rows
+    sharded as ``P(axis_name)``); identity when ``axis_name`` is None. The
+    gather is differentiable: its transpose reduce-scatters the cotangents back
+    to the owning device.
+    """
+    names = axis_names(axis_name)
+    if not names:
         return x
-    return jax.lax.all_gather(x, axis_name, axis=0, tiled=True)
+    return jax.lax.all_gather(x, names, axis=0, tiled=True)
 
 
-def local_row_offset(n_local: int, axis_name: str | None) -> Array:
+def local_row_offset(n_local: int, axis_name: AxisName) -> Array:
     """Global index of this device's first row (0 without ``axis_name``)."""
-    if axis_name is None:
+    names = axis_names(axis_name)
+    if not names:
         return jnp.zeros((), jnp.int32)
-    return jax.lax.axis_index(axis_name).astype(jnp.int32) * n_local
+    return jax.lax.axis_index(names).astype(jnp.int32) * n_local
 
 
-def psum_if(x: Array, axis_name: str | None) -> Array:
+def psum_if(x: Array, axis_name: AxisName) -> Array:
     """``lax.psum`` over ``axis_name``, identity when it is None."""
-    return x if axis_name is None else jax.lax.psum(x, axis_name)
+    names = axis_names(axis_name)
+    return x if not names else jax.lax.psum(x, names)
 
 
 def _varying_axes(x: Array) -> frozenset:
@@ -191,30 +233,33 @@ def _varying_axes(x: Array) -> frozenset:
     return frozenset(vma or ())
 
 
-def differentiable_psum(x: Array, axis_name: str | None) -> Array:
+def differentiable_psum(x: Array, axis_name: AxisName) -> Array:
     """Sum of ``x`` over the devices of ``axis_name`` whose gradient is right everywhere.
 
     Inside ``jax.shard_map`` with varying-axis tracking (the default),
-    ``lax.psum`` transposes to a broadcast and is used as is. Under ``jax.pmap``
-    (and ``shard_map(check_vma=False)``) ``psum`` transposes to another psum,
-    which would multiply gradients by the number of devices; there the value is
-    the psum but the gradient flows through the local term only. Either way each
-    device's gradient is that of the global sum, because the cotangents of
-    gathered rows return to their owners through the gather's transpose.
+    ``lax.psum`` transposes to a broadcast and is used as is; its result is typed
+    as replicated over ``axis_name``, so ``out_specs=P()`` accepts it. Under
+    ``jax.pmap`` (and ``shard_map(check_vma=False)``) ``psum`` transposes to
+    another psum, which would multiply gradients by the number of devices; there
+    the value is the psum but the gradient flows through the local term only.
+    Either way each device's gradient is that of the global sum, because the
+    cotangents of gathered rows return to their owners through the gather's
+    transpose.
 
     Use it only for the final reduction of a loss (the value every device
     returns). An intermediate statistic that other devices' terms depend on
     (class sums, counts feeding later terms) must be computed from gathered
     rows instead: under ``pmap`` this function keeps only the local gradient.
     """
-    if axis_name is None:
+    names = axis_names(axis_name)
+    if not names:
         return x
-    if axis_name in _varying_axes(x):
-        return jax.lax.psum(x, axis_name)
-    return x + jax.lax.stop_gradient(jax.lax.psum(x, axis_name) - x)
+    if _varying_axes(x) & set(names):
+        return jax.lax.psum(x, names)
+    return x + jax.lax.stop_gradient(jax.lax.psum(x, names) - x)
 
 
-def valid_anchor_mean(per_anchor: Array, anchor_ok: Array, axis_name: str | None) -> Array:
+def valid_anchor_mean(per_anchor: Array, anchor_ok: Array, axis_name: AxisName) -> Array:
     """Mean of ``per_anchor`` [n] over anchors with ``anchor_ok`` [n], over all devices.
 
     ``sum_{ok} per_anchor / max(#ok, 1)`` with both sums taken over the global
@@ -253,7 +298,7 @@ def contrast_batch(
     embeddings: Array,
     labels: Array,
     valid: Array | None,
-    axis_name: str | None,
+    axis_name: AxisName,
 ) -> ContrastBatch:
     """Normalises, gathers and builds the global self mask. See :class:`ContrastBatch`.
 
@@ -276,3 +321,135 @@ def contrast_batch(
         candidate_valid=all_gather_rows(valid, axis_name),
         is_self=is_self,
     )
+
+
+# --------------------------------------------------------------------------- explicit sharding
+
+
+def _type_spec(x: Any) -> tuple[Any, Any] | None:
+    """``(mesh, spec)`` of ``x``'s type when it is sharded over Explicit mesh axes, else None.
+
+    Only Explicit axes appear in an array's type: GSPMD (Auto) shardings and the
+    manual axes of an enclosing ``shard_map`` do not.
+    """
+    if not isinstance(x, (jax.Array, np.ndarray)):
+        return None
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if spec is None or not any(entry is not None for entry in spec):
+        return None
+    return sharding.mesh, spec
+
+
+def _spec_names(entry: Any) -> tuple[str, ...]:
+    """The mesh axes of one PartitionSpec entry."""
+    if entry is None:
+        return ()
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _replicated(x: Any, mesh: Any, rows: tuple[str, ...] = ()) -> Any:
+    """``x`` resharded to rows over ``rows`` (none: replicated), other axes replicated."""
+    if not isinstance(x, (jax.Array, np.ndarray)):
+        return x
+    spec = () if x.ndim == 0 else (rows or None, *([None] * (x.ndim - 1)))
+    typed = _type_spec(x)
+    if typed is not None and typed[0] == mesh and [_spec_names(e) for e in typed[1]] + [
+        ()
+    ] * (x.ndim - len(typed[1])) == [_spec_names(e) for e in spec]:
+        return x  # already placed so
+    return jax.sharding.reshard(
+        jnp.asarray(x), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+    )
+
+
+def _check_bound(axis_name: AxisName) -> None:
+    """Raises ValueError unless every axis of ``axis_name`` is bound by a map."""
+    names = axis_names(axis_name)
+    if not names:
+        return
+    try:
+        jax.lax.axis_size(names)
+    except NameError:
+        raise ValueError(
+            f"`axis_name={axis_name!r}` names a mesh axis that no enclosing `jax.shard_map` "
+            "or `jax.pmap` binds. On global arrays (one device, or sharded under `jax.jit`) "
+            "pass `axis_name=None`; to split the batch over that axis, call the loss inside "
+            "`jax.shard_map(..., mesh=mesh)` over it."
+        ) from None
+
+
+def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
+    """Makes ``loss`` accept arrays sharded over Explicit mesh axes.
+
+    ``loss(first, *second, axis_name=..., valid=..., **hparams)`` is any loss of
+    the package. With ``axis_name=None`` and a first argument whose type is
+    sharded (``jax.typeof(x).sharding``, e.g. placed with
+    ``NamedSharding(jax.make_mesh((8,), ("batch",)), P("batch"))``), the call runs
+    ``jax.shard_map`` over the mesh axes that shard its rows, with those axes as
+    ``axis_name``: the second arguments and ``valid`` are resharded to the rows'
+    sharding, array hyperparameters are replicated, and a sharded feature axis is
+    gathered. Value and gradient equal the single-device call; the gradient has
+    the sharding of the input. Rows replicated but another argument (or the
+    feature axis) sharded: the arguments are replicated and the loss runs as on
+    one device. With ``axis_name`` (inside a ``shard_map`` over some mesh axes)
+    arguments still sharded over the remaining Explicit axes are replicated over
+    them. Any other call (GSPMD/Auto axes, one device, ``pmap``) goes straight to
+    ``loss``.
+
+    Why not Explicit sharding rules throughout: the code slices single entries of
+    sharded rows (the streamed forms' scalars), for which JAX has no Explicit rule,
+    contracts a feature axis that may be sharded (JAX then asks for an
+    ``out_sharding``), and the streamed forms scan over blocks of rows, which with
+    sharded rows would run one block at a time across the devices. Read from the
+    input's type, the mesh makes a ``shard_map`` instead.
+    """
+
+    @functools.wraps(loss)
+    def wrapped(first, *second, axis_name: AxisName = None, valid: Array | None = None,
+                **hparams):
+        _check_bound(axis_name)
+        leaves, treedef = jax.tree.flatten(hparams)
+        is_array = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
+        typed = [_type_spec(x) for x in (first, *second, valid, *leaves)]
+        meshes = [t[0] for t in typed if t is not None]
+        n = first.shape[0] if getattr(first, "ndim", 0) >= 1 else None
+        rowwise = [x for x in (*second, valid) if x is not None]
+        if not meshes or n is None or any(
+            getattr(x, "ndim", 0) < 1 or x.shape[0] != n for x in rowwise
+        ):
+            # Nothing sharded, or a shape error that the loss's own checks report.
+            return loss(first, *second, axis_name=axis_name, valid=valid, **hparams)
+        mesh = meshes[0]
+        row_axes = () if typed[0] is None or axis_name is not None else _spec_names(
+            typed[0][1][0]
+        )
+        hp_arrays = [_replicated(x, mesh) for x, a in zip(leaves, is_array, strict=True) if a]
+
+        def with_hparams(arrays):
+            it = iter(arrays)
+            return treedef.unflatten(
+                [next(it) if a else x for x, a in zip(leaves, is_array, strict=True)]
+            )
+
+        first = _replicated(first, mesh, row_axes)
+        second = tuple(_replicated(x, mesh, row_axes) for x in second)
+        valid = _replicated(valid, mesh, row_axes)
+        if not row_axes:
+            return loss(first, *second, axis_name=axis_name, valid=valid,
+                        **with_hparams(hp_arrays))
+        name = row_axes[0] if len(row_axes) == 1 else row_axes
+        rows = jax.sharding.PartitionSpec(row_axes)
+
+        def local(first, second, valid, arrays):
+            return loss(first, *second, axis_name=name, valid=valid, **with_hparams(arrays))
+
+        return jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(rows, rows, rows, jax.sharding.PartitionSpec()),
+            out_specs=jax.sharding.PartitionSpec(),
+            axis_names=set(row_axes),
+        )(first, second, valid, hp_arrays)
+
+    return wrapped

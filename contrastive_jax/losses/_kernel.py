@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, _docs
 
 Array = jax.Array
 
@@ -161,7 +161,7 @@ def _kernel_batch(
     temperature: float | Array,
     sigma: float | Array | None,
     valid: Array | None,
-    axis_name: str | None,
+    axis_name: str | tuple[str, ...] | None,
 ) -> _KernelBatch:
     """Checks the inputs, normalises and gathers rows and metadata, builds the masks.
 
@@ -172,6 +172,7 @@ def _kernel_batch(
     _core.check_positive(temperature, "temperature")
     if metadata is not None:
         metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
+        assert sigma is not None  # the metadata losses always pass one
         _core.check_positive(sigma, "sigma")
     batch = _core.contrast_batch(
         embeddings, jnp.zeros((n,), jnp.int32) if metadata is None else metadata, valid, axis_name
@@ -191,6 +192,7 @@ def _kernel_batch(
 
 def _alignment_per_anchor(kb: _KernelBatch, sigma: float | Array) -> Array:
     """``-sum_{b in O(a)} P_ab S_ab``: [n]."""
+    assert kb.sq_dist is not None  # built with metadata
     targets = kernel_targets(kb.sq_dist, kb.others, sigma)
     return -jnp.sum(jnp.where(kb.others, targets * kb.logits, 0.0), axis=1)
 
@@ -204,13 +206,15 @@ def _uniformity_per_anchor(kb: _KernelBatch) -> Array:
 # --------------------------------------------------------------------------- losses
 
 
+@_core.explicit_sharding
+@_docs.shared_args
 def y_aware_infonce(
     embeddings: Array,
     metadata: Array,
     *,
     temperature: float | Array = 0.1,
     sigma: float | Array = 5.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -235,11 +239,9 @@ def y_aware_infonce(
         image share them); constant, never differentiated.
       temperature: tau > 0 (0.1 in the official code).
       sigma: RBF bandwidth > 0 in metadata units (5 years of age in the official code).
-      axis_name: mesh/pmap axis to gather rows and metadata over (see ``_core``).
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient, see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
@@ -319,6 +321,7 @@ def _streamed_inputs(embeddings, metadata, temperature, sigma, valid, axis_name)
         metadata, sigma = jnp.zeros((n, 1), jnp.int32), 1.0
     else:
         metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
+        assert sigma is not None  # the metadata losses always pass one
         _core.check_positive(sigma, "sigma")
     rows = blockwise.gather_rows(embeddings, metadata, valid, axis_name)
     params = (
@@ -346,20 +349,24 @@ def _kernel_streamed(kind, embeddings, metadata, temperature, sigma, valid, axis
     return blockwise.global_mean(total, anchor_ok, axis_name)
 
 
-def _block_for(embeddings: Array, axis_name: str | None, block_size: int | None) -> int | None:
+def _block_for(
+    embeddings: Array, axis_name: str | tuple[str, ...] | None, block_size: int | None
+) -> int | None:
     """Anchor rows per block for this call, or None for the dense path."""
     embeddings = _core.check_embeddings(embeddings)
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    num_devices = _core.num_devices(axis_name)
     return blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
 
 
+@_core.explicit_sharding
+@_docs.shared_args
 def conditional_alignment(
     embeddings: Array,
     metadata: Array,
     *,
     temperature: float | Array = 0.1,
     sigma: float | Array = 5.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -378,11 +385,9 @@ def conditional_alignment(
       metadata: float [N] or [N, p] proxy labels; constant.
       temperature: tau > 0.
       sigma: RBF bandwidth > 0.
-      axis_name: mesh/pmap axis to gather rows and metadata over.
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient, see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
@@ -411,11 +416,13 @@ def conditional_alignment(
     return _core.valid_anchor_mean(_alignment_per_anchor(kb, sigma), kb.anchor_ok, axis_name)
 
 
+@_core.explicit_sharding
+@_docs.shared_args
 def global_uniformity(
     embeddings: Array,
     *,
     temperature: float | Array = 0.1,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -432,11 +439,9 @@ def global_uniformity(
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       temperature: tau > 0.
-      axis_name: mesh/pmap axis to gather rows over.
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient, see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
@@ -463,13 +468,15 @@ def global_uniformity(
     return _core.valid_anchor_mean(_uniformity_per_anchor(kb), kb.anchor_ok, axis_name)
 
 
+@_core.explicit_sharding
+@_docs.shared_args
 def conditional_uniformity(
     embeddings: Array,
     metadata: Array,
     *,
     temperature: float | Array = 0.1,
     sigma: float | Array = 5.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -502,11 +509,9 @@ def conditional_uniformity(
       metadata: float [N] or [N, p] proxy labels; constant.
       temperature: tau > 0.
       sigma: RBF bandwidth > 0.
-      axis_name: mesh/pmap axis to gather rows and metadata over.
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient, see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
 
     Returns:
       float32 scalar, identical on every device.
@@ -531,6 +536,7 @@ def conditional_uniformity(
             embeddings, metadata, temperature, sigma, valid, axis_name, block
         )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
+    assert kb.sq_dist is not None  # built with metadata
     weights, _ = conditional_uniformity_weights(
         kb.sq_dist, kb.anchor_valid, kb.candidate_valid, sigma
     )

@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, _docs
 
 Array = jax.Array
 
 
-def _global_pair_mean(values: Array, pairs: Array, axis_name: str | None) -> Array:
+def _global_pair_mean(values: Array, pairs: Array, axis_name: str | tuple[str, ...] | None) -> Array:
     """``sum_{pairs} values / #pairs`` over the global batch; 0 when there is no pair.
 
     ``values`` and ``pairs`` are [n, m] (local anchors against all rows); the sum
@@ -34,13 +34,15 @@ def _global_pair_mean(values: Array, pairs: Array, axis_name: str | None) -> Arr
     return total / jnp.maximum(count, 1.0)
 
 
+@_core.explicit_sharding
+@_docs.shared_args
 def mio(
     embeddings: Array,
     labels: Array,
     *,
     temperature: float | Array = 0.5,
     l2_weight: float | Array = 0.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -76,12 +78,10 @@ def mio(
         than two rows per id act as several positives.
       temperature: tau > 0 (0.5 in the paper, for positives and negatives).
       l2_weight: lambda >= 0 of the L2 regulariser.
-      axis_name: mesh/pmap axis to gather rows and labels over (see ``_core``).
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(N·D + block·N)
-        memory, fused gradient, see ``blockwise``; the global pair counts come
-        from the label counts); None chooses the dense form up to
-        ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
+        The global pair counts come from the label counts.
 
     Returns:
       float32 scalar, identical on every device.
@@ -104,7 +104,7 @@ def mio(
     labels = _core.check_labels(labels, embeddings.shape[0])
     _core.check_positive(temperature, "temperature")
     _core.check_nonnegative(l2_weight, "l2_weight")
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    num_devices = _core.num_devices(axis_name)
     block = blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
     if block is not None:
         return _mio_streamed(embeddings, labels, temperature, l2_weight, valid, axis_name, block)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, _docs
 
 Array = jax.Array
 
@@ -134,7 +134,7 @@ def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_s
     labels = _core.check_labels(labels, embeddings.shape[0])
     _core.check_positive(temperature, "temperature")
     n = embeddings.shape[0]
-    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    num_devices = _core.num_devices(axis_name)
     block = blockwise.choose_block(block_size, n * num_devices)
     if block is None:
         batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
@@ -158,12 +158,14 @@ def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_s
     return blockwise.global_mean(total, anchor_ok, axis_name)
 
 
+@_core.explicit_sharding
+@_docs.shared_args
 def supcon(
     embeddings: Array,
     labels: Array,
     *,
     temperature: float | Array = 0.1,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -182,11 +184,9 @@ def supcon(
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels (both views of an image share the label).
       temperature: tau > 0.
-      axis_name: mesh/pmap axis to gather negatives over (see ``_core``).
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(block·N)
-        memory instead of O(N²), see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
@@ -211,12 +211,14 @@ def supcon(
     )
 
 
+@_core.explicit_sharding
+@_docs.shared_args
 def nt_xent(
     embeddings: Array,
     labels: Array,
     *,
     temperature: float | Array = 0.1,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -238,11 +240,9 @@ def nt_xent(
       embeddings: float [N, D], both views of each image as separate rows.
       labels: int [N] instance ids, one per source image.
       temperature: tau > 0 (SimCLR: 0.5 on CIFAR, 0.1 on ImageNet).
-      axis_name: mesh/pmap axis to gather negatives over.
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(block·N)
-        memory instead of O(N²), see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
 
     Returns:
       float32 scalar. (SimCLR's TF code reports twice this value: the sum of
@@ -271,12 +271,14 @@ def nt_xent(
     )
 
 
+@_core.explicit_sharding
+@_docs.shared_args
 def sincere(
     embeddings: Array,
     labels: Array,
     *,
     temperature: float | Array = 0.1,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -295,11 +297,9 @@ def sincere(
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
       temperature: tau > 0 (0.1 in the paper).
-      axis_name: mesh/pmap axis to gather negatives over.
-      valid: optional bool [N]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(block·N)
-        memory instead of O(N²), see ``blockwise``); None chooses the dense form
-        up to ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.

@@ -1,5 +1,5 @@
 """SoftSupCon / SoftNCE with the cosine kernel: the Nadaraya–Watson projection fused
-with the loss, two passes over the Gram matrix in all (issue 21).
+with the loss, two passes over the Gram matrix in all.
 
 With ``distance="cosine"`` the kernel weights of Jeong & Hero's Eq. (17),
 ``w_jl = max(0, 1 - t_jl²)``, ``t_jl = (1/2 - 1/2 G_jl) / h``, and the SupCon

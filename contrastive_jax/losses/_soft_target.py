@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, _docs
 
 Array = jax.Array
 
@@ -80,13 +80,15 @@ def _anchor_rows(targets: Array, valid: Array | None) -> Array:
     return _core.check_valid(valid, targets.shape[0]) & (jnp.sum(targets, axis=1) > 0)
 
 
+@_core.explicit_sharding
+@_docs.shared_args(rows="B")
 def soft_target_infonce(
     logits: Array,
     targets: Array,
     *,
     temperature: float | Array = 1.0,
     class_prior: Array | None = None,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
 ) -> Array:
@@ -123,13 +125,11 @@ def soft_target_infonce(
       targets: float [B, K] soft targets; rows should lie on the simplex.
       temperature: tau > 0 (may be traced).
       class_prior: optional float [K] noise distribution eta (>= 0).
-      axis_name: mesh/pmap axis to gather the targets over (see ``_core``).
-      valid: optional bool [B]; False rows are padding.
-      block_size: stream over blocks of this many anchor rows (O(block·B_g)
-        memory instead of O(B·B_g), see ``blockwise``: ``M`` is ``scores`` against
-        the gathered targets, the same row-block product as the embedding
-        losses); None chooses the dense form up to
-        ``blockwise.BLOCKWISE_THRESHOLD`` global rows and streams above.
+      {axis_name}
+      {valid}
+      {block_size}
+        ``M`` is ``scores`` against the gathered targets, the same row-block product
+        as the embedding losses.
 
     Returns:
       float32 scalar, the mean of ``l_a`` over anchor rows of the global batch.
@@ -197,12 +197,14 @@ def _soft_target_block(m, params, rows, candidate_ok):
     return jnp.where(anchor_ok, per_anchor, 0.0), None
 
 
+@_core.explicit_sharding
+@_docs.shared_args(rows="B")
 def soft_target_cross_entropy(
     logits: Array,
     targets: Array,
     *,
     temperature: float | Array = 1.0,
-    axis_name: str | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
 ) -> Array:
     """Soft-target cross-entropy, Hugger & Uhlmann (2024) Eq. (3).
@@ -218,8 +220,8 @@ def soft_target_cross_entropy(
       logits: float [B, K] class scores of the local rows.
       targets: float [B, K] soft targets; rows should lie on the simplex.
       temperature: tau > 0 (may be traced).
-      axis_name: mesh/pmap axis the batch is split over (see ``_core``).
-      valid: optional bool [B]; False rows are padding.
+      {axis_name_split}
+      {valid}
 
     Returns:
       float32 scalar, the mean of ``l_a`` over anchor rows of the global batch.
@@ -247,3 +249,148 @@ def soft_target_cross_entropy(
     log_q = jax.nn.log_softmax(logits / jnp.asarray(temperature, jnp.float32), axis=1)
     per_anchor = -jnp.sum(targets * log_q, axis=1)
     return _core.valid_anchor_mean(per_anchor, anchor_ok, axis_name)
+
+
+# --------------------------------------------------------------------------- class labels
+
+
+def smooth_labels(labels: Array, num_classes: int, epsilon: float = 0.1) -> Array:
+    """Label-smoothed one-hot targets.
+
+    Args:
+      labels: int [B].
+      num_classes: K.
+      epsilon: smoothing in [0, 1]; 0 gives one-hot, 1 uniform.
+
+    Returns:
+      float32 [B, K]: ``1 - eps + eps / K`` at the label, ``eps / K`` elsewhere.
+    """
+    off = epsilon / num_classes
+    return jax.nn.one_hot(labels, num_classes, dtype=jnp.float32) * (1.0 - epsilon) + off
+
+
+def _smoothed(logits: Array, label: Array, label_smoothing: float) -> Array:
+    """float32 [B, K] targets for class scores [B, K].
+
+    Int labels [B] give ``(1 - eps) onehot(y) + eps / K``; float soft targets [B, K]
+    (already smoothed and mixed) are returned as they are, with eps = 0 required.
+    """
+    logits = _core.check_embeddings(logits, "logits")
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ValueError(f"`label_smoothing` must be in [0, 1], got {label_smoothing}")
+    if jnp.issubdtype(label.dtype, jnp.floating):
+        if label.shape != logits.shape:
+            raise ValueError(
+                f"soft targets must have the shape of `logits` {logits.shape}, got {label.shape}"
+            )
+        if label_smoothing:
+            raise ValueError(
+                "`label_smoothing` must be 0 with soft targets (they are smoothed already)"
+            )
+        return label.astype(jnp.float32)
+    if label.shape != logits.shape[:1]:
+        raise ValueError(
+            f"`label` must have shape [{logits.shape[0]}] (int class labels) or "
+            f"{tuple(logits.shape)} (soft targets), got {tuple(label.shape)}"
+        )
+    return smooth_labels(label, logits.shape[1], float(label_smoothing))
+
+
+@_core.explicit_sharding
+@_docs.shared_args(rows="B")
+def label_cross_entropy(
+    logits: Array,
+    label: Array,
+    *,
+    label_smoothing: float = 0.0,
+    temperature: float = 1.0,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Cross-entropy of class scores against label-smoothed targets (Hugger & Uhlmann Eq. 3).
+
+    ``l_a = -sum_k t_a[k] log softmax(L[a] / tau)[k]`` with
+    ``t_a = (1 - eps) onehot(y_a) + eps / K``
+    (:func:`soft_target_cross_entropy` on those targets); eps = 0
+    is the usual cross-entropy (NLL). Given soft targets instead of labels (the
+    MixUp/CutMix stage, Eq. 2), the loss is Eq. 3 on them (STCE).
+
+    Args:
+      logits: float [B, K] class scores (the classifier head's output).
+      label: int [B] class labels in [0, K), or float [B, K] soft targets (eps must be 0).
+      label_smoothing: eps in [0, 1].
+      temperature: tau > 0.
+      {axis_name_split}
+      {valid}
+
+    Returns:
+      float32 scalar.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> logits = jnp.array([[2.0, 0.0], [0.0, 1.0]])
+      >>> round(float(losses.label_cross_entropy(logits, jnp.array([0, 1]))), 4)
+      0.2201
+
+    References:
+      Jan Hugger and Virginie Uhlmann (2024). Towards noise contrastive estimation with
+      soft targets for conditional models. arXiv:2404.14076, Eq. (3).
+    """
+    targets = _smoothed(logits, label, label_smoothing)
+    return soft_target_cross_entropy(
+        logits, targets, temperature=temperature, axis_name=axis_name, valid=valid
+    )
+
+
+@_core.explicit_sharding
+@_docs.shared_args(rows="B")
+def label_soft_target_infonce(
+    logits: Array,
+    label: Array,
+    *,
+    label_smoothing: float = 0.0,
+    temperature: float = 1.0,
+    class_prior: Array | tuple[float, ...] | None = None,
+    axis_name: str | None = None,
+    valid: Array | None = None,
+) -> Array:
+    """Soft-target InfoNCE of class scores against label-smoothed (or mixed) targets.
+
+    :func:`soft_target_infonce` (Hugger & Uhlmann Eq. 12, the
+    negatives being the other rows of the global batch) on
+    ``t_a = (1 - eps) onehot(y_a) + eps / K``, or on the given soft targets float
+    [B, K]; with one-hot targets (eps = 0) it is the hard InfoNCE of their Eq. 5.
+    ``class_prior`` is eta float [K] (None: uniform; a tuple from a config is
+    accepted).
+
+    Args:
+      logits: float [B, K] class scores (the classifier head's output).
+      label: int [B] class labels in [0, K), or float [B, K] soft targets (eps must be 0).
+      label_smoothing: eps in [0, 1].
+      temperature: tau > 0.
+      class_prior: eta, float [K] or a tuple of K floats; None: uniform.
+      {axis_name}
+      {valid}
+
+    Returns:
+      float32 scalar.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from contrastive_jax import losses
+      >>> logits = jnp.array([[2.0, 0.0], [0.0, 1.0]])
+      >>> # each class once in the batch: the softmax over the classes present, as the CE
+      >>> round(float(losses.label_soft_target_infonce(logits, jnp.array([0, 1]))), 4)
+      0.2201
+
+    References:
+      Jan Hugger and Virginie Uhlmann (2024). Towards noise contrastive estimation with
+      soft targets for conditional models. arXiv:2404.14076, Eq. (12).
+    """
+    targets = _smoothed(logits, label, label_smoothing)
+    prior = None if class_prior is None else jnp.asarray(class_prior, jnp.float32)
+    return soft_target_infonce(
+        logits, targets, temperature=temperature, class_prior=prior, axis_name=axis_name,
+        valid=valid,
+    )

@@ -78,11 +78,13 @@ class MLPHead(nnx.Module):
             raise ValueError(f"bn_momentum must be in [0, 1), got {bn_momentum!r}")
 
         def bn(features: int) -> nnx.BatchNorm:
+            # Two-pass batch variance, as the encoders' BatchNorm (models/resnet.py:_bn).
             return nnx.BatchNorm(
                 features,
                 use_running_average=False,
                 momentum=bn_momentum,
                 epsilon=1e-5,
+                use_fast_variance=False,
                 axis_name=bn_axis_name,
                 dtype=dtype,
                 rngs=rngs,

@@ -1,5 +1,6 @@
 """The pretraining objective: one loss of :mod:`contrastive_jax.losses` or a
-weighted sum of several (e.g. SimCLR + SupCon "JointTraining").
+weighted sum of several (e.g. SimCLR + SupCon "JointTraining"), looked up by name in
+the losses' registry (:func:`contrastive_jax.losses.get`).
 
 Config (``config.loss``, every field declared in :data:`LOSS_DEFAULTS`)::
 
@@ -10,17 +11,29 @@ Config (``config.loss``, every field declared in :data:`LOSS_DEFAULTS`)::
     targets = {}                  # per-term second argument, e.g. {"mio": "instance"}
     mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
 
-A temperature in a term's ``kwargs`` wins over ``temperature``; with neither, the loss's
-own default applies (MIO 0.5, the ProjNCE family 0.07, SINCERE/SupCon/NT-Xent 0.1).
+``temperature`` goes to every term that takes one; a temperature in a term's ``kwargs``
+wins over it; with neither, the loss's own default applies (MIO 0.5, the ProjNCE family
+0.07, SINCERE/SupCon/NT-Xent 0.1, the losses on class scores 1).
 
 Each loss is fed the second argument it is defined on, as the registry records it
 (:func:`contrastive_jax.losses.second_argument`): instance ids for ``nt_xent``, class
 labels for the supervised losses, metadata for the y-Aware family, nothing for
 ``global_uniformity``. ``config.loss.targets`` (optional) overrides it per term, e.g.
 ``{"mio": "instance"}`` for self-supervised MIO (the two views of an image as the
-positive pair). Besides the losses, the terms of :mod:`contrastive_jax.train.terms`
-(``align_uniform``, ``label_cross_entropy``, ``label_soft_target_infonce``) are names of
-``config.loss.name``.
+positive pair). Every registered loss whose second argument is one of :class:`Targets`
+(or none) is a term: the embedding losses, ``align_uniform``, and the losses on class
+scores with class labels (``label_cross_entropy``, ``label_soft_target_infonce``; the
+``classifier`` head); the soft-target losses are not (the step has no soft targets but
+the mixed ones below).
+
+The two-tower losses (``clip``, ``siglip``; kind ``"paired_embeddings"``) treat the two
+views of each example as its two towers: the projections of the first views are
+``image_embeddings``, those of the second views ``text_embeddings`` (the step lays out
+the V views of an example on consecutive rows; these losses need
+``config.data.num_views = 2``). A shuffled-pairs control,
+``config.loss.targets = {"clip": "shuffled_pairs"}``, pairs each example's first view
+with the second view of the previous example on the device (a different, random
+partner at every step), so the towers share no pairing to learn.
 
 ``config.loss.mixing`` (off while its ``num_classes`` is None, or set to None) turns on the soft targets of
 Hugger & Uhlmann (2024, arXiv:2404.14076, Sec. 4.1, Eq. 2): label smoothing with MixUp or
@@ -40,6 +53,7 @@ class labels or instance ids would see images that are not theirs), and the smoo
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -48,7 +62,6 @@ import jax.numpy as jnp
 
 from contrastive_jax import losses
 from contrastive_jax.errors import ConfigError, check_fields
-from contrastive_jax.train import terms as extra_terms
 
 Array = jax.Array
 
@@ -107,8 +120,26 @@ class Targets(NamedTuple):
     metadata: Array | None  # float [n, p]
     soft_label: Array | None = None  # float [n, K], the mixed targets under config.loss.mixing
 
-#: Terms that take soft targets float [n, K] in place of class labels under ``config.loss.mixing``.
-SOFT_LABEL_TERMS = ("label_cross_entropy", "label_soft_target_infonce")
+#: Terms that take soft targets float [n, K] in place of class labels under
+#: ``config.loss.mixing``: the losses on class scores with class labels.
+SOFT_LABEL_TERMS = tuple(
+    name for name in losses.names()
+    if losses.first_argument(name) == "logits" and losses.second_argument(name) == "label"
+)
+
+
+def objective_terms() -> list[str]:
+    """The registered losses ``config.loss.name`` can name, sorted: those whose second
+    argument is a field of :class:`Targets`, the other tower or none."""
+    return [
+        name for name in losses.names()
+        if losses.second_argument(name) in (None, "paired_embeddings", *Targets._fields)
+    ]
+
+
+#: The second arguments of a two-tower loss: the other view of the same example, or of the
+#: previous example on the device (the shuffled-pairs control).
+PAIRINGS = ("paired_embeddings", "shuffled_pairs")
 
 
 def parse_mixing(loss_config) -> Mixing | None:
@@ -178,10 +209,10 @@ def parse_terms(loss_config) -> list[Term]:
     if unknown:
         raise ConfigError(f"config.loss.targets names losses that are not terms: {sorted(unknown)}")
     for name, target in overrides.items():
-        if target not in Targets._fields:
-            raise ConfigError(
-                f"config.loss.targets.{name}={target!r} is not one of {Targets._fields}"
-            )
+        paired = name in losses.names() and losses.second_argument(name) == "paired_embeddings"
+        choices = PAIRINGS if paired else Targets._fields
+        if target not in choices:
+            raise ConfigError(f"config.loss.targets.{name}={target!r} is not one of {choices}")
     mixing = parse_mixing(loss_config)
     if mixing is not None:
         other = [n for n in names if n not in SOFT_LABEL_TERMS]
@@ -197,20 +228,18 @@ def parse_terms(loss_config) -> list[Term]:
                 f"targets are the mixed ones: remove config.loss.kwargs.<term>.label_smoothing "
                 f"({smoothed}) and config.loss.targets ({sorted(overrides)})"
             )
-    embedding_losses = losses.embedding_losses()
+    choices = objective_terms()
     terms = []
     for name, weight in zip(names, weights, strict=True):
-        if name in extra_terms.TERMS:
-            fn, target = extra_terms.TERMS[name]
-            kwargs = {}  # no temperature: these terms have none
-        elif name in embedding_losses:
-            fn, target = losses.get(name), losses.second_argument(name)
-            kwargs = {} if temperature is None else {"temperature": float(temperature)}
-        else:
+        if name not in choices:
             raise ConfigError(
-                f"config.loss.name: {name!r} is not an embedding loss for pretraining; "
-                f"choose from {[*embedding_losses, *extra_terms.TERMS]}"
+                f"config.loss.name: {name!r} is not a loss the objective can train on; "
+                f"choose from {choices}"
             )
+        fn, target = losses.get(name), losses.second_argument(name)
+        takes_temperature = "temperature" in inspect.signature(fn).parameters
+        kwargs = {"temperature": float(temperature)} if (
+            temperature is not None and takes_temperature) else {}
         if name in overrides:
             if target is None:
                 raise ConfigError(f"config.loss.targets.{name}: {name!r} takes no second argument")
@@ -234,7 +263,9 @@ def evaluate(
     values = {}
     total = jnp.zeros((), jnp.float32)
     for term in terms:
-        if term.target is None:
+        if term.target in PAIRINGS:
+            value = _paired(term, projections, valid, axis_name)
+        elif term.target is None:
             value = term.fn(projections, axis_name=axis_name, valid=valid, **term.kwargs)
         else:
             second = getattr(targets, term.target)
@@ -247,3 +278,18 @@ def evaluate(
         values[term.name] = value
         total = total + term.weight * value
     return total, values
+
+
+def _paired(term: Term, projections: Array, valid: Array | None, axis_name) -> Array:
+    """A two-tower term on the two views: rows 2i (first views) against rows 2i + 1."""
+    n = projections.shape[0]
+    if n % 2:
+        raise ConfigError(
+            f"loss {term.name!r} pairs the two views of each example, but the device has "
+            f"{n} rows (an odd number): give the data two views per example"
+        )
+    images, texts = projections[0::2], projections[1::2]
+    if term.target == "shuffled_pairs":
+        texts = jnp.roll(texts, 1, axis=0)
+    pair_valid = None if valid is None else valid[0::2] & valid[1::2]
+    return term.fn(images, texts, axis_name=axis_name, valid=pair_valid, **term.kwargs)

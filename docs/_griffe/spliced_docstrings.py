@@ -1,27 +1,32 @@
-"""Griffe extension for the API site: docstrings whose text is spliced in at import time.
+"""Griffe extension for the API site: the loss docstrings as ``help()`` shows them.
 
-``contrastive_jax.losses._projnce`` writes the arguments its five losses share once and splices
-them into each docstring at import (``_document``). Griffe reads the source, not the imported
-function, so this extension applies the module's own splice to the docstrings it finds there.
+The losses write the argument descriptions they share once (``contrastive_jax/losses/_docs.py``)
+and a decorator, ``_docs.shared_args``, formats them into each docstring at import. Griffe reads
+the source, not the imported function, so for every function of ``contrastive_jax.losses`` that
+the decorator formatted this extension takes the docstring of the imported function.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 import griffe
 
-#: module -> name of its ``str -> str`` function that splices the shared text into a docstring
-SPLICES = {"contrastive_jax.losses._projnce": "_splice_shared_args"}
+PACKAGE = "contrastive_jax.losses"
 
 
 class SplicedDocstrings(griffe.Extension):
-    """Applies the splice of :data:`SPLICES` to the docstrings of those modules' functions."""
+    """Replaces the source docstring of each decorated loss by its formatted one."""
 
     def on_function_instance(self, *, func: griffe.Function, **kwargs: Any) -> None:
-        splice = SPLICES.get(func.module.path)
-        if splice is None or func.docstring is None:
+        module_path = func.module.path
+        if func.docstring is None or not (
+            module_path == PACKAGE or module_path.startswith(PACKAGE + ".")
+        ):
             return
-        module = importlib.import_module(func.module.path)
-        func.docstring.value = getattr(module, splice)(func.docstring.value)
+        docs = importlib.import_module(f"{PACKAGE}._docs")
+        obj = getattr(importlib.import_module(module_path), func.name, None)
+        if getattr(obj, docs.SPLICED, False):
+            func.docstring.value = inspect.cleandoc(obj.__doc__)

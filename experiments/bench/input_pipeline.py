@@ -1,6 +1,6 @@
 """Input-pipeline throughput: next to the train step, and across storage formats.
 
-    XLA_FLAGS= python experiments/bench/input_pipeline.py                   # CIFAR-10 folder
+    XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset folder:../shared/data/cifar10
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset digits --batches 50
     XLA_FLAGS= python experiments/bench/input_pipeline.py --formats --workdir /tmp/bench_input
 

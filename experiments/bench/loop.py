@@ -1,4 +1,4 @@
-"""The training loop against the bare step: how much of the devices' time the loop keeps (issue 16).
+"""The training loop against the bare step: how much of the devices' time the loop keeps.
 
     XLA_FLAGS= python experiments/bench/loop.py --devices 1 --steps 300     # quickstart config
     XLA_FLAGS= python experiments/bench/loop.py --devices 1 --steps 300 --device_cores 1

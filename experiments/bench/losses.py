@@ -1,4 +1,4 @@
-"""Speed and peak memory of every loss, dense and streamed (issues 7 and 21).
+"""Speed and peak memory of every loss, dense and streamed.
 
     XLA_FLAGS= python experiments/bench/losses.py                 # full table (long)
     XLA_FLAGS= python experiments/bench/losses.py --quick         # smoke test, seconds

@@ -1,4 +1,4 @@
-"""Share of the pretraining step spent outside the encoder, and its compile time (issue 7).
+"""Share of the pretraining step spent outside the encoder, and its compile time.
 
     XLA_FLAGS= python experiments/bench/train_step.py              # 1 and 8 devices
     XLA_FLAGS= python experiments/bench/train_step.py --devices 8 --batch 256 --repeats 3

@@ -18,7 +18,7 @@ Every method trains on the CIFAR proxy's data, encoder and optimiser
 images at 32x32, ``data_seed`` 0), the ``cifar_proxy`` augmentation, the ``small_cnn`` encoder
 (3x3 stride-2 ReLU convolutions 32-64-128, global average pool, h in R^128), AdamW at a constant
 lr 1e-3 with weight decay 5e-5 (not on biases and BN), :data:`EPOCHS` epochs. The noisy labels
-are :func:`contrastive_jax.data.sources.symmetric_label_noise` of the training subset's labels
+are :func:`contrastive_jax.data.base.symmetric_label_noise` of the training subset's labels
 with ``data_seed`` (each label replaced with probability P by a uniformly drawn class); the
 evaluation always sees the clean labels.
 

@@ -22,7 +22,7 @@ Head: the class scores are ``simclr_v2``'s MLP Linear(128, 128)-BN-ReLU-Linear(1
 biases; BatchNorm statistics over the global batch in training, the running averages at test
 time, so a test prediction does not depend on the rest of its batch).
 
-Methods (the paper's Eqs. 1, 3, 5, 12; :mod:`contrastive_jax.train.terms`), all at tau 1:
+Methods (the paper's Eqs. 1, 3, 5, 12; :mod:`contrastive_jax.losses`), all at tau 1:
 
 * ``nll``: ``label_cross_entropy`` on the labels (no smoothing, no mixing);
 * ``stce``: ``label_cross_entropy`` on the soft targets of ``config.loss.mixing`` (label

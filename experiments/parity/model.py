@@ -28,7 +28,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import nnx
 
@@ -110,7 +109,7 @@ class SupConMLPHead(nnx.Module):
         return self.fc2(nnx.relu(self.fc1(h))).astype(jnp.float32)
 
 
-def parity_encoder_config(name: str = "resnet18") -> ml_collections.ConfigDict:
+def parity_encoder_config(name: str = "resnet18") -> Any:
     """Our encoder config that expresses the reference ``SupConResNet`` encoder.
 
     CIFAR stem, width 1, BN running-average decay 0.9 (PyTorch ``momentum=0.1``), float32, no

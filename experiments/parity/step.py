@@ -405,8 +405,22 @@ def run(
     data_dir: str | None = None,
     supcon_dir: str | Path,
     sincere_dir: str | Path,
+    precision: str = "highest",
+    bn_variance: str = "two-pass",
 ) -> dict[str, Any]:
-    """The step-parity comparisons in both modes; returns the summary dict printed by main()."""
+    """The step-parity comparisons in both modes; returns the summary dict printed by main().
+
+    ``precision``: JAX's default matmul precision for our side (``"highest"``: float32
+    products; ``"default"``: the backend's default, TF32-class on recent GPUs, float32 on the
+    CPU). The losses pin their similarity products to ``HIGHEST`` either way.
+    ``bn_variance``: our BatchNorms' batch variance, ``"two-pass"`` (``E[(x - E[x])^2]``,
+    what the library's models use) or ``"one-pass"`` (Flax's default ``E[x^2] - E[x]^2``,
+    ``use_fast_variance=True``).
+    """
+    if precision not in ("highest", "default"):
+        raise ValueError(f"precision must be 'highest' or 'default', got {precision!r}")
+    if bn_variance not in ("one-pass", "two-pass"):
+        raise ValueError(f"bn_variance must be 'one-pass' or 'two-pass', got {bn_variance!r}")
     for name, value in (("batch_size", batch_size), ("image_size", image_size),
                         ("num_classes", num_classes), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -426,6 +440,9 @@ def run(
     )
     ours = parity_model.build_parity_model("resnet18", 128, seed=seed)
     parity_model.load_torch_state_dict(ours, ref.state_dict())
+    for _, module in nnx.iter_graph(ours):
+        if isinstance(module, nnx.BatchNorm):
+            module.use_fast_variance = bn_variance == "one-pass"
     refs = {
         "torch": torch,
         "losses": supcon_losses,
@@ -440,7 +457,7 @@ def run(
         weight_decay=weight_decay,
         steps=steps,
     )
-    with jax.default_matmul_precision("highest"):
+    with jax.default_matmul_precision(precision):
         modes = {m: run_mode(m, ref, ours, refs, images, labels, **kwargs) for m in ("train", "eval")}
 
     def worst(*keys, all_steps=False):
@@ -485,6 +502,9 @@ def run(
             "steps": steps,
             "seed": seed,
             "data": "random normal" if data_dir is None else "cifar10 folder",
+            "precision": precision,
+            "bn_variance": bn_variance,
+            "backend": jax.default_backend(),
             "torch": torch.__version__,
             "jax": jax.__version__,
         },
@@ -527,6 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sincere-dir", required=True,
                         help="tufts-ml/SupContrast checkout")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--precision", choices=("highest", "default"), default="highest",
+                        help="JAX default matmul precision of our side (default: highest)")
+    parser.add_argument("--bn-variance", choices=("two-pass", "one-pass"), default="two-pass",
+                        help="our BatchNorms' batch variance formula (default: two-pass, the "
+                             "library's)")
     args = parser.parse_args(argv)
     torch = reference.require_torch()
     if args.threads:
@@ -545,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
             data_dir=args.data_dir,
             supcon_dir=args.supcon_dir,
             sincere_dir=args.sincere_dir,
+            precision=args.precision,
+            bn_variance=args.bn_variance,
         )
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -32,7 +32,7 @@ Methods (ProjNCE Sec. 2-3; docs/losses.md, "ProjNCE family"):
   AdamW and epochs) and scored with its own head (the paper's "CE" row;
   :func:`contrastive_jax.evaluate.evaluate_classifier`).
 
-Noise: ``config.data.label_noise`` = p, i.e. :func:`contrastive_jax.data.sources.symmetric_label_noise`
+Noise: ``config.data.label_noise`` = p, i.e. :func:`contrastive_jax.data.base.symmetric_label_noise`
 of the training subset's labels (docs/reproductions.md, "ProjNCE protocol": each training label is
 replaced with probability p by a uniformly drawn class), drawn with the data seed 0: every
 method and every training seed sees the same noisy labels at a given p (the seeds differ in
@@ -90,7 +90,7 @@ PAPER = {"ce": (69.14, 56.19, 41.03), "simclr": (64.49, 59.78, 58.94),
 def noisy_labels(y: np.ndarray, p: float, data_seed: int = 0) -> np.ndarray:
     """The training labels of noise level ``p`` as the trainer draws them (int64 [N]):
     ``symmetric_label_noise`` of the subset's labels ``y`` with the config's ``data_seed``."""
-    from contrastive_jax.data.sources import symmetric_label_noise
+    from contrastive_jax.data.base import symmetric_label_noise
 
     return symmetric_label_noise(y, NUM_CLASSES, p, data_seed)
 

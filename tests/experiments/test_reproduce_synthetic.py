@@ -165,7 +165,7 @@ def test_toy_model_is_a_bias_free_linear_softmax_and_kl_is_exact():
 
 
 def test_toy_validation_loss_is_the_trained_objective_over_full_batches():
-    from contrastive_jax.train.terms import label_soft_target_infonce
+    from contrastive_jax.losses import label_soft_target_infonce
 
     config = toy_configs.get_config("alt,80,infonce", toy_configs.QUICK)  # batch 256
     prior = jnp.asarray(config.loss.kwargs.label_soft_target_infonce.class_prior)
@@ -181,7 +181,7 @@ def test_toy_validation_loss_is_the_trained_objective_over_full_batches():
 def test_toy_hard_infonce_with_prior_is_the_papers_count_form():
     """Eq. 5 with in-batch label negatives: ``logsumexp_k (S[a, k] + log n_k) - S[a, k_a]``,
     S = L - log eta, n_k the batch count of class k (the former script's O(B K) form)."""
-    from contrastive_jax.train.terms import label_soft_target_infonce
+    from contrastive_jax.losses import label_soft_target_infonce
 
     k1, k2 = jax.random.split(jax.random.key(0))
     logits = 3.0 * jax.random.normal(k1, (64, 20))

@@ -8,6 +8,9 @@ Usage from a loss test::
 
 ``second`` is the loss's second positional argument (labels, metadata or soft
 targets), sharded along its first axis like the embeddings.
+
+:func:`run_style` runs a loss in one of the ways a JAX project shards a batch
+(:data:`STYLES`) and returns the value and the gradient in the first argument.
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 AXIS = "data"
+#: Axes of the 2-D mesh; rows are sharded over both, in mesh order.
+AXES_2D = ("data", "fsdp")
+#: How a batch reaches a loss: one device; ``jax.jit`` on arrays sharded over an
+#: Explicit mesh (``jax.make_mesh``'s default) or an Auto (GSPMD) one, with
+#: ``axis_name=None``; ``jax.shard_map`` over one axis or over two (rows over both,
+#: ``axis_name`` a tuple, default checks, ``out_specs=P()``); ``jax.pmap``.
+STYLES = ("single", "jit_explicit", "jit_auto", "shard_map_1d", "shard_map_2d", "pmap")
 
 
 def device_mesh(num_devices: int = 8) -> jax.sharding.Mesh:
@@ -31,6 +42,54 @@ def device_mesh(num_devices: int = 8) -> jax.sharding.Mesh:
             "set XLA_FLAGS=--xla_force_host_platform_device_count=8"
         )
     return jax.sharding.Mesh(np.array(devices[:num_devices]), (AXIS,))
+
+
+def _jit_on_sharded(loss_fn, first, second, valid, kwargs, axis_type):
+    """``jax.jit`` of the global loss on arrays whose rows are sharded over 8 devices."""
+    mesh = jax.make_mesh((8,), ("batch",), axis_types=(axis_type,))
+    rows = NamedSharding(mesh, P("batch"))
+    first, second, valid = (jax.device_put(x, rows) for x in (first, second, valid))
+
+    def f(x):
+        return loss_fn(x, second, valid=valid, **kwargs)
+
+    value, grad = jax.jit(jax.value_and_grad(f))(first)
+    if axis_type == AxisType.Explicit:  # GSPMD chooses an Auto output's sharding itself
+        assert grad.sharding.is_equivalent_to(first.sharding, first.ndim), grad.sharding
+    return value, grad
+
+
+def _shard_map_2d(loss_fn, first, second, valid, kwargs):
+    """shard_map over a (2, 4) mesh, rows over both axes, ``axis_name`` the tuple."""
+    mesh = jax.make_mesh((2, 4), AXES_2D, axis_types=(AxisType.Explicit,) * 2)
+
+    def local(x, y, v):
+        return loss_fn(x, y, valid=v, axis_name=AXES_2D, **kwargs)
+
+    rows = P(AXES_2D)
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=(rows, rows, rows), out_specs=P())
+    first, second, valid = (
+        jax.device_put(x, NamedSharding(mesh, rows)) for x in (first, second, valid)
+    )
+    return jax.jit(jax.value_and_grad(lambda x: sharded(x, second, valid)))(first)
+
+
+def run_style(style, loss_fn, first, second, valid, **kwargs):
+    """``(value, gradient in first)`` of ``loss_fn(first, second, valid=valid, **kwargs)``
+    computed as :data:`STYLES` ``style`` says, on 8 devices (except ``single``)."""
+    if style == "single":
+        return _single_device(loss_fn, first, second, valid, kwargs)
+    if style == "jit_explicit":
+        return _jit_on_sharded(loss_fn, first, second, valid, kwargs, AxisType.Explicit)
+    if style == "jit_auto":
+        return _jit_on_sharded(loss_fn, first, second, valid, kwargs, AxisType.Auto)
+    if style == "shard_map_1d":
+        return _shard_map_outer_grad(loss_fn, first, second, valid, kwargs, device_mesh())
+    if style == "shard_map_2d":
+        return _shard_map_2d(loss_fn, first, second, valid, kwargs)
+    if style == "pmap":
+        return _pmap(loss_fn, first, second, valid, kwargs, 8)
+    raise ValueError(f"unknown style {style!r}; choose from {STYLES}")
 
 
 def _single_device(loss_fn, first, second, valid, kwargs):

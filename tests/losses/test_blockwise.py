@@ -1,4 +1,4 @@
-"""Streamed (row-block) losses equal the dense ones (issues 7 and 21).
+"""Streamed (row-block) losses equal the dense ones.
 
 Every streamed loss is checked against its dense form in value and gradient
 (rtol 1e-5, float32), with padded rows, singleton classes and block sizes that
@@ -9,8 +9,6 @@ SoftSupCon/SoftNCE is checked against the dense [N, N] soft labels.
 
 from __future__ import annotations
 
-import importlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +17,9 @@ import pytest
 from contrastive_jax import losses
 from contrastive_jax.losses import _blockwise as blockwise
 from contrastive_jax.losses import _core
+from contrastive_jax.losses import _projection as proj
+from contrastive_jax.losses import _projnce_streamed as streamed
+from tests.losses import references
 from tests.losses.multidevice import assert_multidevice_matches
 
 N = 24
@@ -163,19 +164,18 @@ def test_blockwise_nadaraya_watson_matches_dense_soft_labels(distance):
     """The projection over row blocks (custom VJP) = Eq. (18) from the dense [m, m]
     soft labels of Eq. (17), in value and in the gradient into rows and bandwidth,
     with padding, a singleton class, duplicated rows and blocks not dividing m."""
-    pn = importlib.import_module("contrastive_jax.losses._projnce")
     z, labels, valid = _labelled_batch("projnce", seed=3)
     z = _core.l2_normalize(z.at[5].set(z[6]))  # a duplicated row: zero distance
-    lb = pn._labelled_batch(z, labels, 0.1, valid, None)
+    lb = proj.labelled_batch(z, labels, 0.1, valid, None)
     weights = jax.random.normal(jax.random.PRNGKey(0), (N, z.shape[1]))
 
     def dense(x, h):
         batch = lb._replace(batch=lb.batch._replace(candidates=x))
-        return jnp.sum(weights * pn._nw_prototypes(pn._nw_soft_labels(batch, h, distance), batch))
+        return jnp.sum(weights * references.nw_prototypes(references.nw_soft_labels(batch, h, distance), batch))
 
     def blocked(x, h, block):
         onehot = jax.nn.one_hot(lb.class_ids, N) if block == 5 else None
-        g = pn.nw_projection(x, h, valid, lb.class_ids, onehot, distance, N, block)
+        g = proj.nw_projection(x, h, valid, lb.class_ids, onehot, distance, N, block)
         return jnp.sum(weights * g)
 
     h = 1.6 if distance == "l1" else 0.6
@@ -199,11 +199,10 @@ def test_fused_cosine_path_matches_dense(name, class_sums, monkeypatch):
     the bandwidth equal the dense form, with one-hot class sums (soft labels kept, one
     symmetric product per block) and with segment sums (soft labels recomputed, two
     products); SoftSupCon also on 8 devices."""
-    pn = importlib.import_module("contrastive_jax.losses._projnce")
     if class_sums == "segment":
-        monkeypatch.setattr(pn, "ONEHOT_MAX_CLASSES", 0)
+        monkeypatch.setattr(proj, "ONEHOT_MAX_CLASSES", 0)
     ids = jnp.zeros(N, jnp.int32)
-    assert (pn._class_onehot(ids, N, N) is None) == (class_sums == "segment")
+    assert (proj.class_onehot(ids, N, N) is None) == (class_sums == "segment")
     z, labels, valid = _labelled_batch("projnce", seed=7)
     fn = losses.get(name)
 
@@ -235,31 +234,30 @@ def test_nadaraya_watson_lone_blocks_match_dense(distance):
     Eq. (17)-(18), on a batch where a near-duplicate pair couples one block only. (The
     skip does not depend on the distance; a cosine pair near enough to leave the other
     pairs outside the support is too near for float32 Gram entries to resolve.)"""
-    pn = importlib.import_module("contrastive_jax.losses._projnce")
     z, labels, valid = _labelled_batch("projnce", seed=3)
     # Gram-based distances (l2, cosine) lose digits for near pairs: keep them apart.
     step = {"l1": 0.02, "l2": 0.2}[distance]
     z = _core.l2_normalize(z.at[6].set(z[5] + step * z[9]))
     labels = labels.at[6].set(labels[5] + 1)  # the pair straddles two classes
     valid = valid.at[5:7].set(True)
-    lb = pn._labelled_batch(z, labels, 0.1, valid, None)
+    lb = proj.labelled_batch(z, labels, 0.1, valid, None)
     weights = jax.random.normal(jax.random.PRNGKey(1), (N, z.shape[1]))
     # t = 1/2 for the pair; every other pair is far outside the kernel's support.
-    pair = pn._squared_scaled_distance(lb.batch.candidates, distance, 1.0)[5, 6]
+    pair = references.squared_scaled_distance(lb.batch.candidates, distance, 1.0)[5, 6]
     h = 2.0 * float(np.sqrt(pair))
 
     def dense(x, h):
         batch = lb._replace(batch=lb.batch._replace(candidates=x))
-        return jnp.sum(weights * pn._nw_prototypes(pn._nw_soft_labels(batch, h, distance), batch))
+        return jnp.sum(weights * references.nw_prototypes(references.nw_soft_labels(batch, h, distance), batch))
 
     def blocked(x, h, block):
-        g = pn.nw_projection(x, h, valid, lb.class_ids, None, distance, N, block)
+        g = proj.nw_projection(x, h, valid, lb.class_ids, None, distance, N, block)
         return jnp.sum(weights * g)
 
     ref_value, ref_grads = jax.value_and_grad(dense, argnums=(0, 1))(lb.batch.candidates, h)
     assert np.abs(ref_grads[1]) > 1e-3  # the coupled pair's distance matters
     for block in (1, 5):
-        coupled = pn._nw_forward(
+        coupled = proj._nw_forward(
             lb.batch.candidates, jnp.float32(h), valid, lb.class_ids, None, distance, N, block
         )[1][-1]
         assert 0 < int(np.sum(coupled)) < coupled.shape[0]  # both branches run
@@ -281,9 +279,8 @@ def test_class_slot_branches_match_dense(name, monkeypatch):
     compiled number of class slots that holds the batch's distinct labels: with slot
     sizes (2, 8, 24) batches with 2, 5 and 12 distinct labels take each branch and
     equal the dense form in value and gradient."""
-    pn = importlib.import_module("contrastive_jax.losses._projnce")
-    monkeypatch.setattr(pn, "CLASS_SLOTS_MIN", 2)
-    assert pn.class_slot_sizes(N) == (2, 8, N)
+    monkeypatch.setattr(streamed, "CLASS_SLOTS_MIN", 2)
+    assert streamed.class_slot_sizes(N) == (2, 8, N)
     z, labels, valid = _labelled_batch(name)
     fn = _loss(name)
     for distinct in (2, 5, 12):
@@ -305,8 +302,7 @@ def test_class_slot_branches_match_dense(name, monkeypatch):
 @pytest.mark.parametrize("name", CLASS_SLOT_CASES)
 def test_class_slot_branches_multidevice_matches_single_device(name, monkeypatch):
     """The branch is chosen from the gathered labels: 8 devices = one device."""
-    pn = importlib.import_module("contrastive_jax.losses._projnce")
-    monkeypatch.setattr(pn, "CLASS_SLOTS_MIN", 2)
+    monkeypatch.setattr(streamed, "CLASS_SLOTS_MIN", 2)
     z, second, _ = _labelled_batch(name, seed=22)
     z = jnp.concatenate([z, z[:8] * 0.5])  # 32 rows: 4 per device
     second = jnp.concatenate([second, second[:8]])  # 5 distinct labels: slots (2, 8, 32)

@@ -20,10 +20,12 @@ from jax.sharding import PartitionSpec as P
 
 from contrastive_jax.losses import _core
 from contrastive_jax.losses._nce import nt_xent, supcon, supcon_per_anchor
+from tests.losses import references
 from tests.losses.multidevice import AXIS, assert_multidevice_matches, device_mesh
 
 # The module, not the function `contrastive_jax.losses._projnce` that shadows it.
 pn = importlib.import_module("contrastive_jax.losses._projnce")
+proj = importlib.import_module("contrastive_jax.losses._projection")
 
 LOSSES = {
     "projnce": pn.projnce,
@@ -429,7 +431,7 @@ def test_t7_adjustment_gradient_identity_and_signs():
 
 
 def _lb(z, labels, valid=None):
-    return pn._labelled_batch(jnp.asarray(z, jnp.float32), jnp.asarray(labels), 0.07, valid, None)
+    return proj.labelled_batch(jnp.asarray(z, jnp.float32), jnp.asarray(labels), 0.07, valid, None)
 
 
 @functools.cache
@@ -438,8 +440,8 @@ def _nw(distance: str) -> callable:
 
     def run(z, labels, valid, bandwidth):
         lb = _lb(z, labels, valid)
-        soft = pn._nw_soft_labels(lb, bandwidth, distance)
-        return soft, pn._nw_prototypes(soft, lb), lb.class_ids
+        soft = references.nw_soft_labels(lb, bandwidth, distance)
+        return soft, references.nw_prototypes(soft, lb), lb.class_ids
 
     return jax.jit(run)
 
@@ -520,9 +522,9 @@ def _nce_per_anchor(name: str) -> callable:
     def run(z, labels, valid):
         lb = _lb(z, labels, valid)
         if name == "soft_nce":
-            g = pn._nw_prototypes(pn._nw_soft_labels(lb, 0.6, "l1"), lb)
+            g = references.nw_prototypes(references.nw_soft_labels(lb, 0.6, "l1"), lb)
         else:
-            g = pn._median_prototypes(lb, "lower")
+            g = proj.median_prototypes(lb, "lower")
         counts = lb.class_counts[lb.anchor_class_ids]
         return pn._nce_type(lb, g, 0.07), lb.anchor_ok, counts
 
@@ -600,8 +602,8 @@ def test_t12_negation(name, hp):
 @jax.jit
 def _median_and_mean(z, labels):
     lb = _lb(z, labels)
-    lower = pn._median_prototypes(lb, "lower")
-    return lower, pn._median_prototypes(lb, "average"), pn._class_means(lb)
+    lower = proj.median_prototypes(lb, "lower")
+    return lower, proj.median_prototypes(lb, "average"), proj.class_means(lb)
 
 
 def test_t12_median_modes():
@@ -756,7 +758,7 @@ def test_t13_multidevice_matches_single_device():
     np.testing.assert_allclose(value, expected, rtol=1e-5)
 
 
-def _per_shard_statistics(lb: pn._LabelledBatch) -> pn._LabelledBatch:
+def _per_shard_statistics(lb: proj.LabelledBatch) -> proj.LabelledBatch:
     """The same batch, but class statistics see only this device's rows."""
     local = jnp.any(lb.batch.is_self, axis=0)
     candidate_valid = lb.batch.candidate_valid & local
@@ -769,15 +771,15 @@ def _per_shard_statistics(lb: pn._LabelledBatch) -> pn._LabelledBatch:
 
 
 _PER_SHARD_PROTOTYPES = {
-    "projnce": pn._class_means,
-    "soft_supcon": lambda lb: pn._nw_prototypes(pn._nw_soft_labels(lb, 0.6, "l1"), lb),
-    "med_supcon": lambda lb: pn._median_prototypes(lb, "lower"),
+    "projnce": proj.class_means,
+    "soft_supcon": lambda lb: references.nw_prototypes(references.nw_soft_labels(lb, 0.6, "l1"), lb),
+    "med_supcon": lambda lb: proj.median_prototypes(lb, "lower"),
 }
 
 
 def _per_shard_loss(embeddings, labels, valid, name):
     """The loss with global negatives but per-shard centroids / NW set / medians."""
-    lb = pn._labelled_batch(embeddings, labels, 0.07, valid, AXIS)
+    lb = proj.labelled_batch(embeddings, labels, 0.07, valid, AXIS)
     g = _PER_SHARD_PROTOTYPES[name](_per_shard_statistics(lb))
     if name == "projnce":
         per_anchor = supcon_per_anchor(lb.logits, lb.positives, lb.others) + pn._adjustment(

@@ -36,11 +36,18 @@ LABEL_LOSSES = ("nt_xent", "supcon", "sincere", "projnce", "soft_supcon", "soft_
 METADATA_LOSSES = ("y_aware_infonce", "conditional_alignment", "conditional_uniformity")
 NO_TARGET_LOSSES = ("global_uniformity",)
 LOGIT_LOSSES = ("soft_target_infonce", "soft_target_cross_entropy")
+#: Class scores [N, K] with int class labels [N].
+LABEL_LOGIT_LOSSES = ("label_cross_entropy", "label_soft_target_infonce")
+#: Instance ids, no temperature (Wang & Isola's scale t in its place).
+INSTANCE_LOSSES = ("align_uniform",)
+PAIRED_LOSSES = ("clip", "siglip")
 SETTINGS = settings(max_examples=10, deadline=None, derandomize=True)
 
 
 def test_every_registered_loss_is_covered():
-    covered = LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES
+    covered = (LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES
+               + LABEL_LOGIT_LOSSES + INSTANCE_LOSSES
+               + PAIRED_LOSSES)
     assert sorted(covered) == losses.names()
 
 
@@ -76,6 +83,8 @@ def _value_and_grad(name: str):
     fn = losses.get(name)
     if name in NO_TARGET_LOSSES:
         return jax.jit(jax.value_and_grad(lambda x, _, t: fn(x, temperature=t)))
+    if name in INSTANCE_LOSSES:
+        return jax.jit(jax.value_and_grad(lambda x, second, t: fn(x, second, t=t)))
     return jax.jit(jax.value_and_grad(lambda x, second, t: fn(x, second, temperature=t)))
 
 
@@ -131,7 +140,36 @@ def test_soft_target_losses_finite(name, logits, targets, temperature):
     _assert_finite(name, logits, jnp.asarray(targets), temperature)
 
 
+@pytest.mark.parametrize("name", LABEL_LOGIT_LOSSES)
+@SETTINGS
+@given(logits=hnp.arrays(np.float32, (N, K), elements=finite), y=labels,
+       temperature=temperatures)
+def test_label_logit_losses_finite(name, logits, y, temperature):
+    _assert_finite(name, logits, jnp.asarray(y), temperature)
+
+
+@SETTINGS
+@given(x=embeddings(), t=st.sampled_from([1e-4, 1e-2, 0.5, 2.0, 1e2, 1e4]))
+def test_align_uniform_finite(x, t):
+    _assert_finite("align_uniform", x, jnp.asarray(np.repeat(np.arange(N // 2), 2)), t)
+
+
+@pytest.mark.parametrize("name", ["alpha", "t"])
+def test_align_uniform_bad_scale_raises(name):
+    with pytest.raises(ValueError, match=name):
+        losses.align_uniform(jnp.ones((N, D)), jnp.zeros((N,), jnp.int32), **{name: 0.0})
+
+
+@pytest.mark.parametrize("name", PAIRED_LOSSES)
+@SETTINGS
+@given(x=embeddings(), y=embeddings(), temperature=temperatures)
+def test_paired_losses_finite(name, x, y, temperature):
+    _assert_finite(name, x, jnp.asarray(y), temperature)
+
+
 def _second(name: str, n: int):
+    if name in PAIRED_LOSSES:
+        return jnp.ones((n, D), jnp.float32)
     if name in METADATA_LOSSES:
         return jnp.zeros((n, 1), jnp.float32)
     if name in LOGIT_LOSSES:
@@ -146,7 +184,10 @@ def _call(name: str, x, second, **kwargs):
     return fn(x, second, **kwargs)
 
 
-ALL = LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES
+ALL = (LABEL_LOSSES + METADATA_LOSSES + NO_TARGET_LOSSES + LOGIT_LOSSES + LABEL_LOGIT_LOSSES
+       + INSTANCE_LOSSES + PAIRED_LOSSES)
+#: The losses on class scores [N, K].
+SCORE_LOSSES = LOGIT_LOSSES + LABEL_LOGIT_LOSSES
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -162,20 +203,20 @@ def test_wrong_rank_or_empty_input_raises(name, shape):
 @given(n_second=st.sampled_from([N - 1, N + 1, 1, 2 * N]))
 def test_mismatched_second_argument_raises(name, n_second):
     with pytest.raises(ValueError, match="labels|metadata|targets|N|rows|shape"):
-        _call(name, jnp.ones((N, D if name not in LOGIT_LOSSES else K)), _second(name, n_second))
+        _call(name, jnp.ones((N, D if name not in SCORE_LOSSES else K)), _second(name, n_second))
 
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("dtype", [jnp.int32, jnp.bool_])
 def test_non_float_input_raises(name, dtype):
-    width = K if name in LOGIT_LOSSES else D
+    width = K if name in SCORE_LOSSES else D
     with pytest.raises(ValueError, match="embeddings|logits|float|dtype"):
         _call(name, jnp.ones((N, width), dtype), _second(name, N))
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", [n for n in ALL if n not in INSTANCE_LOSSES])
 @pytest.mark.parametrize("temperature", [0.0, -1.0, float("inf"), float("nan")])
 def test_bad_temperature_raises(name, temperature):
-    width = K if name in LOGIT_LOSSES else D
+    width = K if name in SCORE_LOSSES else D
     with pytest.raises(ValueError, match="temperature"):
         _call(name, jnp.ones((N, width), jnp.float32), _second(name, N), temperature=temperature)

@@ -25,6 +25,7 @@ from contrastive_jax.models import (
     create_encoder,
     default_encoder_config,
 )
+from contrastive_jax.models import resnet as resnet_lib
 from tests.models.utils import count_params, forward, output_shape, param_leaves, sharded_forward
 
 CIFAR10 = Path(__file__).resolve().parents[3] / "shared" / "data" / "cifar10" / "test"
@@ -297,3 +298,18 @@ def test_rejects_non_image_input():
     model = nnx.eval_shape(lambda: ResNet(18, rngs=nnx.Rngs(0)))
     with pytest.raises(ValueError, match="NHWC"):
         output_shape(model, (2, 32, 32))
+
+
+def test_batchnorm_variance_is_two_pass():
+    """A channel whose mean is large against its spread: E[x^2] - E[x]^2 cancels in float32
+    (about 2^-24 * 1000^2 = 0.06 of round-off against a variance of 1e-2); the two-pass
+    variance of the encoders' and the MLP head's BatchNorms normalises it to unit spread."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(1000.0 + 0.1 * rng.standard_normal((256, 4)), jnp.float32)
+    bn = resnet_lib._bn(4, axis_name=None, momentum=0.9, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(np.std(np.asarray(bn(x)), axis=0), 1.0, rtol=1e-2)
+    head = MLPHead(4, 2, rngs=nnx.Rngs(0))
+    norms = [m for _, m in nnx.iter_graph(head) if isinstance(m, nnx.BatchNorm)]
+    assert norms and not any(m.use_fast_variance for m in norms)
+    fast = nnx.BatchNorm(4, use_running_average=False, rngs=nnx.Rngs(0))  # Flax's default
+    assert abs(float(np.std(np.asarray(fast(x)), axis=0).mean()) - 1.0) > 0.1

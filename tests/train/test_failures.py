@@ -1,4 +1,4 @@
-"""Non-finite steps and bad environment or input (issue 8, items 4-5), in-process.
+"""Non-finite steps and bad environment or input, in-process.
 
 The subprocess versions (exit codes, a NaN from a huge learning rate, a write
 limit) are in ``test_failures_cli.py`` (slow).

@@ -1,4 +1,4 @@
-"""Failures of ``python -m contrastive_jax.pretrain`` end to end (issue 8, items 4-5):
+"""Failures of ``python -m contrastive_jax.pretrain`` end to end:
 a NaN from a huge learning rate, a file-size limit that makes checkpoint
 writes fail, a config changed between a checkpoint and a resume, a work
 directory that cannot be created."""

@@ -1,7 +1,7 @@
-"""The loop keeps the devices busy (issue 16): no device-to-host reads between log
+"""The loop keeps the devices busy: no device-to-host reads between log
 steps, batches prefetched to the devices, the non-finite guard and the SIGTERM
 agreement without per-step reads, the compilation cache, profiling, throughput
-per device; and the collapse warning (issue 20).
+per device; and the collapse warning.
 
 The runs use the tiny conv encoder (``runs.TinyEncoder``) and share a
 compilation cache, like ``test_resume.py``.

@@ -1,4 +1,4 @@
-"""Multi-process pretraining (issue 8, item 6), end to end.
+"""Multi-process pretraining, end to end.
 
 Two ``python -m contrastive_jax.pretrain`` processes joined on localhost (gloo
 CPU collectives), 4 simulated devices each, train the same steps with the same

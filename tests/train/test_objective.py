@@ -63,8 +63,8 @@ def test_second_argument_comes_from_the_registry():
     ("fields", "match"),
     [
         ({"name": ""}, "empty"),
-        ({"name": "soft_target_infonce"}, "not an embedding loss"),
-        ({"name": "simclr"}, "not an embedding loss"),
+        ({"name": "soft_target_infonce"}, "not a loss the objective can train on"),
+        ({"name": "simclr"}, "not a loss the objective can train on"),
         ({"name": "sincere+supcon", "weights": (1.0,)}, "1 entries for 2 terms"),
     ],
 )
@@ -79,3 +79,59 @@ def test_metadata_loss_without_metadata_is_refused():
     targets = objective.Targets(instance=jnp.arange(4), label=jnp.arange(4), metadata=None)
     with pytest.raises(ValueError, match="metadata"):
         objective.evaluate([term], z, targets, axis_name=None)
+
+
+def test_config_temperature_reaches_only_the_terms_that_take_one():
+    sincere, align_uniform = objective.parse_terms(
+        _loss_config(name="sincere+align_uniform", temperature=0.2)
+    )
+    assert sincere.kwargs == {"temperature": 0.2} and align_uniform.kwargs == {}
+
+
+def test_the_objective_names_come_from_the_one_loss_registry():
+    soft_targets = {n for n in losses.names() if losses.second_argument(n) == "soft_targets"}
+    assert set(objective.objective_terms()) == set(losses.names()) - soft_targets
+    assert {"clip", "siglip"} <= set(objective.objective_terms())
+    assert {"align_uniform", "label_cross_entropy"} <= set(objective.objective_terms())
+    assert objective.SOFT_LABEL_TERMS == ("label_cross_entropy", "label_soft_target_infonce")
+
+
+@pytest.mark.parametrize("name", ["clip", "siglip"])
+@pytest.mark.parametrize("pairing", [None, "paired_embeddings", "shuffled_pairs"])
+def test_two_tower_losses_pair_the_two_views_of_each_example(name, pairing):
+    fields = {"name": name, "temperature": 0.2}
+    if pairing is not None:
+        fields["targets"] = ml_collections.ConfigDict({name: pairing})
+    (term,) = objective.parse_terms(_loss_config(**fields))
+    assert term.target == (pairing or "paired_embeddings")
+    projections = jnp.asarray(np.random.default_rng(1).normal(size=(8, 4)), jnp.float32)
+    ids = jnp.array([0, 0, 1, 1, 2, 2, 3, 3])
+    targets = objective.Targets(instance=ids, label=ids, metadata=None)
+    valid = jnp.array([True] * 6 + [True, False])
+    total, values = objective.evaluate([term], projections, targets, axis_name=None, valid=valid)
+    texts = projections[1::2]
+    if pairing == "shuffled_pairs":
+        texts = jnp.roll(texts, 1, axis=0)
+    own = losses.get(name)(projections[0::2], texts, temperature=0.2,
+                           valid=jnp.array([True, True, True, False]))
+    np.testing.assert_allclose(total, own, rtol=1e-6)
+    np.testing.assert_allclose(values[name], own, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [("clip", "instance"), ("siglip", "label"), ("sincere", "paired_embeddings"),
+     ("nt_xent", "shuffled_pairs")],
+)
+def test_pairings_and_row_targets_do_not_mix(name, target):
+    config = _loss_config(name=name, targets=ml_collections.ConfigDict({name: target}))
+    with pytest.raises(ValueError, match=f"config.loss.targets.{name}"):
+        objective.parse_terms(config)
+
+
+def test_two_tower_loss_on_an_odd_number_of_rows_is_refused():
+    (term,) = objective.parse_terms(_loss_config(name="clip"))
+    ids = jnp.arange(5)
+    targets = objective.Targets(instance=ids, label=ids, metadata=None)
+    with pytest.raises(ValueError, match="two views"):
+        objective.evaluate([term], jnp.ones((5, 3)), targets, axis_name=None)

@@ -1,4 +1,4 @@
-"""Exact resume (issue 8, items 1-3), fast in-process versions.
+"""Exact resume, fast in-process versions.
 
 One uninterrupted 6-step run is the reference; every interrupted or damaged
 run in the same configuration must end with bit-identical parameters,

@@ -1,5 +1,5 @@
 """Exact resume of ``python -m contrastive_jax.pretrain`` after SIGKILL and SIGTERM
-(issue 8, items 1-2), end to end with the quickstart's ResNet-18 (width 0.125).
+end to end with the quickstart's ResNet-18 (width 0.125).
 
 Every interrupted run is restarted with the same command in the same work
 directory and must end with a training state bit-identical to the

@@ -1,4 +1,5 @@
-"""Objective terms beyond the losses (align_uniform) and per-term second arguments."""
+"""Losses registered for the objective beyond the embedding losses (align_uniform, the label
+losses on class scores) and per-term second arguments."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import losses
 from contrastive_jax.errors import ConfigError
-from contrastive_jax.train import objective, terms
+from contrastive_jax.train import objective
 from contrastive_jax.train.config import default_config
 
 
@@ -37,7 +38,7 @@ def _batch(n=16, d=5, seed=0):
 @pytest.mark.parametrize("alpha, t, lam", [(2.0, 2.0, 1.0), (1.0, 3.0, 0.5)])
 def test_align_uniform_matches_numpy(alpha, t, lam):
     z, ids = _batch()
-    value = terms.align_uniform(jnp.asarray(z), jnp.asarray(ids), alpha=alpha, t=t,
+    value = losses.align_uniform(jnp.asarray(z), jnp.asarray(ids), alpha=alpha, t=t,
                                 uniformity_weight=lam)
     np.testing.assert_allclose(value, _reference(z, alpha, t, lam), rtol=1e-5)
 
@@ -46,18 +47,18 @@ def test_align_uniform_under_shard_map_equals_one_device():
     z, ids = _batch(n=32)
     mesh = Mesh(np.asarray(jax.devices()[:8]), ("data",))
     sharded = jax.jit(jax.shard_map(
-        lambda a, b: terms.align_uniform(a, b, axis_name="data"),
+        lambda a, b: losses.align_uniform(a, b, axis_name="data"),
         mesh=mesh, in_specs=(P("data"), P("data")), out_specs=P(),
     ))
     np.testing.assert_allclose(
         sharded(jnp.asarray(z), jnp.asarray(ids)),
-        terms.align_uniform(jnp.asarray(z), jnp.asarray(ids)), rtol=1e-5,
+        losses.align_uniform(jnp.asarray(z), jnp.asarray(ids)), rtol=1e-5,
     )
 
 
 def test_align_uniform_refuses_an_odd_batch():
     with pytest.raises(ValueError, match="N even"):
-        terms.align_uniform(jnp.zeros((3, 2)), jnp.zeros(3, jnp.int32))
+        losses.align_uniform(jnp.zeros((3, 2)), jnp.zeros(3, jnp.int32))
 
 
 def _loss_config(**fields) -> ml_collections.ConfigDict:
@@ -112,11 +113,11 @@ def test_label_cross_entropy_is_smoothed_softmax_cross_entropy(eps):
     shifted = logits - logits.max(1, keepdims=True)
     log_p = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
     expected = -(targets * log_p).sum(1).mean()
-    value = terms.label_cross_entropy(jnp.asarray(logits), jnp.asarray(labels),
+    value = losses.label_cross_entropy(jnp.asarray(logits), jnp.asarray(labels),
                                       label_smoothing=eps)
     np.testing.assert_allclose(value, expected, rtol=1e-5)
     with pytest.raises(ValueError, match="label_smoothing"):
-        terms.label_cross_entropy(jnp.asarray(logits), jnp.asarray(labels), label_smoothing=1.5)
+        losses.label_cross_entropy(jnp.asarray(logits), jnp.asarray(labels), label_smoothing=1.5)
 
 
 def test_classifier_terms_select_by_config():

@@ -1,0 +1,385 @@
+"""Dry run: compile a config's real training step without data; report memory and FLOPs.
+
+``contrastive-jax-pretrain --config CONFIG --dry_run --devices N`` (or ``--target
+tpu-v4-32``) builds the model, optimiser and jitted step of :mod:`.loop` for the config's
+global batch on an ``N``-device mesh, lowers it with ``jax.ShapeDtypeStruct`` inputs that
+carry the trainer's shardings (state replicated, batch split over ``data``), compiles it, and
+reports what XLA's compiler says about the program each device runs:
+
+* memory per device (``compiled.memory_analysis()``): arguments (the state and this device's
+  share of the batch), outputs, temporaries, and their total ``arguments + outputs - aliased +
+  temporaries`` (the donated state's outputs reuse the arguments' buffers);
+* FLOPs (``compiled.cost_analysis()``): per device, per step (times ``N``) and per image
+  (per example of the global batch, all its views);
+* given a peak rate (``peak_tflops`` per device, a TPU target's own by default) and an assumed
+  utilisation (``mfu``), the projected step time ``flops_per_device / (peak x mfu)`` and
+  images per second ``global_batch / step time``.
+
+Targets:
+
+* ``"cpu"``: ``N`` CPU devices of this process. XLA:CPU's memory figures overstate an
+  accelerator's (``simclr_imagenet`` with 256
+  views per device reported 31.9 GiB of temporaries on 32 CPU devices, the TPU compiler 18.2
+  GiB on a v4-64 slice); its FLOPs are the accelerator's (47.9 vs 47.6 GFLOP per image).
+  The command line sets ``jax_num_cpu_devices`` to ``N`` before JAX creates its
+  CPU backend (the same as ``XLA_FLAGS=--xla_force_host_platform_device_count=N``), so no
+  environment variable is needed.
+* a TPU slice (:data:`TPU_TARGETS`, e.g. ``"tpu-v4-32"``): compiled ahead of time on this
+  machine by the TPU compiler of ``libtpu`` (``pip install 'contrastive_jax[tpu]'``; no TPU is
+  needed) for the slice's topology (``jax.experimental.topologies.get_topology_desc``). The
+  result compares the per-device total with the device's HBM (:data:`TPU_CHIPS`) and says whether
+  the step fits.
+
+Nothing is read: the dataset's class count (for the online probe) and the image side come
+from the config or :data:`KNOWN_DATASETS`; the learning-rate schedule is built for a nominal
+epoch of 1,000 steps (the schedule's values do not change the program's memory or FLOPs).
+
+Example (8 simulated CPU devices)::
+
+    result = dry_run(config, num_devices=8)
+    print(format_report(result))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from contrastive_jax.errors import ConfigError
+from contrastive_jax.parallel import DATA_AXIS
+
+GiB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuChip:
+    """One TPU generation: JAX's topology prefix, HBM and peak bf16 rate per JAX device.
+
+    ``megacore``: the generation's two TensorCores per chip form one JAX device
+    (``chip_config_name="megacore"``), and slice names count TensorCores (``v4-32`` = 16 chips).
+    TPU v3 has two TensorCores per chip that are two JAX devices, each with half the chip's
+    HBM and rate (``v3-128`` = 64 chips = 128 devices).
+    """
+
+    prefix: str
+    hbm_bytes: int
+    peak_bf16_tflops: float
+    megacore: bool
+    source: str
+
+
+#: HBM and peak bf16 matrix rate per JAX device, from Google Cloud's TPU system-architecture
+#: pages (cloud.google.com/tpu/docs/v3, /v4, /v5e, /v5p, /v6e: "System architecture").
+TPU_CHIPS = {
+    "v3": TpuChip("v3", 16 * GiB, 61.5, False, "cloud.google.com/tpu/docs/v3: 32 GiB HBM and "
+                  "123 bf16 TFLOPs per chip of two TensorCores (JAX devices)"),
+    "v4": TpuChip("v4", 32 * GiB, 275.0, True, "cloud.google.com/tpu/docs/v4: 32 GiB HBM2, "
+                  "275 bf16 TFLOPs per chip"),
+    "v5e": TpuChip("v5e", 16 * GiB, 197.0, False, "cloud.google.com/tpu/docs/v5e: 16 GiB HBM2, "
+                   "197 bf16 TFLOPs per chip"),
+    "v5p": TpuChip("v5p", 95 * 10**9, 459.0, True, "cloud.google.com/tpu/docs/v5p: 95 GB HBM2e, "
+                   "459 bf16 TFLOPs per chip"),
+    "v6e": TpuChip("v6e", 32 * 10**9, 918.0, False, "cloud.google.com/tpu/docs/v6e: 32 GB HBM, "
+                   "918 bf16 TFLOPs per chip"),
+}
+
+# Slice name suffix -> topology (chips per axis). v4/v5p names count TensorCores (2 per chip),
+# v5e/v6e names count chips.
+_CUBE = {8: "2x2x1", 16: "2x2x2", 32: "2x2x4", 64: "2x4x4", 128: "4x4x4", 256: "4x4x8",
+         512: "4x8x8", 1024: "8x8x8"}
+_PLANE = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16",
+          256: "16x16"}
+
+_V3 = {8: "2x2", 32: "4x4", 64: "4x8", 128: "8x8", 256: "8x16", 512: "16x16"}
+
+#: ``--target`` names of TPU slices -> (chip generation, JAX topology name).
+TPU_TARGETS = {
+    **{f"tpu-v3-{n}": ("v3", f"v3:{t}") for n, t in _V3.items()},
+    **{f"tpu-{g}-{n}": (g, f"{g}:{t}") for g in ("v4", "v5p") for n, t in _CUBE.items()},
+    **{f"tpu-{g}-{n}": (g, f"{g}:{t}") for g in ("v5e", "v6e") for n, t in _PLANE.items()},
+}
+
+#: Datasets the dry run knows without reading them: (classes, native image side).
+KNOWN_DATASETS = {
+    "imagenet2012": (1000, 224),
+    "cifar10": (10, 32),
+    "cifar100": (100, 32),
+    "stl10": (10, 96),
+    "digits": (10, 16),
+    "digits_cluttered": (10, 16),
+}
+
+
+def target_devices(target: str, num_devices: int | None = None) -> list:
+    """The devices to compile for: the first ``num_devices`` CPU devices, or a TPU slice's.
+
+    Raises:
+      ValueError: an unknown ``target``, too few CPU devices, a ``num_devices`` that is not the
+        slice's device count, or ``libtpu`` missing (the message says how to install it).
+    """
+    if target == "cpu":
+        devices = jax.devices("cpu")
+        if num_devices is None:
+            return devices
+        if num_devices < 1 or num_devices > len(devices):
+            raise ValueError(
+                f"num_devices={num_devices}, but this process has {len(devices)} CPU devices "
+                "(the command line sets jax_num_cpu_devices; in Python set it, or XLA_FLAGS="
+                "--xla_force_host_platform_device_count, before JAX starts)"
+            )
+        return devices[:num_devices]
+    if target not in TPU_TARGETS:
+        raise ValueError(
+            f"target={target!r} is not 'cpu' or a TPU slice: {', '.join(sorted(TPU_TARGETS))}"
+        )
+    generation, topology = TPU_TARGETS[target]
+    from jax.experimental import topologies
+
+    # libtpu takes a machine-wide lock file (/tmp/libtpu_lockfile) when it loads, so a second
+    # dry run, or one beside a training process, would fail; compiling for a topology opens
+    # no TPU, so the lock is not needed.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+    kwargs = {"chip_config_name": "megacore"} if TPU_CHIPS[generation].megacore else {}
+    try:
+        devices = topologies.get_topology_desc(
+            platform="tpu", topology_name=topology, **kwargs
+        ).devices
+    except Exception as err:  # noqa: BLE001 - libtpu absent or too old: say what to install
+        raise ValueError(
+            f"cannot describe the TPU topology {topology!r} of target {target!r} ({err}); "
+            "the TPU compiler comes with libtpu: pip install 'contrastive_jax[tpu]'"
+        ) from err
+    if num_devices is not None and num_devices != len(devices):
+        raise ValueError(
+            f"num_devices={num_devices}, but target {target!r} has {len(devices)} devices"
+        )
+    return list(devices)
+
+
+def _dataset_facts(config: ml_collections.ConfigDict) -> tuple[int, int]:
+    """(classes, image side) from the config, else :data:`KNOWN_DATASETS`."""
+    name = str(config.data.dataset)
+    classes, native = KNOWN_DATASETS.get(name, (None, None))
+    size = config.data.get("image_size") or native
+    if size is None:
+        raise ConfigError(
+            f"the dry run cannot tell the image side of config.data.dataset={name!r}; set "
+            "--config.data.image_size"
+        )
+    if classes is None:
+        if config.train.online_probe:
+            raise ConfigError(
+                f"the dry run does not know the class count of {name!r} for the online probe; "
+                "pass --config.train.online_probe=False (the probe is a small linear layer)"
+            )
+        classes = 1
+    return classes, int(size)
+
+
+def _abstract(tree: Any, sharding: NamedSharding) -> Any:
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a),
+                                                       sharding=sharding), tree)
+
+
+def dry_run(
+    config: ml_collections.ConfigDict,
+    *,
+    num_devices: int | None = None,
+    target: str = "cpu",
+    peak_tflops: float | None = None,
+    mfu: float = 0.4,
+) -> dict[str, Any]:
+    """Compiles the training step of ``config`` for ``target`` and reports memory and FLOPs.
+
+    Args:
+      config: a pretraining config (:func:`contrastive_jax.train.config.default_config`).
+      num_devices: devices of the data mesh; None: every CPU device, or the TPU slice's.
+      target: ``"cpu"`` or a name of :data:`TPU_TARGETS`.
+      peak_tflops: peak rate of one device in TFLOP/s for the projection; None: the TPU
+        chip's bf16 peak (:data:`TPU_CHIPS`), or no projection on CPU.
+      mfu: assumed model FLOPs utilisation in (0, 1].
+
+    Returns:
+      A JSON-ready dict: ``target``, ``device_kind``, ``devices``, ``global_batch``,
+      ``num_views``, ``image_size``, ``rows_per_device`` (views per device), the memory per
+      device in bytes (``argument_bytes``, ``output_bytes``, ``alias_bytes``, ``temp_bytes``,
+      ``generated_code_bytes``, ``per_device_bytes``), ``flops_per_device``,
+      ``flops_per_step``, ``flops_per_image``, ``lower_seconds``, ``compile_seconds``; with
+      a peak rate ``peak_tflops``, ``mfu``, ``step_seconds`` and ``images_per_s``; for a TPU
+      target ``hbm_bytes``, ``fits`` and ``headroom_bytes`` (HBM minus the total).
+
+    Raises:
+      ValueError: a bad argument (naming it), or a config the step cannot be built for
+        (:class:`~contrastive_jax.errors.ConfigError`).
+    """
+    from contrastive_jax.train import loop, objective
+    from contrastive_jax.train.step import make_train_step, nonfinite_record
+
+    if not 0.0 < mfu <= 1.0:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu}")
+    if peak_tflops is not None and peak_tflops <= 0:
+        raise ValueError(f"peak_tflops must be positive, got {peak_tflops}")
+    devices = target_devices(target, num_devices)
+    n = len(devices)
+    terms = objective.parse_terms(config.loss)
+    if any(t.target == "metadata" for t in terms):
+        raise ConfigError("the dry run does not model per-example metadata (y-Aware losses)")
+    global_batch = int(config.data.global_batch_size)
+    if global_batch < 1 or global_batch % n:
+        raise ConfigError(
+            f"config.data.global_batch_size={global_batch} must be a positive multiple of "
+            f"the {n} devices"
+        )
+    num_classes, size = _dataset_facts(config)
+    views = int(config.data.num_views)
+    steps_per_epoch = 1000
+    total_steps = int(config.train.total_steps or config.train.epochs * steps_per_epoch)
+
+    mesh = Mesh(np.asarray(devices), (DATA_AXIS,), axis_types=(AxisType.Auto,))
+    replicated = NamedSharding(mesh, P())
+    split = NamedSharding(mesh, P(DATA_AXIS))
+    # Built on this host's CPU (the model's parameters and the optimiser state are real
+    # arrays here); only their shapes and dtypes reach the compiled program's signature.
+    with jax.default_device(jax.devices("cpu")[0]):
+        graphdef, rest, tx, schedule, state = loop.init_state(
+            config, num_classes, steps_per_epoch=steps_per_epoch,
+            global_batch_size=global_batch, total_steps=total_steps,
+        )
+    step = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
+    batch = {
+        "views": jax.ShapeDtypeStruct((global_batch, views, size, size, 3), jnp.float32,
+                                      sharding=split),
+        **{k: jax.ShapeDtypeStruct((global_batch,), jnp.int32, sharding=split)
+           for k in ("label", "index", "stop")},
+    }
+    args = (_abstract(state, replicated), batch,
+            _abstract(nonfinite_record(terms), replicated))
+    started = time.perf_counter()
+    lowered = step.lower(*args)
+    lowered_at = time.perf_counter()
+    compiled = lowered.compile()
+    compiled_at = time.perf_counter()
+
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
+        cost = cost[0]
+    flops = float(cost.get("flops", 0.0))
+    result: dict[str, Any] = {
+        "target": target,
+        "device_kind": devices[0].device_kind,
+        "devices": n,
+        "global_batch": global_batch,
+        "num_views": views,
+        "image_size": size,
+        "rows_per_device": global_batch * views // n,
+        "argument_bytes": int(memory.argument_size_in_bytes),
+        "output_bytes": int(memory.output_size_in_bytes),
+        "alias_bytes": int(memory.alias_size_in_bytes),
+        "temp_bytes": int(memory.temp_size_in_bytes),
+        "generated_code_bytes": int(memory.generated_code_size_in_bytes),
+    }
+    result["per_device_bytes"] = (result["argument_bytes"] + result["output_bytes"]
+                                  - result["alias_bytes"] + result["temp_bytes"])
+    result.update(
+        flops_per_device=flops,
+        flops_per_step=flops * n,
+        flops_per_image=flops * n / global_batch,
+        lower_seconds=round(lowered_at - started, 1),
+        compile_seconds=round(compiled_at - lowered_at, 1),
+    )
+    chip = TPU_CHIPS[TPU_TARGETS[target][0]] if target in TPU_TARGETS else None
+    if peak_tflops is None and chip is not None:
+        peak_tflops = chip.peak_bf16_tflops
+    if peak_tflops is not None:
+        step_seconds = flops / (peak_tflops * 1e12 * mfu)
+        result.update(peak_tflops=peak_tflops, mfu=mfu, step_seconds=step_seconds,
+                      images_per_s=global_batch / step_seconds if step_seconds else None)
+    if chip is not None:
+        result.update(hbm_bytes=chip.hbm_bytes,
+                      fits=result["per_device_bytes"] <= chip.hbm_bytes,
+                      headroom_bytes=chip.hbm_bytes - result["per_device_bytes"])
+    return result
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """Human-readable lines of a :func:`dry_run` result (without the JSON line)."""
+
+    def gib(key: str) -> str:
+        return f"{result[key] / GiB:.2f} GiB"
+
+    lines = [
+        f"dry run: {result['devices']} x {result['device_kind']} ({result['target']}), global "
+        f"batch {result['global_batch']} x {result['num_views']} views at "
+        f"{result['image_size']} px = {result['rows_per_device']} views per device",
+        f"compiled in {result['compile_seconds']} s (lowered in {result['lower_seconds']} s)",
+        f"memory per device: arguments {gib('argument_bytes')}, outputs {gib('output_bytes')} "
+        f"(aliased {gib('alias_bytes')}), temporaries {gib('temp_bytes')}, total "
+        f"{gib('per_device_bytes')}",
+        f"FLOPs: {result['flops_per_device'] / 1e12:.3f} TFLOP per device, "
+        f"{result['flops_per_step'] / 1e12:.2f} TFLOP per step, "
+        f"{result['flops_per_image'] / 1e9:.2f} GFLOP per image",
+    ]
+    if "step_seconds" in result:
+        lines.append(
+            f"projected at {result['peak_tflops']:g} TFLOP/s per device x {result['mfu']:g} "
+            f"utilisation: {result['step_seconds'] * 1e3:.1f} ms per step, "
+            f"{result['images_per_s']:,.0f} images/s"
+        )
+    if "fits" in result:
+        verdict = "fits" if result["fits"] else "does NOT fit"
+        lines.append(
+            f"HBM: {gib('per_device_bytes')} of {gib('hbm_bytes')} per device: {verdict} "
+            f"({'headroom' if result['fits'] else 'short by'} "
+            f"{abs(result['headroom_bytes']) / GiB:.2f} GiB)"
+        )
+    elif result["target"] == "cpu":
+        lines.append(
+            "note: XLA:CPU overstates an accelerator's temporaries (1.75x the TPU compiler's for a "
+            "ResNet-50 step); --target tpu-... asks the TPU compiler"
+        )
+    return "\n".join(lines)
+
+
+def run_cli(
+    config: ml_collections.ConfigDict,
+    *,
+    num_devices: int | None,
+    target: str,
+    peak_tflops: float | None,
+    mfu: float,
+) -> int:
+    """``contrastive-jax-pretrain --dry_run``: the report, then one JSON line; the exit code.
+
+    For ``target="cpu"`` with ``num_devices``, sets ``jax_num_cpu_devices`` first: the flag
+    takes effect only before JAX creates its CPU backend, which nothing has done yet when the
+    command line calls this (a process whose backend already runs keeps its devices, and
+    ``num_devices`` may not exceed them).
+    """
+    import json
+    import sys
+
+    if target == "cpu" and num_devices is not None and num_devices > 0:
+        try:
+            jax.config.update("jax_num_cpu_devices", num_devices)
+        except RuntimeError:  # the backend is already up: use its devices
+            pass
+    try:
+        result = dry_run(config, num_devices=num_devices, target=target,
+                         peak_tflops=peak_tflops, mfu=mfu)
+    except ValueError as err:  # ConfigError included
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_report(result))
+    print(json.dumps(result))
+    return 0

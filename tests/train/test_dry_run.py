@@ -1,0 +1,121 @@
+"""The dry run compiles the real step without data and reports XLA's memory and FLOPs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from contrastive_jax import configs
+from contrastive_jax.errors import ConfigError
+from contrastive_jax.train import dry_run as dr
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny(batch: int = 16):
+    """The quickstart recipe with a two-conv encoder at 8 px: a compile of a few seconds."""
+    config = configs.get("quickstart")
+    config.model.encoder.name = "small_cnn"
+    config.model.encoder.channels = (4, 8)
+    config.model.head.hidden_features = 8
+    config.model.head.out_features = 4
+    config.data.image_size = 8
+    config.batch_size = batch
+    return config
+
+
+def test_memory_and_flops_scale_with_the_batch():
+    small = dr.dry_run(tiny(16), num_devices=8, peak_tflops=2.0, mfu=0.5)
+    large = dr.dry_run(tiny(64), num_devices=8)
+    assert small["devices"] == 8 and small["global_batch"] == 16
+    assert small["rows_per_device"] == 16 * 2 // 8
+    for r in (small, large):
+        assert r["per_device_bytes"] == (r["argument_bytes"] + r["output_bytes"]
+                                         - r["alias_bytes"] + r["temp_bytes"])
+        assert r["flops_per_step"] == pytest.approx(8 * r["flops_per_device"])
+        assert r["flops_per_image"] == pytest.approx(r["flops_per_step"] / r["global_batch"])
+    # The encoder's convolutions are linear in the rows: 4x the batch, ~4x the FLOPs per device
+    # (the loss's N^2 part and the optimiser are small here).
+    assert 3.5 < large["flops_per_device"] / small["flops_per_device"] < 4.5
+    assert large["temp_bytes"] > small["temp_bytes"]
+    # The state (parameters + optimiser) is the same; the batch share grows.
+    assert large["argument_bytes"] > small["argument_bytes"]
+    assert small["step_seconds"] == pytest.approx(small["flops_per_device"] / (2e12 * 0.5))
+    assert small["images_per_s"] == pytest.approx(16 / small["step_seconds"])
+    assert "step_seconds" not in large and "fits" not in large
+    text = dr.format_report(small)
+    assert "temporaries" in text and "TFLOP per step" in text and "images/s" in text
+
+
+def test_run_cli_ends_with_a_json_line(capsys):
+    # The backend runs before run_cli (so it keeps the session's 8 devices, of which it uses
+    # 4); in a fresh process run_cli would set the CPU device count for the whole process.
+    assert len(jax.devices("cpu")) == 8
+    assert dr.run_cli(tiny(16), num_devices=4, target="cpu", peak_tflops=None, mfu=0.4) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"devices", "global_batch", "per_device_bytes", "flops_per_step"} <= set(last)
+    assert last["devices"] == 4 and last["global_batch"] == 16
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_devices=3), "multiple of the 3 devices"),
+        (dict(num_devices=99), "num_devices=99"),
+        (dict(target="tpu-v9-8"), "target='tpu-v9-8'"),
+        (dict(mfu=0.0), "mfu"),
+        (dict(peak_tflops=-1.0), "peak_tflops"),
+    ],
+)
+def test_bad_arguments_name_themselves(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        dr.dry_run(tiny(16), **kwargs)
+
+
+def test_an_unknown_dataset_needs_its_image_size():
+    config = tiny(16)
+    config.dataset = "my_tfds_set"
+    config.data.image_size = None
+    with pytest.raises(ConfigError, match="image_size"):
+        dr.dry_run(config, num_devices=8)
+
+
+def test_tpu_target_table():
+    assert dr.TPU_TARGETS["tpu-v4-32"] == ("v4", "v4:2x2x4")  # 32 TensorCores = 16 chips
+    assert dr.TPU_TARGETS["tpu-v5e-16"] == ("v5e", "v5e:4x4")
+    assert dr.TPU_TARGETS["tpu-v5p-32"] == ("v5p", "v5p:2x2x4")
+    assert dr.TPU_TARGETS["tpu-v6e-16"] == ("v6e", "v6e:4x4")
+    assert dr.TPU_TARGETS["tpu-v3-128"] == ("v3", "v3:8x8")  # SimCLR's 128 TPU v3 cores
+
+
+def test_command_line_sets_the_simulated_device_count(tmp_path):
+    """``--devices 4`` without XLA_FLAGS: the command sets the CPU device count itself."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "contrastive_jax.pretrain", "--config",
+         configs.path("quickstart"), "--dry_run", "--devices", "4",
+         "--config.model.encoder.name=small_cnn", "--config.data.image_size=8",
+         "--config.model.head.hidden_features=8", "--config.batch_size=16"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["devices"] == 4 and result["device_kind"] == "cpu"
+    assert "memory per device" in out.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu")
+def test_tpu_topology_compiles_ahead_of_time():
+    result = dr.dry_run(tiny(32), target="tpu-v5e-4")
+    assert result["devices"] == 4 and "TPU" in result["device_kind"]
+    assert result["fits"] and result["hbm_bytes"] == 16 * dr.GiB
+    assert result["headroom_bytes"] == result["hbm_bytes"] - result["per_device_bytes"]
+    assert result["peak_tflops"] == 197.0 and result["step_seconds"] > 0
