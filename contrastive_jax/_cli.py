@@ -34,7 +34,7 @@ def _run(module_name: str) -> None:
     from absl import app
 
     module = importlib.import_module(module_name)
-    app.run(module.main)
+    app.run(module.main, flags_parser=getattr(module, "parse_flags", app.parse_flags_with_usage))
 
 
 def pretrain() -> None:

@@ -6,6 +6,8 @@ All subclass :class:`ValueError`, so ``except ValueError`` still catches them; a
 
 from __future__ import annotations
 
+import difflib
+
 
 class ConfigError(ValueError):
     """A config field has a bad value; the message names the field and the allowed values."""
@@ -17,3 +19,18 @@ class InputError(ValueError):
 
 class CorruptImageError(ValueError):
     """An image file that cannot be decoded; the message names the file."""
+
+
+def check_fields(where: str, fields, known) -> None:
+    """Raises ConfigError if a name of ``fields`` is not in ``known``, naming the nearest field.
+
+    Args:
+      where: the config path of the fields, e.g. ``"config.train"``.
+      fields: the names a config sets.
+      known: the names the schema declares.
+    """
+    known = sorted(known)
+    for name in sorted(set(fields) - set(known)):
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {where}.{near[0]}?" if near else f"known fields: {', '.join(known)}"
+        raise ConfigError(f"{where}.{name} is not a config field; {hint}")

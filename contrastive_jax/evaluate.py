@@ -46,7 +46,6 @@ error and reliability bins, NLL; Hugger & Uhlmann 2024, arXiv:2404.14076, Sec. 4
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import numpy as np
@@ -54,6 +53,7 @@ import numpy as np
 from contrastive_jax import data as data_lib
 from contrastive_jax import eval as eval_lib
 from contrastive_jax.embed import Embedded, embed_split, pixel_split
+from contrastive_jax.train import paths
 from contrastive_jax.train.pretrained import load_pretrained
 
 #: Where the command-line tools write the results in a work directory.
@@ -153,7 +153,7 @@ def _plot(output_dir: str, title: str, predictions: np.ndarray, projections: Emb
           class_names: tuple[str, ...]) -> None:
     """The three figures of the module docstring into ``output_dir``."""
     k = len(class_names)
-    confusion, similarity, histogram = (os.path.join(output_dir, f) for f in PLOT_FILES)
+    confusion, similarity, histogram = (paths.as_path(output_dir) / f for f in PLOT_FILES)
     matrix = eval_lib.confusion_matrix(predictions, projections.labels, k)
     eval_lib.plot_confusion_matrices({title: matrix}, class_names, confusion)
     z = {title: projections.features}

@@ -9,7 +9,7 @@ the given ``--checkpoint`` directory), freezes it and reports linear-probe
 (SupCon/SINCERE protocol), kNN and ridge top-1/top-5 test accuracy with 95 %
 bootstrap intervals; see :mod:`contrastive_jax.evaluate` for the protocol.
 The results are printed and written as JSON to ``<workdir>/eval.json``
-(or ``--output``), the figures (confusion matrix, class-by-class cosine
+(or ``--output``; either may be a ``gs://`` path), the figures (confusion matrix, class-by-class cosine
 similarity, within/between-class histograms) beside it. Exit code 2 on a missing or unreadable checkpoint.
 """
 
@@ -20,12 +20,12 @@ from contrastive_jax._cli import quiet_startup
 quiet_startup()  # before TensorFlow and JAX load
 
 import json
-import os
 import sys
 
 from absl import app, flags, logging
 
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
+from contrastive_jax.train import paths
 from contrastive_jax.train.pretrained import locate_checkpoint
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Pretraining work directory (newest checkpoint).")
@@ -56,7 +56,9 @@ def main(argv: list[str]) -> int:
         return 2
     path = _WORKDIR.value or _CHECKPOINT.value
     try:
-        output = _OUTPUT.value or os.path.join(locate_checkpoint(path)[0], RESULTS_FILE)
+        output = paths.as_path(_OUTPUT.value or locate_checkpoint(path)[0])
+        if not _OUTPUT.value:
+            output = output / RESULTS_FILE
         results = evaluate_checkpoint(
             path,
             epochs=_EPOCHS.value,
@@ -67,14 +69,13 @@ def main(argv: list[str]) -> int:
             feature_norm=_FEATURE_NORM.value,
             resamples=_RESAMPLES.value,
             seed=_SEED.value,
-            output_dir=os.path.dirname(os.path.abspath(output)),
+            output_dir=str(output.parent),
             pixel_baseline=_PIXEL_BASELINE.value,
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    with open(output, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2)
+    output.write_text(json.dumps(results, indent=2))
     print(format_results(results))
     print(f"results written to {output}")
     return 0

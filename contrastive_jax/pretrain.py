@@ -47,7 +47,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from contrastive_jax.errors import ConfigError, InputError
+from contrastive_jax.errors import ConfigError, InputError, check_fields
 from contrastive_jax.parallel import initialize_distributed
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -85,6 +85,35 @@ flags.mark_flags_as_required(["config"])
 EXIT_USAGE = 2  # bad config, input or environment (any other ValueError is a bug: traceback)
 #: Write errors of a full disk, a quota or a file-size limit: exit like a failed checkpoint.
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _check_override(name: str) -> None:
+    """Raises ConfigError if ``--<name>`` (``config.a.b``) overrides a field no config declares."""
+    from contrastive_jax.train.config import OPEN_FIELDS, default_config
+
+    node, where = default_config(), "config"
+    for part in name.split(".")[1:]:
+        check_fields(where, [part], node.keys())
+        node, where = node[part], f"{where}.{part}"
+        if not hasattr(node, "keys") or where.removeprefix("config.") in OPEN_FIELDS:
+            return
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, where an override of an undeclared field is a usage error (exit 2)
+    that names the nearest field, not a traceback."""
+    try:
+        return app.parse_flags_with_usage(argv)
+    except (AttributeError, KeyError):
+        for arg in argv[1:]:
+            name = arg.split("=", 1)[0].lstrip("-")
+            if name.startswith("config."):
+                try:
+                    _check_override(name)
+                except ConfigError as err:
+                    print(f"error: --{name}: {err}", file=sys.stderr)
+                    sys.exit(EXIT_USAGE)
+        raise
 
 
 def main(argv: list[str]) -> int:
@@ -137,4 +166,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

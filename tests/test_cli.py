@@ -26,7 +26,7 @@ def test_bad_config_exits_with_2_naming_the_field_and_nothing_else(tmp_path):
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 2, done.stderr
-    assert "error: config.loss.name: 'simclr' is not an embedding loss" in done.stderr
+    assert "error: config.loss.name: 'simclr' is not a loss the objective can train on" in done.stderr
     assert not any(noise in done.stderr for noise in NOISE), done.stderr
 
 

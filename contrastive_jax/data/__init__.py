@@ -22,43 +22,60 @@ image folder or a TFRecord dataset to ArrayRecord), :mod:`.digits`,
 :mod:`.pipeline` (tf.data iterators, global arrays) and :mod:`.mixing` (JAX
 label smoothing / MixUp / CutMix).
 
-Importing this package imports TensorFlow and hides every GPU and TPU from
-it, so decoding and augmentation stay on the host CPU.
+Importing this package imports no module of it: each name above loads its module on
+first use. The TensorFlow pipeline (:mod:`.sources`, :mod:`.augment`, :mod:`.pipeline`,
+:mod:`.records`, ...) imports TensorFlow and hides every GPU and TPU from it, so decoding
+and augmentation stay on the host CPU; :mod:`.config`, :mod:`.base` and :mod:`.mixing`
+need no TensorFlow (the training step imports :mod:`.mixing`).
 """
 
+import importlib
+
 from contrastive_jax._extras import require
-
-require("contrastive_jax.data", ("ml_collections", "tensorflow", "tensorflow_datasets", "sklearn"))
-
-from contrastive_jax.data.arrays import (
-    array_source,
-    register_source,
-    registered_source,
-    unregister_source,
-)
-from contrastive_jax.data.augment import (
-    PRESET_NAMES,
-    AugmentConfig,
-    augmentation_preset,
-    simclr_jitter,
-)
-from contrastive_jax.data.base import Source, Split, symmetric_label_noise
-from contrastive_jax.data.config import default_data_config
-from contrastive_jax.data.mixing import MixSample, apply_mix, mix_batch, sample_mix, smooth_labels
-from contrastive_jax.data.pipeline import (
-    EvalIterator,
-    PretrainIterator,
-    make_eval_iterator,
-    make_global_batch,
-    make_pretrain_iterator,
-)
-from contrastive_jax.data.records import CorruptRecordError, RecordSet
-from contrastive_jax.data.sources import (
-    DatasetNotPreparedError,
-    class_balanced_subset,
-    load_source,
-)
 from contrastive_jax.errors import CorruptImageError
+
+#: Public name -> the module of this package that defines it.
+_EXPORTS = {
+    **dict.fromkeys(
+        ("array_source", "register_source", "registered_source", "unregister_source"), "arrays"
+    ),
+    **dict.fromkeys(
+        ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment"
+    ),
+    **dict.fromkeys(("Source", "Split", "symmetric_label_noise"), "base"),
+    "default_data_config": "config",
+    **dict.fromkeys(
+        ("MixSample", "apply_mix", "mix_batch", "sample_mix", "smooth_labels"), "mixing"
+    ),
+    **dict.fromkeys(
+        ("EvalIterator", "PretrainIterator", "make_eval_iterator", "make_global_batch",
+         "make_pretrain_iterator"),
+        "pipeline",
+    ),
+    **dict.fromkeys(("CorruptRecordError", "RecordSet"), "records"),
+    **dict.fromkeys(
+        ("DatasetNotPreparedError", "class_balanced_subset", "load_source"),
+        "sources",
+    ),
+}
+#: What a module needs beyond JAX; every module not named here is the TensorFlow pipeline's.
+_NEEDS = {"base": (), "mixing": (), "config": ("ml_collections",)}
+_PIPELINE = ("ml_collections", "tensorflow", "tensorflow_datasets", "sklearn")
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require("contrastive_jax.data", _NEEDS.get(module, _PIPELINE))
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "PRESET_NAMES",

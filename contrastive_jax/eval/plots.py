@@ -6,7 +6,7 @@ draws one panel per entry side by side with shared colour scale or bins, so one 
 single model or the paper's SupCon-vs-SINCERE comparison. Figures are built on
 :class:`matplotlib.figure.Figure` and written by its Agg canvas, without ``pyplot`` and without
 touching the global backend (safe in notebooks and headless jobs). Each function writes a PNG,
-creating parent directories, and returns its path.
+creating parent directories (local or ``gs://``, through ``etils.epath``), and returns its path.
 
 The statistics come from :mod:`contrastive_jax.metrics` (:func:`class_similarity_matrix`,
 :func:`within_between_similarities`). SINCERE does not say which embedding space Figs. 2-3 use;
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import sklearn.metrics
+from etils import epath
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -85,10 +86,11 @@ def _matrix_panel(
     fig.colorbar(image, ax=ax, shrink=0.8)
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
+def _save(fig: Figure, path: str | Path) -> epath.Path:
+    path = epath.Path(path)  # a local path or a bucket's (gs://...)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with path.open("wb") as f:
+        fig.savefig(f, format=path.suffix.lstrip(".") or "png", dpi=120)
     return path
 
 
@@ -98,7 +100,7 @@ def plot_confusion_matrices(
     path: str | Path,
     *,
     normalize: bool = True,
-) -> Path:
+) -> epath.Path:
     """Confusion matrices (SINCERE Fig. A.1), rows normalised to recall by default.
 
     Args:
@@ -132,7 +134,7 @@ def plot_class_similarity(
     labels: np.ndarray,
     class_names: Sequence[str],
     path: str | Path,
-) -> Path:
+) -> epath.Path:
     """Class-by-class mean cosine similarity of test embeddings (SINCERE Fig. 2).
 
     Cell ``(a, b)`` is ``M_ab = mean{cos(z_i, z_j) : c_i = a, c_j = b, i != j}``
@@ -172,7 +174,7 @@ def plot_within_between_histograms(
     path: str | Path,
     *,
     bins: int = 100,
-) -> Path:
+) -> epath.Path:
     """Histograms of target vs noise cosine similarities for one class (SINCERE Fig. 3).
 
     Target: ``cos(z_i, z_j)`` over pairs i < j of class ``cls``; noise: pairs with one member

@@ -10,7 +10,9 @@ require("contrastive_jax.models", ("flax",))
 from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.factory import (
     DTYPES,
+    ENCODER_DEFAULTS,
     ENCODER_NAMES,
+    HEAD_DEFAULTS,
     HEAD_NAMES,
     create_encoder,
     create_head,
@@ -25,7 +27,9 @@ from contrastive_jax.models.vit import VIT_VARIANTS, EncoderBlock, VisionTransfo
 
 __all__ = [
     "DTYPES",
+    "ENCODER_DEFAULTS",
     "ENCODER_NAMES",
+    "HEAD_DEFAULTS",
     "HEAD_NAMES",
     "VIT_VARIANTS",
     "BasicBlock",

@@ -1,4 +1,4 @@
-"""Build encoders and heads from ``ml_collections.ConfigDict`` configs.
+"""Build encoders and heads from configs: a ``ml_collections.ConfigDict`` or any mapping.
 
 Encoder config fields (defaults from :func:`default_encoder_config`):
 
@@ -64,11 +64,9 @@ import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
-from ml_collections import config_dict
 
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead
 from contrastive_jax.models.mlp import MLP
@@ -85,52 +83,66 @@ HEAD_NAMES = ("simclr_v2", "mio", "linear", "classifier", "identity")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def default_encoder_config() -> ml_collections.ConfigDict:
-    """Encoder defaults: a CIFAR-stem ResNet-18 in float32 with per-device BN."""
-    config = ml_collections.ConfigDict()
-    config.name = "resnet18"
-    config.dtype = "float32"
-    config.stem = "cifar"
-    config.width = 1.0
-    config.zero_init_residual = False
-    config.bn_axis_name = config_dict.placeholder(str)
-    config.bn_momentum = 0.9
-    config.image_size = config_dict.placeholder(int)
-    config.pool = "cls"
-    config.dropout_rate = 0.0
-    config.attention_dropout_rate = 0.0
-    config.drop_path_rate = 0.0
-    return config
+#: Encoder fields and defaults: a CIFAR-stem ResNet-18 in float32 with per-device BN.
+ENCODER_DEFAULTS = {
+    "name": "resnet18",
+    "dtype": "float32",
+    "stem": "cifar",
+    "width": 1.0,
+    "zero_init_residual": False,
+    "bn_axis_name": None,
+    "bn_momentum": 0.9,
+    "image_size": None,
+    "pool": "cls",
+    "dropout_rate": 0.0,
+    "attention_dropout_rate": 0.0,
+    "drop_path_rate": 0.0,
+}
+#: Head fields and defaults: SimCLR-v2 MLP with one hidden layer of the encoder width, out 128.
+HEAD_DEFAULTS = {
+    "name": "simclr_v2",
+    "num_hidden_layers": 1,
+    "hidden_features": None,
+    "out_features": 128,
+    "num_classes": None,
+    "bn_axis_name": None,
+    "bn_momentum": 0.9,
+    "dtype": "float32",
+}
+#: The type of the fields whose default is None (the placeholders of the ConfigDicts).
+_NONE_TYPES = {"bn_axis_name": str, "image_size": int, "hidden_features": int, "num_classes": int}
 
 
-def default_head_config() -> ml_collections.ConfigDict:
-    """Head defaults: SimCLR-v2 MLP with one hidden layer of the encoder width, out 128."""
-    config = ml_collections.ConfigDict()
-    config.name = "simclr_v2"
-    config.num_hidden_layers = 1
-    config.hidden_features = config_dict.placeholder(int)
-    config.out_features = 128
-    config.num_classes = config_dict.placeholder(int)
-    config.bn_axis_name = config_dict.placeholder(str)
-    config.bn_momentum = 0.9
-    config.dtype = "float32"
-    return config
+def _config_dict(defaults: dict[str, Any]):
+    """``defaults`` as an ``ml_collections.ConfigDict`` (None fields typed placeholders)."""
+    import ml_collections  # the config layer's library; building models needs no ml_collections
+    from ml_collections import config_dict
+
+    return ml_collections.ConfigDict({
+        k: config_dict.placeholder(_NONE_TYPES[k]) if v is None else v for k, v in defaults.items()
+    })
 
 
-def _resolve(config: Any, defaults: ml_collections.ConfigDict, kind: str) -> dict[str, Any]:
+def default_encoder_config():
+    """:data:`ENCODER_DEFAULTS` as an ``ml_collections.ConfigDict`` (needs ml_collections)."""
+    return _config_dict(ENCODER_DEFAULTS)
+
+
+def default_head_config():
+    """:data:`HEAD_DEFAULTS` as an ``ml_collections.ConfigDict`` (needs ml_collections)."""
+    return _config_dict(HEAD_DEFAULTS)
+
+
+def _resolve(config: Any, defaults: dict[str, Any], kind: str) -> dict[str, Any]:
     """The config's fields over the defaults, as a plain dict; rejects unknown fields."""
     fields = dict(config.items()) if hasattr(config, "items") else dict(vars(config))
-    known = set(defaults.keys())
-    values = defaults.to_dict()
+    known = set(defaults)
+    values = dict(defaults)
     own = {"small_cnn": SMALL_CNN_DEFAULTS, "mlp": MLP_DEFAULTS}.get(fields.get("name"))
     if kind == "encoder" and own is not None:
         known |= set(own)
         values.update(own)
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown {kind} config field(s) {unknown}; known fields: {sorted(known)}"
-        )
+    check_fields(f"config.model.{kind}", fields, known)
     values.update(fields)
     choices = ENCODER_NAMES if kind == "encoder" else HEAD_NAMES
     if values["name"] not in choices:
@@ -155,7 +167,7 @@ def create_encoder(config: Any, *, rngs: nnx.Rngs) -> nnx.Module:
     Raises:
       ConfigError: unknown name or field, or an invalid value; the message names the field.
     """
-    c = _resolve(config, default_encoder_config(), "encoder")
+    c = _resolve(config, ENCODER_DEFAULTS, "encoder")
     if not isinstance(c["zero_init_residual"], bool):
         raise ConfigError(
             f"encoder config.zero_init_residual must be a bool, got {c['zero_init_residual']!r}"
@@ -211,7 +223,7 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
     """
     if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features < 1:
         raise ValueError(f"in_features must be a positive integer, got {in_features!r}")
-    c = _resolve(config, default_head_config(), "head")
+    c = _resolve(config, HEAD_DEFAULTS, "head")
     dtype = DTYPES[c["dtype"]]
     try:
         if c["name"] in ("simclr_v2", "mio"):

@@ -31,6 +31,18 @@ top-level key       nested field                  meaning
         --config "$(python -m contrastive_jax.configs quickstart)" \
         --config.batch_size=256 --config.num_steps=100 --config.dataset=folder:PATH
 
+Every field the code reads is declared once, with its default and a one-line comment:
+``config.train`` and the top-level keys here, ``config.loss`` in
+:data:`contrastive_jax.train.objective.LOSS_DEFAULTS`, ``config.optimizer`` in
+:data:`contrastive_jax.train.optim.OPTIMIZER_DEFAULTS`, ``config.model`` in
+:mod:`contrastive_jax.models.factory` and ``config.data`` in
+:func:`contrastive_jax.data.default_data_config`. A field that none of them declares, in
+a config file or a command-line override, is an error that names the nearest field
+(:func:`check_config`).
+
+``config.dataset = "synthetic"`` trains on random in-memory images (no TensorFlow; see
+:mod:`contrastive_jax.train.synthetic`).
+
 ``config.loss.temperature`` is None by default: each loss then trains at its own default
 temperature (MIO 0.5, the ProjNCE family 0.07, SINCERE, SupCon and NT-Xent 0.1); a number
 sets every term's (see :mod:`contrastive_jax.train.objective`).
@@ -42,36 +54,36 @@ import ml_collections
 from ml_collections import config_dict
 
 from contrastive_jax import data, models
-from contrastive_jax.train import optim
+from contrastive_jax.errors import check_fields
+from contrastive_jax.train import objective, optim
+
+#: Sub-configs whose keys are names rather than fields (checked where they are read:
+#: the encoder's fields depend on its name).
+OPEN_FIELDS = ("loss.kwargs", "loss.targets", "data.source_kwargs", "model.encoder")
 
 
 def default_config() -> ml_collections.ConfigDict:
     """Every field the trainer reads, with defaults (CIFAR-stem ResNet-18, SINCERE, LARS)."""
     config = ml_collections.ConfigDict()
-    config.seed = 0
+    config.seed = 0  # run seed: initialisation, augmentation order, dropout
     config.data = data.default_data_config()
     config.model = ml_collections.ConfigDict()
     config.model.encoder = models.default_encoder_config()
     config.model.head = models.default_head_config()
-    config.loss = ml_collections.ConfigDict(
-        {
-            "name": "sincere",  # a loss of contrastive_jax.losses, or "a+b" for a weighted sum
-            "weights": (),  # one weight per term; empty means 1.0 each
-            # None: each loss's own default; a number: every term's temperature.
-            "temperature": config_dict.placeholder(float),
-            "kwargs": ml_collections.ConfigDict(),  # per-term hyperparameters by loss name
-        }
-    )
+    loss = dict(objective.LOSS_DEFAULTS)
+    loss["temperature"] = config_dict.placeholder(float)
+    loss["mixing"] = {**loss["mixing"], "num_classes": config_dict.placeholder(int)}
+    config.loss = ml_collections.ConfigDict(loss)
     config.optimizer = optim.default_optimizer_config()
     config.dataset = config.data.get_ref("dataset")
     config.batch_size = config.data.get_ref("global_batch_size")
     config.train = ml_collections.ConfigDict(
         {
-            "epochs": 100,
+            "epochs": 100,  # run length in epochs of the training split
             "total_steps": 0,  # > 0 overrides epochs
-            "log_every": 10,
-            "checkpoint_every": 500,
-            "keep_checkpoints": 3,
+            "log_every": 10,  # steps between metric logs
+            "checkpoint_every": 500,  # steps between checkpoints (and one at the end)
+            "keep_checkpoints": 3,  # verified checkpoints kept, the newest ones
             "online_probe": False,  # SimCLR's linear probe on stop-gradient features
             "skip_nonfinite": False,  # skip NaN/inf steps instead of stopping
             "prefetch": 2,  # global batches put on the devices ahead of the running step
@@ -86,3 +98,22 @@ def default_config() -> ml_collections.ConfigDict:
     config.num_steps = config.train.get_ref("total_steps")
     config.checkpoint_every = config.train.get_ref("checkpoint_every")
     return config
+
+
+def check_config(config, defaults: ml_collections.ConfigDict | None = None,
+                 where: str = "config") -> None:
+    """Raises ConfigError for a field of ``config`` that :func:`default_config` does not declare.
+
+    The message names the field and the nearest declared one (``config.train.prefech is
+    not a config field; did you mean config.train.prefetch?``). The sub-configs of
+    :data:`OPEN_FIELDS` are keyed by names and checked where they are read.
+    """
+    defaults = default_config() if defaults is None else defaults
+    fields = dict(config.items())
+    check_fields(where, fields, defaults.keys())
+    for name, value in fields.items():
+        path = f"{where}.{name}"
+        default = defaults[name]
+        if (isinstance(default, ml_collections.ConfigDict) and hasattr(value, "items")
+                and path.removeprefix("config.") not in OPEN_FIELDS):
+            check_config(value, default, path)

@@ -20,7 +20,12 @@ compilation out of the throughput) wait for the devices.
 The step is compiled once per run, through JAX's persistent compilation cache
 (``config.train.compilation_cache_dir``), so a restarted run loads the
 executable instead of compiling it. ``config.train.profile_steps`` writes a
-``jax.profiler`` trace of a range of steps next to the TensorBoard events.
+``jax.profiler`` trace of a range of steps next to the TensorBoard events. The input
+(:mod:`.inputs`), the host-side machinery (SIGTERM flag, compilation cache, timers,
+profiler: :mod:`.runtime`) and the checkpoints (:mod:`.checkpoint`, verified by
+:mod:`.verify`) live in their own modules; :func:`train` reads top to bottom: set up,
+restore, loop, save, summarise. The work directory may be local or ``gs://``
+(:mod:`.paths`).
 
 A resumed run is the run it would have been: the input pipeline yields the
 batches of a pure function of (seed, step) from the restored step on, dropout
@@ -32,49 +37,36 @@ config (:class:`ConfigMismatch`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
 import os
-import signal
 import time
-from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
-from flax import nnx
+from etils import epath
 
-from contrastive_jax import data as data_lib
-from contrastive_jax import models
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import objective, optim
+from contrastive_jax.train import inputs, objective, paths, runtime
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
     CheckpointError,
     abstract_like,
     structure_signature,
 )
-from contrastive_jax.train.logging import CollapseDetector, MetricLogger
+from contrastive_jax.train.config import check_config
+from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger
 from contrastive_jax.train.step import (
-    PretrainModel,
-    TrainState,
+    build_model,  # noqa: F401 - part of the loop's interface (loop.build_model)
+    init_state,
     make_train_step,
     nonfinite_record,
-    split_model,
 )
 
 CONFIG_FILE = "config.json"
-#: Fields of a pretraining batch that reach the device.
-BATCH_FIELDS = ("views", "label", "index", "metadata")
-
-#: Where ``config.train.compilation_cache_dir="auto"`` puts JAX's compilation cache
-#: (under ``$XDG_CACHE_HOME``, by default ``~/.cache``) unless JAX already has one.
-AUTO_CACHE = ("contrastive_jax", "jax_compilation_cache")
 #: Sub-directory of the work directory for TensorBoard events and profiler traces.
 TENSORBOARD_DIR = "tensorboard"
 
@@ -100,43 +92,275 @@ class ConfigMismatch(ValueError):
     """The checkpoint in the work directory was written with an incompatible config."""
 
 
-def build_model(config: ml_collections.ConfigDict, num_classes: int) -> PretrainModel:
-    """Encoder + head (+ optional probe) from ``config.model``, seeded by ``config.seed``."""
-    rngs = nnx.Rngs(config.seed)
-    encoder = models.create_encoder(config.model.encoder, rngs=rngs)
-    head = models.create_head(config.model.head, encoder.num_features, rngs=rngs)
-    network = models.ContrastiveModel(encoder, head)
-    probe_classes = num_classes if config.train.online_probe else None
-    return PretrainModel(network, encoder.num_features, probe_classes, rngs=rngs)
+def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Pretrains (or resumes) according to ``config`` in ``workdir``; returns a summary.
+
+    Raises:
+      Preempted: SIGTERM arrived; the step reached was checkpointed.
+      NonFiniteLoss: a step's loss or gradient was NaN/inf (without
+        ``config.train.skip_nonfinite``); the last good checkpoint is kept.
+      ConfigMismatch: the work directory's checkpoint has another model/state structure.
+      CheckpointError: a checkpoint could not be written (full disk, ...), or
+        none of the checkpoints present could be read.
+      OSError: the work directory is not writable.
+      ValueError: a bad config or input (e.g. a corrupt image file).
+    """
+    with runtime.SigtermFlag() as sigterm:  # SIGTERM is a flag the loop polls, from the start
+        # Set up. The config and the data are checked before the work directory is created:
+        # a run refused for its config or input leaves nothing behind.
+        check_config(config)
+        cache_dir = runtime.configure_compilation_cache(str(config.train.compilation_cache_dir))
+        terms = objective.parse_terms(config.loss)
+        mesh = make_mesh()
+        train_input = inputs.load_input(config)
+        plan = _Plan(config, train_input)
+        workdir = _prepare_workdir(workdir)
+        graphdef, rest, tx, schedule, state = init_state(
+            config, train_input.num_classes, steps_per_epoch=plan.steps_per_epoch,
+            global_batch_size=plan.global_batch, total_steps=plan.total_steps,
+        )
+        state = jax.device_put(state, replicated(mesh))
+        signature = structure_signature(state)
+
+        # Restore the newest readable checkpoint, if any.
+        checkpointer = Checkpointer(workdir, max_to_keep=config.train.keep_checkpoints)
+        state, skipped = _restore(checkpointer, state, config, signature)
+        start_step = int(state.step)
+        if jax.process_index() == 0:
+            (workdir / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
+        meta = {"seed": int(config.seed), "num_classes": train_input.num_classes,
+                "model": _model_fingerprint(config), "state_signature": signature}
+
+        step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
+        guard = _NonFiniteGuard(terms, mesh, checkpointer, skipped,
+                                skip=config.train.skip_nonfinite)
+        logger = MetricLogger(workdir, total_steps=plan.total_steps, start_step=start_step,
+                              images_per_step=plan.global_batch)
+        if start_step:
+            logger.message(f"resumed from the checkpoint at step {start_step} in {workdir}")
+        profiler = runtime.Profiler(plan.profile, workdir / TENSORBOARD_DIR)
+        # With several processes the stop flag is read from the devices, one step late.
+        agree_late = _several_processes()
+        pending_stop = None  # that flag of the previous step, on the devices
+        times, timing, unlogged, last = runtime.LoopTimes(), {}, {}, {}
+        started = clock = time.perf_counter()
+        batches = inputs.DevicePrefetch(
+            train_input.batches(start_step), mesh, lambda: sigterm.raised,
+            depth=config.train.prefetch, remaining=plan.total_steps - start_step,
+        )
+        try:
+            # The loop: the host reads nothing back but at log and checkpoint steps.
+            batches.fill()
+            for step in range(start_step, plan.total_steps):
+                done = step + 1
+                batch = batches.take()
+                profiler.before_step(done)
+                if step == start_step:  # compiled (or loaded from the cache): timed apart
+                    with runtime.CompileTimer() as compiled:
+                        state, logged, guard.record = step_fn(state, batch.arrays, guard.record)
+                        logged["loss"].block_until_ready()
+                        checkpointer.compile_checksum(state)
+                    clock = time.perf_counter()
+                    timing = unlogged = compiled.first_step(clock - started)
+                    logger.start_clock(done)
+                else:
+                    called = time.perf_counter()
+                    state, logged, guard.record = step_fn(state, batch.arrays, guard.record)
+                    times.step_call += time.perf_counter() - called
+                batches.fill()  # the next batches go to the devices while this step runs
+                message = profiler.after_step(done, logged["loss"])
+                if message:
+                    logger.message(message)
+                if agree_late:
+                    preempted = pending_stop is not None and bool(pending_stop)
+                    pending_stop = logged["stop"]
+                    pending_stop.copy_to_host_async()
+                else:
+                    preempted = batch.stop
+                is_log = done % config.train.log_every == 0 or done == plan.total_steps
+                is_checkpoint = (done % config.train.checkpoint_every == 0
+                                 or done == plan.total_steps)
+                if not (is_log or is_checkpoint or preempted):
+                    continue
+                checked = time.perf_counter()
+                values, skipped = guard.read(done, logged, logger)
+                if is_log:
+                    last = {**values, **logger.throughput(done), "skipped_steps": float(skipped)}
+                    last.update({k: float(v) for k, v in unlogged.items()})
+                    unlogged = {}  # how long the step took to build: logged once per run
+                    logger.write(done, last)
+                    warning = plan.collapse.update(done, last.get("uniformity", float("nan")))
+                    if warning:
+                        logger.warning(warning)
+                if is_checkpoint or preempted:
+                    checkpointer.save(done, state, {**meta, "step": done,
+                                                    "nonfinite_steps": skipped})
+                if preempted:
+                    checkpointer.flush()
+                    raise Preempted(done)
+                times.checks += time.perf_counter() - checked
+            loop_end = time.perf_counter()
+            checkpointer.flush()  # the last save written and verified
+        except BaseException:
+            _close_on_error(profiler, logger, checkpointer)
+            raise
+
+        # Save (the last checkpoint is flushed above) and summarise.
+        logger.close()
+        checkpointer.close()
+        return _summary(plan, start_step, last, skipped, times, batches.seconds, timing,
+                        started=started, clock=clock, loop_end=loop_end,
+                        workdir=str(workdir), cache_dir=cache_dir)
 
 
-def init_state(
-    config: ml_collections.ConfigDict,
-    num_classes: int,
-    *,
-    steps_per_epoch: int,
-    global_batch_size: int,
-    total_steps: int,
-):
-    """A fresh (graphdef, rest, tx, schedule, TrainState) for ``config``."""
-    model = build_model(config, num_classes)
-    model.train()
-    graphdef, params, batch_stats, rest = split_model(model)
-    tx, schedule = optim.make_optimizer(
-        config.optimizer,
-        params,
-        steps_per_epoch=steps_per_epoch,
-        global_batch_size=global_batch_size,
-        total_steps=total_steps,
-    )
-    state = TrainState(
-        step=jnp.zeros((), jnp.int32),
-        params=params,
-        batch_stats=batch_stats,
-        opt_state=tx.init(params),
-        rng=jax.random.key_data(jax.random.key(config.seed)),
-    )
-    return graphdef, rest, tx, schedule, state
+class _Plan:
+    """The run's sizes, checked before anything is written: global batch, steps per epoch,
+    total steps, the profiled steps and the collapse detector."""
+
+    def __init__(self, config: ml_collections.ConfigDict, train_input: inputs.Input) -> None:
+        self.global_batch = int(config.data.global_batch_size)
+        if self.global_batch % jax.device_count():
+            raise ConfigError(
+                f"config.data.global_batch_size={self.global_batch} must be divisible by the "
+                f"{jax.device_count()} devices"
+            )
+        self.steps_per_epoch = train_input.num_examples // self.global_batch
+        if self.steps_per_epoch < 1:
+            raise ConfigError(
+                f"config.data.global_batch_size={self.global_batch} exceeds the "
+                f"{train_input.num_examples} training examples of {train_input.name!r}"
+            )
+        self.total_steps = int(config.train.total_steps
+                               or config.train.epochs * self.steps_per_epoch)
+        self.profile = runtime.profile_range(config.train.profile_steps, self.total_steps)
+        if config.train.prefetch < 0:
+            raise ConfigError(
+                f"config.train.prefetch must be >= 0 batches, got {config.train.prefetch}"
+            )
+        self.collapse = CollapseDetector(
+            threshold=float(config.train.collapse_threshold),
+            patience=int(config.train.collapse_patience),
+            after_step=_warmup_steps(config.optimizer, self.steps_per_epoch),
+        )
+
+
+def _restore(checkpointer: Checkpointer, state, config: ml_collections.ConfigDict,
+             signature: list[str]) -> tuple[Any, int]:
+    """(the state of the newest readable checkpoint, or ``state``; the non-finite steps
+    skipped so far). Closes the checkpointer and raises if checkpoints exist but none
+    restores, or if the newest was written with another model or state structure."""
+    present = checkpointer.steps()
+    try:
+        restored = checkpointer.restore_latest(
+            abstract_like(state),
+            check_meta=lambda meta, step: _check_compatible(config, signature, meta, step),
+        )
+        if restored is None and present:
+            raise CheckpointError(
+                f"every checkpoint in {checkpointer.directory} (steps {present}) is damaged; "
+                f"they were moved to {checkpointer.damaged_directory}. Run again to start "
+                "from step 0"
+            )
+    except BaseException:
+        checkpointer.close()
+        raise
+    if restored is None:
+        return state, 0
+    state, meta = restored
+    return state, int(meta.get("nonfinite_steps", 0))  # older checkpoints have no count
+
+
+class _NonFiniteGuard:
+    """The on-device record of non-finite steps (``record``, threaded through the step),
+    read by the host at log and checkpoint steps only."""
+
+    def __init__(self, terms, mesh, checkpointer: Checkpointer, skipped: int, *,
+                 skip: bool) -> None:
+        self._terms, self._mesh, self._checkpointer = terms, mesh, checkpointer
+        self._skip = skip
+        self.record = jax.device_put(nonfinite_record(terms, skipped), replicated(mesh))
+        self._reported = skipped  # non-finite steps reported so far
+
+    def read(self, done: int, logged: dict, logger: MetricLogger) -> tuple[dict[str, float], int]:
+        """The step's metrics and the run's non-finite count.
+
+        Raises NonFiniteLoss (without skip_nonfinite) if a step since the last
+        read was not finite; with it, reports the skipped steps and clears the
+        record's first step.
+        """
+        values, (count, first, first_values) = jax.device_get((logged, self.record))
+        count, first = int(count), int(first)
+        if first:
+            text = _nonfinite_text({k: float(v) for k, v in first_values.items()})
+            if not self._skip:
+                with contextlib.suppress(CheckpointError):  # a save in flight holds a good state
+                    self._checkpointer.wait()
+                good = self._checkpointer.steps()
+                raise NonFiniteLoss(
+                    f"non-finite loss or gradient at step {first} ({text}); the last good "
+                    f"checkpoint (step {good[-1] if good else 'none'}) is kept in "
+                    f"{self._checkpointer.directory}. Set --config.train.skip_nonfinite=True "
+                    "to skip such steps instead."
+                )
+            logger.message(
+                f"skipped non-finite steps: {count - self._reported} up to step {done}, the "
+                f"first at step {first} ({text}); {count} in this run"
+            )
+            self.record = jax.device_put(nonfinite_record(self._terms, count),
+                                         replicated(self._mesh))
+        self._reported = count
+        return {k: float(v) for k, v in values.items()}, count
+
+
+def _close_on_error(profiler: runtime.Profiler, logger: MetricLogger,
+                    checkpointer: Checkpointer) -> None:
+    """Stops the profiler and closes the logger and the checkpointer of a failing run.
+
+    A failing close (e.g. the metric files on the same full disk) must not replace the
+    error that says what went wrong: it is logged as a warning.
+    """
+    closers = [("profiler", profiler.stop), ("metric logger", logger.close),
+               ("checkpointer", checkpointer.close)]
+    for name, close in closers:
+        try:
+            close()
+        except Exception as err:  # noqa: BLE001 - reported, the original error propagates
+            logging.warning("while stopping, closing the %s failed too: %s", name, err)
+
+
+def _summary(plan: _Plan, start_step: int, last: dict, skipped: int, times: runtime.LoopTimes,
+             input_seconds: float, timing: dict, *, started: float, clock: float,
+             loop_end: float, workdir: str, cache_dir: str | None) -> dict[str, Any]:
+    """The run's summary: where it ended, its metrics, and where the host's time went."""
+    finished = time.perf_counter()
+    steps_run = plan.total_steps - start_step
+    timed = max(steps_run - 1, 0)  # the steps after the first (compiled) one
+    images_per_s = timed * plan.global_batch / max(finished - clock, 1e-9)
+    return {
+        "workdir": workdir,
+        "start_step": start_step,
+        "final_step": plan.total_steps,
+        "final_loss": last.get("loss", float("nan")),
+        "metrics": last,
+        "skipped_steps": skipped,
+        "seconds": finished - started,
+        "images_per_s": images_per_s,
+        "images_per_s_per_device": images_per_s / jax.device_count(),
+        **{"trace_seconds": 0.0, "compile_seconds": 0.0, "first_step_seconds": 0.0,
+           "compile_cache_hits": 0, **timing},
+        # Host time per step, after the first: drawing and transferring the input;
+        # inside the step call (dispatch); and all of the host's work outside the
+        # step call and outside log/checkpoint steps (input, bookkeeping).
+        "input_seconds_per_step": input_seconds / max(steps_run, 1),
+        "step_call_seconds_per_step": times.step_call / max(timed, 1),
+        "host_seconds_per_step": (loop_end - clock - times.checks - times.step_call)
+        / max(timed, 1),
+        "check_seconds": times.checks,
+        # Once per run, after the last step: the final save's wait and verification, closing.
+        "final_save_seconds": finished - loop_end,
+        "compilation_cache_dir": cache_dir,
+        "collapse_warning": plan.collapse.warned,
+    }
 
 
 def _model_fingerprint(config: ml_collections.ConfigDict) -> dict:
@@ -180,44 +404,16 @@ def _check_compatible(
         )
 
 
-def _prepare_workdir(workdir: str) -> str:
-    workdir = os.path.abspath(workdir)
+def _prepare_workdir(workdir: str) -> epath.Path:
+    path = paths.as_path(workdir)
     try:
-        os.makedirs(workdir, exist_ok=True)
-        probe = os.path.join(workdir, f".write-test-{os.getpid()}")
-        with open(probe, "w", encoding="utf-8") as f:
-            f.write("ok")
-        os.remove(probe)
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
     except OSError as err:
-        raise OSError(f"work directory {workdir} is not writable: {err}") from err
-    return workdir
-
-
-class _SigtermFlag:
-    """Turns SIGTERM into a flag the loop polls (main thread only).
-
-    The loop attaches the flag to each batch as it is drawn and feeds it into
-    the step (the ``stop`` batch field), whose collectives tell every process
-    if any process was signalled, so all of them save the same step together.
-    """
-
-    def __init__(self) -> None:
-        self.raised = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread: leave signals alone
-            self._previous = None
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.raised = True
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        raise OSError(f"work directory {path} is not writable: {err}") from err
+    return path
 
 
 def _nonfinite_text(logged: dict[str, float]) -> str:
@@ -226,399 +422,12 @@ def _nonfinite_text(logged: dict[str, float]) -> str:
     )
 
 
-def configure_compilation_cache(directory: str) -> str | None:
-    """Points JAX's persistent compilation cache at ``directory``; returns the cache in use.
-
-    ``"auto"``: keep the cache JAX is already configured with (the
-    ``JAX_COMPILATION_CACHE_DIR`` environment variable or ``jax.config``), else
-    use ``$XDG_CACHE_HOME/contrastive_jax/jax_compilation_cache`` (by default
-    under ``~/.cache``). ``""``: leave JAX's settings alone. Any other value: that
-    directory. Entries are keyed by the program, the devices and the JAX
-    version, so runs of other configs can share one directory; JAX stores only
-    programs that took at least ``jax_persistent_cache_min_compile_time_secs``
-    (1 s by default) to compile.
-    """
-    current = jax.config.values.get("jax_compilation_cache_dir") or None
-    if directory == "auto":
-        if current:
-            return current
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        directory = os.path.join(base, *AUTO_CACHE)
-    elif not directory:
-        return current
-    directory = os.path.abspath(os.path.expanduser(directory))
-    if directory != current:
-        from jax.experimental.compilation_cache import compilation_cache
-
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as err:
-            raise OSError(
-                f"config.train.compilation_cache_dir={directory} cannot be created ({err}); "
-                'pass another directory, or "" to leave the compilation cache off'
-            ) from err
-        compilation_cache.set_cache_dir(directory)
-        compilation_cache.reset_cache()  # the next compilation opens the new directory
-    return directory
-
-
 def _warmup_steps(optimizer: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
     """The learning-rate warm-up in steps (``warmup_steps``, else ``warmup_epochs``)."""
-    if optimizer.get("warmup_steps") is not None:
+    if optimizer.warmup_steps is not None:
         return int(optimizer.warmup_steps)
-    return round(float(optimizer.get("warmup_epochs", 0.0)) * steps_per_epoch)
-
-
-def _profile_range(config: ml_collections.ConfigDict, total_steps: int) -> tuple[int, int] | None:
-    """``config.train.profile_steps`` as (first, last) 1-based steps, or None."""
-    steps = tuple(config.train.get("profile_steps") or ())
-    if not steps:
-        return None
-    if len(steps) != 2 or not all(isinstance(s, int) for s in steps) or not (
-        1 <= steps[0] <= steps[1] <= total_steps
-    ):
-        raise ValueError(
-            f"config.train.profile_steps={steps!r} must be two steps (first, last) with "
-            f"1 <= first <= last <= {total_steps} (the run's total steps), e.g. "
-            "--config.train.profile_steps='(20, 25)'"
-        )
-    return steps
+    return round(float(optimizer.warmup_epochs) * steps_per_epoch)
 
 
 def _several_processes() -> bool:
     return jax.process_count() > 1
-
-
-class _Batch(NamedTuple):
-    arrays: dict[str, jax.Array]  # the global batch, on the devices
-    stop: bool  # this process's SIGTERM flag when the batch was drawn
-
-
-class _DevicePrefetch:
-    """Global batches put on the devices ahead of the step that consumes them.
-
-    ``take()`` returns the next batch; ``fill()`` (called right after a step is
-    dispatched) draws and transfers batches until ``depth`` are waiting, so the
-    transfers overlap the running step. Drawing happens on the calling (main)
-    thread: each batch carries the SIGTERM flag as it was when it was drawn.
-    ``depth`` 0 transfers each batch when it is taken.
-    """
-
-    def __init__(self, local_batches: Iterator[dict], mesh, sigterm: _SigtermFlag, *,
-                 depth: int, remaining: int) -> None:
-        self._local = local_batches
-        self._mesh = mesh
-        self._sigterm = sigterm
-        self.depth = depth
-        self._remaining = remaining  # batches still to draw
-        self._queue: collections.deque[_Batch] = collections.deque()
-        self.seconds = 0.0  # host time spent drawing and transferring
-
-    def _draw(self) -> None:
-        started = time.perf_counter()
-        local = {k: v for k, v in next(self._local).items() if k in BATCH_FIELDS}
-        stop = self._sigterm.raised
-        local["stop"] = np.full(len(local["label"]), stop, np.int32)
-        self._queue.append(_Batch(data_lib.make_global_batch(local, self._mesh), stop))
-        self._remaining -= 1
-        self.seconds += time.perf_counter() - started
-
-    def fill(self) -> None:
-        while len(self._queue) < self.depth and self._remaining > 0:
-            self._draw()
-
-    def take(self) -> _Batch:
-        if not self._queue:
-            self._draw()
-        return self._queue.popleft()
-
-
-class _CompileTimer:
-    """Seconds JAX spends tracing/lowering and compiling (or loading from the cache) while active."""
-
-    _TRACE = ("/jax/core/compile/jaxpr_trace_duration",
-              "/jax/core/compile/jaxpr_to_mlir_module_duration")
-    _COMPILE = "/jax/core/compile/backend_compile_duration"
-
-    def __init__(self) -> None:
-        self.trace_seconds = 0.0
-        self.compile_seconds = 0.0
-        self.cache_hits = 0
-
-    def _duration(self, event: str, seconds: float, **kwargs) -> None:
-        if event in self._TRACE:
-            self.trace_seconds += seconds
-        elif event == self._COMPILE:
-            self.compile_seconds += seconds
-
-    def _event(self, event: str, **kwargs) -> None:
-        if event == "/jax/compilation_cache/cache_hits":
-            self.cache_hits += 1
-
-    def __enter__(self):
-        jax.monitoring.register_event_duration_secs_listener(self._duration)
-        jax.monitoring.register_event_listener(self._event)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        jax.monitoring.unregister_event_duration_listener(self._duration)
-        jax.monitoring.unregister_event_listener(self._event)
-
-
-def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Pretrains (or resumes) according to ``config`` in ``workdir``; returns a summary.
-
-    Raises:
-      Preempted: SIGTERM arrived; the step reached was checkpointed.
-      NonFiniteLoss: a step's loss or gradient was NaN/inf (without
-        ``config.train.skip_nonfinite``); the last good checkpoint is kept.
-      ConfigMismatch: the work directory's checkpoint has another model/state structure.
-      CheckpointError: a checkpoint could not be written (full disk, ...), or
-        none of the checkpoints present could be read.
-      OSError: the work directory is not writable.
-      ValueError: a bad config or input (e.g. a corrupt image file).
-    """
-    with _SigtermFlag() as sigterm:
-        return _train(config, workdir, sigterm)
-
-
-def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFlag) -> dict:
-    cache_dir = configure_compilation_cache(str(config.train.get("compilation_cache_dir", "auto")))
-    terms = objective.parse_terms(config.loss)
-    mesh = make_mesh()
-    source = data_lib.load_source(config.data)
-    global_batch = int(config.data.global_batch_size)
-    if global_batch % jax.device_count():
-        raise ConfigError(
-            f"config.data.global_batch_size={global_batch} must be divisible by the "
-            f"{jax.device_count()} devices"
-        )
-    steps_per_epoch = source.split("train").num_examples // global_batch
-    if steps_per_epoch < 1:
-        raise ConfigError(
-            f"config.data.global_batch_size={global_batch} exceeds the "
-            f"{source.split('train').num_examples} training examples of {source.name!r}"
-        )
-    total_steps = int(config.train.total_steps or config.train.epochs * steps_per_epoch)
-    profile = _profile_range(config, total_steps)
-    prefetch_depth = int(config.train.get("prefetch", 2))
-    if prefetch_depth < 0:
-        raise ConfigError(f"config.train.prefetch must be >= 0 batches, got {prefetch_depth}")
-    collapse = CollapseDetector(
-        threshold=float(config.train.get("collapse_threshold", -0.2)),
-        patience=int(config.train.get("collapse_patience", 3)),
-        after_step=_warmup_steps(config.optimizer, steps_per_epoch),
-    )
-    # Only now, with the config and the data checked, is the work directory created: a run
-    # refused for its config or input leaves nothing behind.
-    workdir = _prepare_workdir(workdir)
-
-    graphdef, rest, tx, schedule, state = init_state(
-        config,
-        source.num_classes,
-        steps_per_epoch=steps_per_epoch,
-        global_batch_size=global_batch,
-        total_steps=total_steps,
-    )
-    state = jax.device_put(state, replicated(mesh))
-    signature = structure_signature(state)
-
-    checkpointer = Checkpointer(workdir, max_to_keep=config.train.keep_checkpoints)
-    present = checkpointer.steps()
-    try:
-        restored = checkpointer.restore_latest(
-            abstract_like(state),
-            check_meta=lambda meta, step: _check_compatible(config, signature, meta, step),
-        )
-        if restored is None and present:
-            raise CheckpointError(
-                f"every checkpoint in {checkpointer.directory} (steps {present}) is damaged; "
-                f"they were moved to {checkpointer.damaged_directory}. Run again to start "
-                "from step 0"
-            )
-    except BaseException:
-        checkpointer.close()
-        raise
-    skipped = 0  # non-finite steps skipped so far in the run (carried over on resume)
-    if restored is not None:
-        state, restored_meta = restored
-        skipped = int(restored_meta.get("nonfinite_steps", 0))
-    start_step = int(state.step)
-    if jax.process_index() == 0:
-        with open(os.path.join(workdir, CONFIG_FILE), "w", encoding="utf-8") as f:
-            f.write(config.to_json_best_effort(indent=2))
-
-    step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
-    record = jax.device_put(nonfinite_record(terms, skipped), replicated(mesh))
-    batches = _DevicePrefetch(
-        data_lib.make_pretrain_iterator(
-            config.data, seed=config.seed, start_step=start_step, source=source
-        ),
-        mesh,
-        sigterm,
-        depth=prefetch_depth,
-        remaining=total_steps - start_step,
-    )
-    logger = MetricLogger(
-        workdir, total_steps=total_steps, start_step=start_step, images_per_step=global_batch
-    )
-    if start_step:
-        logger.message(f"resumed from the checkpoint at step {start_step} in {workdir}")
-    agree_late = _several_processes()  # the stop flag read one step late, from the devices
-
-    def meta(step: int, nonfinite_steps: int) -> dict:
-        return {
-            "step": step,
-            "seed": int(config.seed),
-            "num_classes": source.num_classes,
-            "model": _model_fingerprint(config),
-            "state_signature": signature,
-            "nonfinite_steps": nonfinite_steps,
-        }
-
-    def read_guard(done: int, logged: dict) -> tuple[dict[str, float], int]:
-        """At a log or checkpoint step: the step's metrics and the non-finite count.
-
-        Raises NonFiniteLoss (without skip_nonfinite) if a step since the last
-        read was not finite; with it, reports the skipped steps and clears the
-        record's first step.
-        """
-        nonlocal record, reported
-        values, (count, first, first_values) = jax.device_get((logged, record))
-        count, first = int(count), int(first)
-        if first:
-            text = _nonfinite_text({k: float(v) for k, v in first_values.items()})
-            if not config.train.skip_nonfinite:
-                with contextlib.suppress(CheckpointError):  # a save in flight holds a good state
-                    checkpointer.wait()
-                good = checkpointer.steps()
-                raise NonFiniteLoss(
-                    f"non-finite loss or gradient at step {first} ({text}); the last good "
-                    f"checkpoint (step {good[-1] if good else 'none'}) is kept in "
-                    f"{checkpointer.directory}. Set --config.train.skip_nonfinite=True "
-                    "to skip such steps instead."
-                )
-            logger.message(
-                f"skipped non-finite steps: {count - reported} up to step {done}, the first at "
-                f"step {first} ({text}); {count} in this run"
-            )
-            record = jax.device_put(nonfinite_record(terms, count), replicated(mesh))
-        reported = count
-        return {k: float(v) for k, v in values.items()}, count
-
-    reported = skipped
-    timing = {"trace_seconds": 0.0, "compile_seconds": 0.0, "first_step_seconds": 0.0,
-              "compile_cache_hits": 0}
-    step_call = 0.0  # host seconds inside the step call (dispatch), after the first step
-    check_seconds = 0.0  # host seconds at log and checkpoint steps (waiting, logging, saving)
-    last: dict[str, float] = {}
-    pending_stop = None  # multi-process: the previous step's agreed stop flag, on the devices
-    profiling = False
-    first_log = True
-    started = time.perf_counter()
-    clock = started
-    try:
-        batches.fill()
-        for step in range(start_step, total_steps):
-            done = step + 1
-            batch = batches.take()
-            if profile and done == profile[0]:
-                jax.profiler.start_trace(os.path.join(workdir, TENSORBOARD_DIR))
-                profiling = True
-            if step == start_step:
-                with _CompileTimer() as compiled:
-                    state, logged, record = step_fn(state, batch.arrays, record)
-                    logged["loss"].block_until_ready()  # once per run: compilation left out
-                    checkpointer.compile_checksum(state)
-                clock = time.perf_counter()
-                timing.update(trace_seconds=compiled.trace_seconds,
-                              compile_seconds=compiled.compile_seconds,
-                              first_step_seconds=clock - started,
-                              compile_cache_hits=compiled.cache_hits)
-                logger.start_clock(done)
-            else:
-                called = time.perf_counter()
-                state, logged, record = step_fn(state, batch.arrays, record)
-                step_call += time.perf_counter() - called
-            batches.fill()  # the next batches go to the devices while this step runs
-            if profiling and done == profile[1]:
-                logged["loss"].block_until_ready()
-                jax.profiler.stop_trace()
-                profiling = False
-                logger.message(
-                    f"profile of steps {profile[0]}-{profile[1]} written to "
-                    f"{os.path.join(workdir, TENSORBOARD_DIR)}; view it with tensorboard "
-                    f"--logdir {os.path.join(workdir, TENSORBOARD_DIR)} (Profile tab)"
-                )
-            if agree_late:
-                preempted = pending_stop is not None and bool(pending_stop)
-                pending_stop = logged["stop"]
-                pending_stop.copy_to_host_async()
-            else:
-                preempted = batch.stop
-            is_log = done % config.train.log_every == 0 or done == total_steps
-            is_checkpoint = done % config.train.checkpoint_every == 0 or done == total_steps
-            if not (is_log or is_checkpoint or preempted):
-                continue
-            checked = time.perf_counter()
-            values, skipped = read_guard(done, logged)
-            if is_log:
-                last = dict(values)
-                last.update(logger.throughput(done))
-                last["skipped_steps"] = float(skipped)
-                if first_log:  # how long the step took to build, once per run
-                    last.update({k: float(v) for k, v in timing.items()})
-                    first_log = False
-                logger.write(done, last)
-                warning = collapse.update(done, last.get("uniformity", float("nan")))
-                if warning:
-                    logger.warning(warning)
-            if is_checkpoint or preempted:
-                checkpointer.save(done, state, meta(done, skipped))
-            if preempted:
-                checkpointer.flush()
-                raise Preempted(done)
-            check_seconds += time.perf_counter() - checked
-        loop_end = time.perf_counter()
-        checkpointer.flush()
-    except BaseException:
-        # Stopping on an error: a failing close (e.g. the metric files on the same
-        # full disk) must not replace the error that says what went wrong.
-        closers = [("metric logger", logger.close), ("checkpointer", checkpointer.close)]
-        if profiling:
-            closers.insert(0, ("profiler", jax.profiler.stop_trace))
-        for name, close in closers:
-            try:
-                close()
-            except Exception as err:  # noqa: BLE001 - reported, the original error propagates
-                logging.warning("while stopping, closing the %s failed too: %s", name, err)
-        raise
-    logger.close()
-    checkpointer.close()
-    finished = time.perf_counter()
-    steps_run = total_steps - start_step
-    timed = max(steps_run - 1, 0)  # the steps after the first (compiled) one
-    return {
-        "workdir": workdir,
-        "start_step": start_step,
-        "final_step": total_steps,
-        "final_loss": last.get("loss", float("nan")),
-        "metrics": last,
-        "skipped_steps": skipped,
-        "seconds": finished - started,
-        "images_per_s": timed * global_batch / max(finished - clock, 1e-9),
-        "images_per_s_per_device": timed * global_batch / max(finished - clock, 1e-9)
-        / jax.device_count(),
-        **timing,
-        # Host time per step, after the first: drawing and transferring the input;
-        # inside the step call (dispatch); and all of the host's work outside the
-        # step call and outside log/checkpoint steps (input, bookkeeping).
-        "input_seconds_per_step": batches.seconds / max(steps_run, 1),
-        "step_call_seconds_per_step": step_call / max(timed, 1),
-        "host_seconds_per_step": (loop_end - clock - check_seconds - step_call) / max(timed, 1),
-        "check_seconds": check_seconds,
-        # Once per run, after the last step: the final save's wait and verification, closing.
-        "final_save_seconds": finished - loop_end,
-        "compilation_cache_dir": cache_dir,
-        "collapse_warning": collapse.warned,
-    }

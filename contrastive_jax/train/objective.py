@@ -2,14 +2,14 @@
 weighted sum of several (e.g. SimCLR + SupCon "JointTraining"), looked up by name in
 the losses' registry (:func:`contrastive_jax.losses.get`).
 
-Config (``config.loss``)::
+Config (``config.loss``, every field declared in :data:`LOSS_DEFAULTS`)::
 
     name = "sincere"              # or "nt_xent+supcon" for a sum
     weights = ()                  # one weight per term; empty = all 1.0
     temperature = None            # None: each loss's own default; a number: every term's
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
-    targets = {}                  # optional: per-term second argument, e.g. {"mio": "instance"}
-    mixing = None                 # optional: MixUp/CutMix + label smoothing of the label terms
+    targets = {}                  # per-term second argument, e.g. {"mio": "instance"}
+    mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
 
 ``temperature`` goes to every term that takes one; a temperature in a term's ``kwargs``
 wins over it; with neither, the loss's own default applies (MIO 0.5, the ProjNCE family
@@ -35,12 +35,12 @@ the V views of an example on consecutive rows; these losses need
 with the second view of the previous example on the device (a different, random
 partner at every step), so the towers share no pairing to learn.
 
-``config.loss.mixing`` (optional; absent, None or empty: off) turns on the soft targets of
+``config.loss.mixing`` (off while its ``num_classes`` is None, or set to None) turns on the soft targets of
 Hugger & Uhlmann (2024, arXiv:2404.14076, Sec. 4.1, Eq. 2): label smoothing with MixUp or
 CutMix in timm's batch mode (:mod:`contrastive_jax.data.mixing`). The training step then
 mixes the flat rows of each device's batch before the network and feeds the label terms
 the mixed, smoothed targets float [n, K] (``Targets.soft_label``) in place of the class
-labels. Fields (:class:`Mixing`; missing ones take the paper's values)::
+labels. Fields (:class:`Mixing`; their defaults are the paper's values)::
 
     mixing = {"num_classes": 10,  # K, the width of the class scores (required)
               "label_smoothing": 0.1, "mixup_alpha": 0.8, "cutmix_alpha": 1.0,
@@ -61,7 +61,7 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax import losses
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import ConfigError, check_fields
 
 Array = jax.Array
 
@@ -71,12 +71,34 @@ class Mixing(NamedTuple):
     Defaults are the paper's recipe (Hugger & Uhlmann 2024, Sec. 4.1; timm's batch mode).
     """
 
-    num_classes: int
-    label_smoothing: float = 0.1
-    mixup_alpha: float = 0.8
-    cutmix_alpha: float = 1.0
-    mixup_prob: float = 1.0
-    switch_prob: float = 0.5
+    num_classes: int  # K, the width of the class scores; None in a config: no mixing
+    label_smoothing: float = 0.1  # epsilon of the smoothed targets
+    mixup_alpha: float = 0.8  # Beta(alpha, alpha) of MixUp's lambda; 0: no MixUp
+    cutmix_alpha: float = 1.0  # Beta(alpha, alpha) of CutMix's area; 0: no CutMix
+    mixup_prob: float = 1.0  # probability that a batch is mixed at all
+    switch_prob: float = 0.5  # probability of CutMix rather than MixUp when both are on
+
+
+#: Every field of ``config.loss`` and its default (see the module docstring).
+LOSS_DEFAULTS = {
+    "name": "sincere",  # a loss of contrastive_jax.losses or a term of .terms; "a+b": a sum
+    "weights": (),  # one weight per term; empty: 1.0 each
+    "temperature": None,  # None: each loss's own default; a number: every term's temperature
+    "kwargs": {},  # per-term hyperparameters by term name, e.g. {"projnce": {"beta": 1.0}}
+    "targets": {},  # per-term second argument (a Targets field), e.g. {"mio": "instance"}
+    "mixing": {"num_classes": None, **Mixing._field_defaults},  # the soft-target stage (Mixing)
+}
+
+
+def resolve_loss_config(loss_config) -> dict:
+    """``config.loss`` (a ``ConfigDict`` or a mapping of some fields) over :data:`LOSS_DEFAULTS`.
+
+    Raises:
+      ConfigError: a field :data:`LOSS_DEFAULTS` does not declare, naming the nearest one.
+    """
+    fields = dict(loss_config.items())
+    check_fields("config.loss", fields, LOSS_DEFAULTS)
+    return {**LOSS_DEFAULTS, **fields}
 
 
 class Term(NamedTuple):
@@ -121,21 +143,19 @@ PAIRINGS = ("paired_embeddings", "shuffled_pairs")
 
 
 def parse_mixing(loss_config) -> Mixing | None:
-    """Reads ``config.loss.mixing`` (None when absent or empty); raises ConfigError on bad fields."""
-    raw = loss_config.get("mixing", None)
+    """Reads ``config.loss.mixing`` (None: off, as while its ``num_classes`` is None); raises
+    ConfigError on bad fields."""
+    raw = resolve_loss_config(loss_config)["mixing"]
     if raw is None:
         return None
     fields = dict(raw.items()) if hasattr(raw, "items") else None
     if fields is None:
         raise ConfigError(f"config.loss.mixing must be a dict of fields or None, got {raw!r}")
-    if not fields:
+    check_fields("config.loss.mixing", fields, Mixing._fields)
+    fields = {**Mixing._field_defaults, "num_classes": None, **fields}
+    if fields["num_classes"] is None:
         return None
-    unknown = sorted(set(fields) - set(Mixing._fields))
-    if unknown:
-        raise ConfigError(
-            f"config.loss.mixing has unknown field(s) {unknown}; known: {list(Mixing._fields)}"
-        )
-    k = fields.get("num_classes")
+    k = fields["num_classes"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         raise ConfigError(
             f"config.loss.mixing.num_classes must be an int >= 2 (the width of the class "
@@ -169,21 +189,22 @@ def parse_terms(loss_config) -> list[Term]:
     ``config.loss.temperature`` (when not None) is passed to every term, unless the term's
     ``kwargs`` sets its own; when neither sets one the loss's own default applies.
     """
-    names = [n.strip() for n in str(loss_config.name).split("+") if n.strip()]
+    loss_config = resolve_loss_config(loss_config)
+    names = [n.strip() for n in str(loss_config["name"]).split("+") if n.strip()]
     if not names:
         raise ConfigError("config.loss.name is empty; give a loss name such as 'sincere'")
-    weights = tuple(loss_config.get("weights", ()) or ())
+    weights = tuple(loss_config["weights"] or ())
     if weights and len(weights) != len(names):
         raise ConfigError(
             f"config.loss.weights has {len(weights)} entries for {len(names)} terms {names}"
         )
     weights = weights or (1.0,) * len(names)
-    all_kwargs = dict(loss_config.get("kwargs", {}) or {})
+    all_kwargs = dict(loss_config["kwargs"] or {})
     unknown = set(all_kwargs) - set(names)
     if unknown:
         raise ConfigError(f"config.loss.kwargs names losses that are not terms: {sorted(unknown)}")
-    temperature = loss_config.get("temperature", None)
-    overrides = dict(loss_config.get("targets", {}) or {})
+    temperature = loss_config["temperature"]
+    overrides = dict(loss_config["targets"] or {})
     unknown = set(overrides) - set(names)
     if unknown:
         raise ConfigError(f"config.loss.targets names losses that are not terms: {sorted(unknown)}")

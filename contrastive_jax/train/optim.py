@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import logging
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
-from ml_collections import config_dict
 
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import ConfigError, check_fields
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
 LR_SCALINGS = ("linear", "sqrt", "none")
@@ -38,7 +37,46 @@ LR_SCALINGS = ("linear", "sqrt", "none")
 logger = logging.getLogger(__name__)
 
 
-def default_optimizer_config() -> ml_collections.ConfigDict:
+#: Every optimiser field and its default: SimCLR's LARS recipe (0.3 x B/256, 10 warm-up
+#: epochs). :func:`make_optimizer` also takes a plain mapping of some of them.
+OPTIMIZER_DEFAULTS = {
+    # One of OPTIMIZERS: "lars" (optax.lars), "sgd" (momentum SGD), "adamw".
+    "name": "lars",
+    # Learning rate before batch-size scaling; the peak of the schedule after it.
+    "base_learning_rate": 0.3,
+    # One of LR_SCALINGS: "linear" (x B/256), "sqrt" (x sqrt(B)) or "none".
+    "lr_scaling": "linear",
+    # Weight-decay coefficient (added to the gradient for lars/sgd, decoupled for adamw).
+    "weight_decay": 1e-6,
+    # Momentum of lars and sgd (adamw keeps optax's b1=0.9, b2=0.999).
+    "momentum": 0.9,
+    # LARS trust coefficient eta: trust ratio = eta * |w| / |g + wd * w|.
+    "trust_coefficient": 1e-3,
+    # Nesterov momentum for lars and sgd.
+    "nesterov": False,
+    # Linear warm-up length in epochs (may be fractional); see warmup_steps.
+    "warmup_epochs": 10.0,
+    # Warm-up length in optimiser steps; when not None it replaces warmup_epochs.
+    "warmup_steps": None,
+    # Learning rate at step 0, the start of the warm-up (absolute, not scaled).
+    "warmup_init": 0.0,
+    # Learning rate at the last step as a fraction of the peak learning rate.
+    "final_lr_factor": 0.0,
+    # Schedule length in epochs; None: the trainer's run length (or total_steps).
+    "epochs": None,
+    # Schedule length in steps; when not None it replaces epochs and the trainer's length.
+    "total_steps": None,
+    # Clip gradients to this global L2 norm before the optimiser; None: no clipping.
+    "grad_clip_norm": None,
+    # Also decay biases and normalisation parameters (and, for lars, adapt their rate with
+    # the trust ratio); the SINCERE reference (SGD) decays every parameter.
+    "decay_norm_and_bias": False,
+}
+#: The type of the fields whose default is None (the placeholders of the ConfigDict).
+_NONE_TYPES = {"warmup_steps": int, "epochs": float, "total_steps": int, "grad_clip_norm": float}
+
+
+def default_optimizer_config():
     """Optimiser and schedule defaults: SimCLR's LARS recipe (0.3 x B/256, 10 warm-up epochs).
 
     The SINCERE pretraining recipe (Feeney & Hughes 2023, "SINCERE: Supervised Information
@@ -48,41 +86,25 @@ def default_optimizer_config() -> ml_collections.ConfigDict:
     ``base_learning_rate=0.5``, ``lr_scaling="none"``, ``weight_decay=1e-4``,
     ``warmup_init=0.0005``, ``final_lr_factor=0.001``, ``decay_norm_and_bias=True``.
     """
-    return ml_collections.ConfigDict(
-        {
-            # One of OPTIMIZERS: "lars" (optax.lars), "sgd" (momentum SGD), "adamw".
-            "name": "lars",
-            # Learning rate before batch-size scaling; the peak of the schedule after it.
-            "base_learning_rate": 0.3,
-            # One of LR_SCALINGS: "linear" (x B/256), "sqrt" (x sqrt(B)) or "none".
-            "lr_scaling": "linear",
-            # Weight-decay coefficient (added to the gradient for lars/sgd, decoupled for adamw).
-            "weight_decay": 1e-6,
-            # Momentum of lars and sgd (adamw keeps optax's b1=0.9, b2=0.999).
-            "momentum": 0.9,
-            # LARS trust coefficient eta: trust ratio = eta * |w| / |g + wd * w|.
-            "trust_coefficient": 1e-3,
-            # Nesterov momentum for lars and sgd.
-            "nesterov": False,
-            # Linear warm-up length in epochs (may be fractional); see warmup_steps.
-            "warmup_epochs": 10.0,
-            # Warm-up length in optimiser steps; when not None it replaces warmup_epochs.
-            "warmup_steps": config_dict.placeholder(int),
-            # Learning rate at step 0, the start of the warm-up (absolute, not scaled).
-            "warmup_init": 0.0,
-            # Learning rate at the last step as a fraction of the peak learning rate.
-            "final_lr_factor": 0.0,
-            # Schedule length in epochs; None: the trainer's run length (or total_steps).
-            "epochs": config_dict.placeholder(float),
-            # Schedule length in steps; when not None it replaces epochs and the trainer's length.
-            "total_steps": config_dict.placeholder(int),
-            # Clip gradients to this global L2 norm before the optimiser; None: no clipping.
-            "grad_clip_norm": config_dict.placeholder(float),
-            # Also decay biases and normalisation parameters (and, for lars, adapt their rate with
-            # the trust ratio); the SINCERE reference (SGD) decays every parameter.
-            "decay_norm_and_bias": False,
-        }
-    )
+    import ml_collections  # the config layer's library; the optimiser itself needs none
+    from ml_collections import config_dict
+
+    return ml_collections.ConfigDict({
+        k: config_dict.placeholder(_NONE_TYPES[k]) if v is None else v
+        for k, v in OPTIMIZER_DEFAULTS.items()
+    })
+
+
+def resolve(config: Any) -> SimpleNamespace:
+    """An optimiser config (``ConfigDict`` or mapping) over :data:`OPTIMIZER_DEFAULTS`.
+
+    Raises:
+      ConfigError: a field that :data:`OPTIMIZER_DEFAULTS` does not declare (naming the
+        nearest one).
+    """
+    fields = vars(config) if isinstance(config, SimpleNamespace) else dict(config.items())
+    check_fields("config.optimizer", fields, OPTIMIZER_DEFAULTS)
+    return SimpleNamespace(**{**OPTIMIZER_DEFAULTS, **fields})
 
 
 def decay_mask(params: Any) -> Any:
@@ -98,8 +120,9 @@ def decay_mask(params: Any) -> Any:
     return jax.tree.map(lambda p: jnp.ndim(p) > 1, params)
 
 
-def peak_learning_rate(config: ml_collections.ConfigDict, global_batch_size: int) -> float:
+def peak_learning_rate(config: Any, global_batch_size: int) -> float:
     """``config.base_learning_rate`` scaled by the global batch size per ``config.lr_scaling``."""
+    config = resolve(config)
     base = float(config.base_learning_rate)
     if base <= 0:
         raise ConfigError(f"optimizer.base_learning_rate must be positive, got {base}")
@@ -117,7 +140,7 @@ def peak_learning_rate(config: ml_collections.ConfigDict, global_batch_size: int
 
 
 def make_schedule(
-    config: ml_collections.ConfigDict,
+    config: Any,
     *,
     steps_per_epoch: int,
     global_batch_size: int,
@@ -131,7 +154,8 @@ def make_schedule(
     few steps with a recipe's warm-up) is clamped to ``length - 1`` steps with a warning.
 
     Args:
-      config: an optimiser config, see :func:`default_optimizer_config`.
+      config: an optimiser config (a ``ConfigDict`` or a mapping of some fields of
+        :data:`OPTIMIZER_DEFAULTS`; missing fields take their defaults).
       steps_per_epoch: optimiser steps per epoch (converts epochs to steps).
       global_batch_size: images per step over all devices (scales the learning rate).
       total_steps: the run length, used when the config sets neither total_steps nor epochs.
@@ -139,6 +163,7 @@ def make_schedule(
     Returns:
       A function from the step count to the learning rate.
     """
+    config = resolve(config)
     if steps_per_epoch <= 0:
         raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}")
     peak = peak_learning_rate(config, global_batch_size)
@@ -175,7 +200,7 @@ def make_schedule(
 
 
 def make_optimizer(
-    config: ml_collections.ConfigDict,
+    config: Any,
     params: Any,
     *,
     steps_per_epoch: int,
@@ -194,7 +219,8 @@ def make_optimizer(
     adapted). With ``config.grad_clip_norm`` set, gradients are first clipped to that global norm.
 
     Args:
-      config: an optimiser config, see :func:`default_optimizer_config`.
+      config: an optimiser config (a ``ConfigDict`` or a mapping of some fields of
+        :data:`OPTIMIZER_DEFAULTS`; missing fields take their defaults).
       params: the parameters to optimise (an ``nnx.State`` or any pytree of arrays); checked to
         be non-empty, the optimiser state is made by ``tx.init(params)``.
       steps_per_epoch: optimiser steps per epoch.
@@ -204,6 +230,7 @@ def make_optimizer(
     Returns:
       ``(tx, schedule)``: the gradient transformation and its learning-rate schedule.
     """
+    config = resolve(config)
     if config.name not in OPTIMIZERS:
         raise ConfigError(f"optimizer.name={config.name!r} is not one of {', '.join(OPTIMIZERS)}")
     if config.grad_clip_norm is not None and config.grad_clip_norm <= 0:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from typing import NamedTuple
 
 import ml_collections
 from flax import nnx
 
-from contrastive_jax.train import loop
+from contrastive_jax.train import loop, paths
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, abstract_like
 
 
@@ -33,13 +32,15 @@ class Pretrained(NamedTuple):
 
 
 def locate_checkpoint(path: str) -> tuple[str, int | None]:
-    """(workdir, step or None for the latest) of a work directory or checkpoint path."""
-    path = os.path.abspath(path)
-    if os.path.isfile(os.path.join(path, loop.CONFIG_FILE)):
-        return path, None
-    parent, name = os.path.split(path.rstrip(os.sep))
-    if re.fullmatch(r"\d+", name) and os.path.basename(parent) == CHECKPOINT_DIR:
-        return os.path.dirname(parent), int(name)
+    """(workdir, step or None for the latest) of a work directory or checkpoint path.
+
+    Local or ``gs://`` (:mod:`.paths`); a local path is made absolute.
+    """
+    path = paths.as_path(path)
+    if (path / loop.CONFIG_FILE).is_file():
+        return str(path), None
+    if re.fullmatch(r"\d+", path.name) and path.parent.name == CHECKPOINT_DIR:
+        return str(path.parent.parent), int(path.name)
     raise FileNotFoundError(
         f"{path} is neither a pretraining work directory (with {loop.CONFIG_FILE}) nor a "
         f"checkpoint directory <workdir>/{CHECKPOINT_DIR}/<step>"
@@ -48,8 +49,9 @@ def locate_checkpoint(path: str) -> tuple[str, int | None]:
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
     """The config a pretraining run saved in ``workdir``."""
-    with open(os.path.join(workdir, loop.CONFIG_FILE), encoding="utf-8") as f:
-        return ml_collections.ConfigDict(json.load(f))
+    return ml_collections.ConfigDict(
+        json.loads((paths.as_path(workdir) / loop.CONFIG_FILE).read_text())
+    )
 
 
 def load_pretrained(path: str) -> Pretrained:
@@ -95,7 +97,7 @@ def _abstract_state(config: ml_collections.ConfigDict, num_classes: int):
     The optimiser state's structure does not depend on the schedule, so any
     valid schedule length will do.
     """
-    warmup = int(config.optimizer.get("warmup_steps") or 0)
+    warmup = int(config.optimizer.warmup_steps or 0)
     graphdef, rest, _, _, state = loop.init_state(
         config,
         num_classes,

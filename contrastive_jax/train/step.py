@@ -20,11 +20,11 @@ from flax import nnx
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from contrastive_jax import metrics
+from contrastive_jax import metrics, models
 from contrastive_jax.data import mixing as mixing_lib
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
-from contrastive_jax.train import objective
+from contrastive_jax.train import objective, optim
 
 Array = jax.Array
 
@@ -101,6 +101,64 @@ class PretrainModel(nnx.Module):
 def split_model(model: PretrainModel):
     """(graphdef, params, batch_stats, rest) of a model."""
     return nnx.split(model, nnx.Param, nnx.BatchStat, ...)
+
+
+def build_model(config: Any, num_classes: int) -> PretrainModel:
+    """Encoder + head (+ the online probe) of ``config["model"]``, seeded by ``config["seed"]``.
+
+    Args:
+      config: the pretraining config: an ``ml_collections.ConfigDict`` or a nested mapping
+        with ``seed``, ``model`` (``encoder`` and ``head``, see
+        :mod:`contrastive_jax.models.factory`) and ``train`` (``online_probe``).
+      num_classes: classes of the online probe (used when ``train.online_probe``).
+    """
+    rngs = nnx.Rngs(config["seed"])
+    encoder = models.create_encoder(config["model"]["encoder"], rngs=rngs)
+    head = models.create_head(config["model"]["head"], encoder.num_features, rngs=rngs)
+    network = models.ContrastiveModel(encoder, head)
+    probe_classes = num_classes if config["train"]["online_probe"] else None
+    return PretrainModel(network, encoder.num_features, probe_classes, rngs=rngs)
+
+
+def init_state(
+    config: Any,
+    num_classes: int,
+    *,
+    steps_per_epoch: int,
+    global_batch_size: int,
+    total_steps: int,
+) -> tuple[Any, Any, optax.GradientTransformation, optax.Schedule, TrainState]:
+    """A fresh ``(graphdef, rest, tx, schedule, state)`` for ``config`` (host arrays).
+
+    ``config`` is as for :func:`build_model`, plus ``optimizer`` (see
+    :func:`contrastive_jax.train.optim.make_optimizer`); the other arguments size the
+    learning-rate schedule. Needs neither TensorFlow nor ml_collections::
+
+        config = {"seed": 0, "train": {"online_probe": False}, "optimizer": {"name": "sgd"},
+                  "model": {"encoder": {"name": "resnet50"}, "head": {}}}
+        graphdef, rest, tx, schedule, state = init_state(
+            config, 1000, steps_per_epoch=100, global_batch_size=256, total_steps=100)
+        step = make_train_step(graphdef, rest, tx, parse_terms({"name": "supcon"}),
+                               schedule, mesh)
+    """
+    model = build_model(config, num_classes)
+    model.train()
+    graphdef, params, batch_stats, rest = split_model(model)
+    tx, schedule = optim.make_optimizer(
+        config["optimizer"],
+        params,
+        steps_per_epoch=steps_per_epoch,
+        global_batch_size=global_batch_size,
+        total_steps=total_steps,
+    )
+    state = TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        batch_stats=batch_stats,
+        opt_state=tx.init(params),
+        rng=jax.random.key_data(jax.random.key(config["seed"])),
+    )
+    return graphdef, rest, tx, schedule, state
 
 
 def make_train_step(

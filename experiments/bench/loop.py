@@ -97,7 +97,7 @@ class _CpuClock:
     """Process CPU seconds from the loop's throughput clock start (after the first step) to the end."""
 
     def __init__(self) -> None:
-        from contrastive_jax.train.logging import MetricLogger
+        from contrastive_jax.train.metrics_log import MetricLogger
 
         self._cls = MetricLogger
         self._original = MetricLogger.start_clock
@@ -124,7 +124,7 @@ def bare_step(config, steps: int) -> tuple[float, float]:
 
     from contrastive_jax import data as data_lib
     from contrastive_jax.parallel import make_mesh, replicated
-    from contrastive_jax.train import loop, objective
+    from contrastive_jax.train import inputs, loop, objective
     from contrastive_jax.train.step import make_train_step, nonfinite_record
 
     mesh = make_mesh()
@@ -140,7 +140,7 @@ def bare_step(config, steps: int) -> tuple[float, float]:
     record = jax.device_put(nonfinite_record(terms), replicated(mesh))
     local = next(data_lib.make_pretrain_iterator(config.data, seed=config.seed, start_step=0,
                                                  source=source))
-    local = {k: v for k, v in local.items() if k in loop.BATCH_FIELDS}
+    local = {k: v for k, v in local.items() if k in inputs.BATCH_FIELDS}
     local["stop"] = np.zeros(len(local["label"]), np.int32)
     batch = data_lib.make_global_batch(local, mesh)
     step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)

@@ -20,7 +20,7 @@ from flax import nnx
 from contrastive_jax import data as data_lib
 from contrastive_jax import models
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
-from contrastive_jax.train.logging import METRICS_FILE
+from contrastive_jax.train.metrics_log import METRICS_FILE
 from tests.train.cli_config import tiny_config  # noqa: F401 - re-exported for the tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -14,17 +14,17 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from contrastive_jax.train import verify
 from contrastive_jax.train.checkpoint import (
     CHECKPOINT_DIR,
     DAMAGED_DIR,
-    TENSORSTORE_THREAD,
     Checkpointer,
     CheckpointError,
     ChecksumMismatch,
     abstract_like,
     state_checksum,
-    thread_names,
 )
+from contrastive_jax.train.verify import TENSORSTORE_THREAD, thread_names
 from tests.train import runs
 
 
@@ -209,10 +209,8 @@ def test_state_checksum_covers_every_leaf_dtype(leaf):
     ids=["bfloat16", "int32", "bool", "uint8", "raw-key", "scalar", "3-d"],
 )
 def test_host_checksum_equals_device_checksum(leaf, monkeypatch):
-    import contrastive_jax.train.checkpoint as checkpoint
-
-    monkeypatch.setattr(checkpoint, "_HOST_CHUNK", 7)  # several slices along the first axis
-    assert checkpoint.host_checksum(np.asarray(leaf)) == state_checksum([leaf])[0]
+    monkeypatch.setattr(verify, "_HOST_CHUNK", 7)  # several slices along the first axis
+    assert verify.host_checksum(np.asarray(leaf)) == state_checksum([leaf])[0]
 
 
 def test_verification_reads_files_on_the_host_only(tmp_path, monkeypatch):
@@ -256,17 +254,15 @@ def test_verification_reads_files_on_the_host_only(tmp_path, monkeypatch):
 
 
 def test_verification_groups_arrays_by_the_largest_array_or_the_floor():
-    from contrastive_jax.train.checkpoint import _byte_groups
-
     class Meta:
         def __init__(self, shape):
             self.shape, self.dtype = shape, np.float32
 
     stored = {("a",): Meta((100,)), ("b",): Meta((30,)), ("c",): Meta((50,)), ("d",): Meta((40,)),
               ("e",): Meta(())}
-    assert _byte_groups(stored, floor=0) == [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
-    assert _byte_groups(stored, floor=500) == [[("a",)], [("b",), ("c",), ("d",), ("e",)]]
-    assert _byte_groups(stored) == [[("a",), ("b",), ("c",), ("d",), ("e",)]]  # 64 MiB floor
+    assert verify.byte_groups(stored, floor=0) == [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
+    assert verify.byte_groups(stored, floor=500) == [[("a",)], [("b",), ("c",), ("d",), ("e",)]]
+    assert verify.byte_groups(stored) == [[("a",), ("b",), ("c",), ("d",), ("e",)]]  # 64 MiB floor
 
 
 def test_one_process_reads_checkpoints_back_in_a_background_thread(tmp_path, monkeypatch):

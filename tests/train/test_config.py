@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 
 import ml_collections
+import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from contrastive_jax.train.config import default_config
+from contrastive_jax.errors import ConfigError
+from contrastive_jax.train.config import check_config, default_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUICKSTART = os.path.join(ROOT, "experiments", "configs", "quickstart.py")
@@ -58,3 +62,60 @@ def test_command_line_overrides_reach_nested_fields_and_their_aliases():
     assert config.model.encoder.bn_axis_name == "data"
     nested = _parse("--config.data.global_batch_size=32")
     assert nested.batch_size == 32
+
+
+def _shipped_configs():
+    """Every config file that ships: the packaged ones and the experiments'."""
+    packaged = os.path.join(ROOT, "contrastive_jax", "configs")
+    experiments = os.path.join(ROOT, "experiments", "configs")
+    return sorted(
+        os.path.join(folder, name)
+        for folder in (packaged, experiments)
+        for name in os.listdir(folder)
+        if name.endswith(".py") and not name.startswith("_")
+    )
+
+
+@pytest.mark.parametrize("path", _shipped_configs(), ids=os.path.basename)
+def test_every_shipped_config_declares_only_known_fields(path):
+    name = f"shipped_config_{os.path.basename(path)[:-3]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    with pytest.MonkeyPatch.context() as patch:  # dataclasses look their module up
+        patch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+    check_config(module.get_config())
+
+
+@pytest.mark.parametrize(
+    "section, field, nearest",
+    [
+        ("train", "prefech", "config.train.prefetch"),
+        ("loss", "mixng", "config.loss.mixing"),
+        ("optimizer", "warmup_step", "config.optimizer.warmup_steps"),
+        ("data", "globalbatch_size", "config.data.global_batch_size"),
+    ],
+)
+def test_an_unknown_field_names_the_nearest_one(section, field, nearest):
+    config = default_config()
+    config[section][field] = 1
+    with pytest.raises(ConfigError, match=f"config.{section}.{field} is not a config field; "
+                                          f"did you mean {nearest}"):
+        check_config(config)
+
+
+def test_an_unknown_override_names_the_nearest_field():
+    from contrastive_jax.pretrain import _check_override
+
+    _check_override("config.model.encoder.channels")  # an encoder's own field: checked later
+    _check_override("config.loss.kwargs.projnce")  # keyed by term names
+    with pytest.raises(ConfigError, match="did you mean config.train.prefetch"):
+        _check_override("config.train.prefech")
+    with pytest.raises(ConfigError, match="did you mean config.loss.mixing.mixup_alpha"):
+        _check_override("config.loss.mixing.mixup_alph")
+
+
+def test_every_field_the_code_reads_is_declared():
+    config = default_config()
+    assert not config.loss.targets and config.loss.mixing.num_classes is None
+    assert config.train.prefetch == 2 and config.train.collapse_threshold == -0.2

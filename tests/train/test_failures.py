@@ -129,7 +129,7 @@ def test_a_failing_close_does_not_hide_the_checkpoint_error(tmp_path, monkeypatc
     import errno
 
     from contrastive_jax.train.checkpoint import Checkpointer, CheckpointError
-    from contrastive_jax.train.logging import MetricLogger
+    from contrastive_jax.train.metrics_log import MetricLogger
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

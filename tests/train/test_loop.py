@@ -23,8 +23,8 @@ import pytest
 from jax._src.array import ArrayImpl
 
 from contrastive_jax.parallel import make_mesh
-from contrastive_jax.train import checkpoint, loop
-from contrastive_jax.train.logging import CollapseDetector
+from contrastive_jax.train import inputs, loop, runtime, verify
+from contrastive_jax.train.metrics_log import CollapseDetector
 from tests.train import runs
 
 TOTAL = 8
@@ -101,7 +101,7 @@ def _spied(monkeypatch, events: _Events):
 
     # The checksum of the checkpoints, with the number of jaxpr traces during each call
     # (its cache emptied first, so the run's first checksum is traced wherever it is).
-    checksums = checkpoint._checksums
+    checksums = verify._checksums
     checksums.clear_cache()
     traces = []
 
@@ -115,7 +115,7 @@ def _spied(monkeypatch, events: _Events):
         events.log.append(("checksum", len(traces) - before))
         return result
 
-    monkeypatch.setattr(checkpoint, "_checksums", spy_checksums)
+    monkeypatch.setattr(verify, "_checksums", spy_checksums)
     jax.monitoring.register_event_duration_secs_listener(traced)
     try:
         yield
@@ -296,10 +296,6 @@ def test_bad_profile_steps_and_prefetch_are_named(tmp_path):
             loop.train(config, str(tmp_path / field))
 
 
-class _Flag:
-    raised = False
-
-
 def test_device_prefetch_queue():
     mesh = make_mesh()
     drawn = []
@@ -311,11 +307,12 @@ def test_device_prefetch_queue():
                    "label": np.zeros(8, np.int32), "index": np.arange(8, dtype=np.int32),
                    "unused": np.zeros(8)}
 
-    flag = _Flag()
-    queue = loop._DevicePrefetch(local_batches(), mesh, flag, depth=2, remaining=3)
+    flag = {"raised": False}
+    queue = inputs.DevicePrefetch(local_batches(), mesh, lambda: flag["raised"], depth=2,
+                                  remaining=3)
     queue.fill()
     assert drawn == [0, 1]
-    flag.raised = True  # SIGTERM after two batches were drawn
+    flag["raised"] = True  # SIGTERM after two batches were drawn
     first = queue.take()
     queue.fill()
     assert drawn == [0, 1, 2]
@@ -328,7 +325,7 @@ def test_device_prefetch_queue():
     assert drawn == [0, 1, 2]  # ``remaining`` batches only
 
     drawn.clear()
-    lazy = loop._DevicePrefetch(local_batches(), mesh, _Flag(), depth=0, remaining=2)
+    lazy = inputs.DevicePrefetch(local_batches(), mesh, lambda: False, depth=0, remaining=2)
     lazy.fill()
     assert drawn == []  # depth 0: drawn and transferred only when taken
     lazy.take()
@@ -338,19 +335,19 @@ def test_device_prefetch_queue():
 def test_configure_compilation_cache(tmp_path, monkeypatch):
     previous = runs.enable_compilation_cache(str(tmp_path / "set_by_jax"))
     try:
-        assert loop.configure_compilation_cache("auto") == str(tmp_path / "set_by_jax")
-        assert loop.configure_compilation_cache("") == str(tmp_path / "set_by_jax")
+        assert runtime.configure_compilation_cache("auto") == str(tmp_path / "set_by_jax")
+        assert runtime.configure_compilation_cache("") == str(tmp_path / "set_by_jax")
         chosen = str(tmp_path / "chosen")
-        assert loop.configure_compilation_cache(chosen) == chosen and os.path.isdir(chosen)
+        assert runtime.configure_compilation_cache(chosen) == chosen and os.path.isdir(chosen)
         assert jax.config.values["jax_compilation_cache_dir"] == chosen
         jax.config.update("jax_compilation_cache_dir", None)
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-        assert loop.configure_compilation_cache("auto") == str(
+        assert runtime.configure_compilation_cache("auto") == str(
             tmp_path / "xdg" / "contrastive_jax" / "jax_compilation_cache")
         blocker = tmp_path / "file"
         blocker.write_text("x")
         with pytest.raises(OSError, match="compilation_cache_dir=.*cannot be created"):
-            loop.configure_compilation_cache(str(blocker / "cache"))
+            runtime.configure_compilation_cache(str(blocker / "cache"))
     finally:
         runs.restore_compilation_cache(previous)
 

@@ -1,6 +1,6 @@
 """The MixUp/CutMix stage of the train step (``config.loss.mixing``), under 8 simulated devices.
 
-* off (absent, None or empty ``mixing``): the same compiled step, bit for bit;
+* off (``mixing.num_classes`` None, ``mixing`` None or empty): the same compiled step, bit for bit;
 * on: each device's rows are mixed by ``contrastive_jax.data.mixing.mix_batch`` with the key
   ``fold_in(fold_in(fold_in(rng, step), MIXING_STREAM), device)`` and the label terms see the
   soft targets it returns (checked against a host-side reference of loss and update);
@@ -91,7 +91,7 @@ def _leaves_equal(a, b):
 @pytest.mark.parametrize("off", [None, {}])
 def test_mixing_off_is_the_plain_step_bit_for_bit(batch, off):
     config = classifier_config()
-    assert "mixing" not in config.loss
+    assert config.loss.mixing.num_classes is None  # the default: off
     _, [(plain, plain_log)] = _steps(config, batch)
     other = classifier_config()
     other.loss.mixing = off if off is None else ml_collections.ConfigDict(off)
@@ -200,7 +200,8 @@ def test_resumed_mixing_run_is_exact(tmp_path):
     [
         ("supcon", {"num_classes": 10}, "do not take soft targets"),
         ("label_cross_entropy", {"num_classes": 1}, "num_classes"),
-        ("label_cross_entropy", {"num_classes": 10, "mixup_alph": 0.8}, "unknown field"),
+        ("label_cross_entropy", {"num_classes": 10, "mixup_alph": 0.8},
+         "did you mean config.loss.mixing.mixup_alpha"),
         ("label_cross_entropy", {"num_classes": 10, "switch_prob": 1.5}, "switch_prob"),
         ("label_cross_entropy", {"num_classes": 10, "cutmix_alpha": -1.0}, "cutmix_alpha"),
     ],

@@ -60,7 +60,7 @@ def test_eight_device_step_equals_one_device_step_with_global_bn():
 @pytest.mark.parametrize(
     "override, message",
     [
-        ({"loss.name": "sincere+nope"}, "'nope' is not an embedding loss"),
+        ({"loss.name": "sincere+nope"}, "'nope' is not a loss the objective can train on"),
         ({"batch_size": 60}, "divisible by the 8 devices"),
         ({"dataset": "no_such_dataset_xyz"}, "no_such_dataset_xyz"),
         ({"dataset": "folder:/nonexistent/images"}, "/nonexistent/images"),

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 
 import jax
 from tqdm.auto import tqdm
+
+from contrastive_jax.train import paths
 
 METRICS_FILE = "metrics.jsonl"
 #: Scalars shown on the progress bar, under shorter names.
@@ -26,7 +27,8 @@ class MetricLogger:
     """Writes scalars per step to TensorBoard and JSON lines; drives the progress bar.
 
     Args:
-      workdir: directory for ``metrics.jsonl`` and the TensorBoard events.
+      workdir: directory for ``metrics.jsonl`` and the TensorBoard events (local or
+        ``gs://``, :mod:`.paths`).
       total_steps: length of the run, for the progress bar and the ETA.
       start_step: the step the run starts (or resumes) at.
       images_per_step: global images per step, for the images/s figure.
@@ -54,11 +56,15 @@ class MetricLogger:
         self._bar = None
         if not self.enabled:
             return
-        from tensorboardX import SummaryWriter
+        from tensorboardX import SummaryWriter, record_writer
 
-        os.makedirs(workdir, exist_ok=True)
-        self._writer = SummaryWriter(logdir=os.path.join(workdir, "tensorboard"))
-        self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a", encoding="utf-8")  # noqa: SIM115
+        directory = paths.as_path(workdir)
+        directory.mkdir(parents=True, exist_ok=True)
+        if paths.is_cloud(directory):  # the events too go through the path layer
+            scheme = str(directory).split(":", 1)[0]
+            record_writer.register_writer_factory(scheme, _PathRecordWriters())
+        self._writer = SummaryWriter(logdir=str(directory / "tensorboard"))
+        self._jsonl = (directory / METRICS_FILE).open("a", encoding="utf-8")
         self._bar = tqdm(
             total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, leave=True
         )
@@ -109,6 +115,33 @@ class MetricLogger:
         self._bar.close()
         self._writer.close()
         self._jsonl.close()
+
+
+class _PathFile:
+    """A binary file of the path layer, as tensorboardX's record writer wants it (no
+    ``fileno``: nothing to ``fsync`` in a bucket)."""
+
+    def __init__(self, path: str) -> None:
+        self._file = paths.as_path(path).open("wb")
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _PathRecordWriters:
+    """tensorboardX's writer factory for a cloud scheme, through :mod:`.paths`."""
+
+    def open(self, path: str) -> _PathFile:
+        return _PathFile(path)
+
+    def directory_check(self, path: str) -> None:
+        paths.as_path(path).mkdir(parents=True, exist_ok=True)
 
 
 #: Uniformity above which the embeddings count as collapsed (see CollapseDetector).

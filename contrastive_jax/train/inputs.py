@@ -1,0 +1,161 @@
+"""The trainer's input: a dataset of :mod:`contrastive_jax.data`, or random in-memory images.
+
+:func:`load_input` reads ``config.data``. ``config.dataset = "synthetic"`` gives
+:class:`SyntheticInput`, random images that need neither TensorFlow nor a dataset on disk
+(smoke tests, benchmarks, an accelerator image without TensorFlow); every other dataset
+goes through the TensorFlow input pipeline (:func:`contrastive_jax.data.load_source` and
+:func:`contrastive_jax.data.make_pretrain_iterator`). Either way the batches of a step are
+a pure function of (seed, step), so a resumed run sees the batches it would have seen.
+
+:class:`DevicePrefetch` puts the next global batches on the devices while a step runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from contrastive_jax import data as data_lib
+from contrastive_jax.errors import ConfigError, check_fields
+from contrastive_jax.parallel import batch_sharding
+
+#: ``config.data.dataset`` of random in-memory images.
+SYNTHETIC = "synthetic"
+#: ``config.data.source_kwargs`` of the synthetic dataset, and their defaults.
+SYNTHETIC_DEFAULTS = {
+    "num_examples": 1024,  # examples per epoch (steps per epoch = num_examples // batch)
+    "num_classes": 10,  # labels are the example index modulo num_classes
+}
+#: Image side of the synthetic dataset when ``config.data.image_size`` is None.
+SYNTHETIC_IMAGE_SIZE = 32
+#: Fields of a pretraining batch that reach the device.
+BATCH_FIELDS = ("views", "label", "index", "metadata")
+
+
+class Input(NamedTuple):
+    """What the loop needs of its data.
+
+    Attributes:
+      name: the dataset's name.
+      num_examples: training examples per epoch.
+      num_classes: classes of the labels (the online probe's outputs).
+      batches: ``batches(start_step)`` yields this process's rows of every global batch
+        from ``start_step`` on: ``views`` float [b, V, H, W, C], ``label`` int [b],
+        ``index`` int [b] and optionally ``metadata`` float [b, p].
+    """
+
+    name: str
+    num_examples: int
+    num_classes: int
+    batches: Callable[[int], Iterator[dict[str, np.ndarray]]]
+
+
+def load_input(config: Any) -> Input:
+    """The :class:`Input` of a pretraining config (``config.data``, ``config.seed``)."""
+    if config.data.dataset == SYNTHETIC:
+        return synthetic_input(config.data, seed=config.seed)
+    source = data_lib.load_source(config.data)
+
+    def batches(start_step: int) -> Iterator[dict[str, np.ndarray]]:
+        return data_lib.make_pretrain_iterator(
+            config.data, seed=config.seed, start_step=start_step, source=source
+        )
+
+    return Input(source.name, source.split("train").num_examples, source.num_classes, batches)
+
+
+def synthetic_input(data_config: Any, *, seed: int) -> Input:
+    """Random images: N(0, 1) pixels, label = example index mod ``num_classes``.
+
+    Reads ``global_batch_size``, ``num_views``, ``image_size`` (None: 32) and
+    ``source_kwargs`` (:data:`SYNTHETIC_DEFAULTS`) of ``data_config``. Each process draws
+    its own rows of the step's global batch from a generator seeded by (seed, step,
+    process), in numpy on the host.
+
+    Examples:
+      >>> config = {"global_batch_size": 8, "num_views": 2, "image_size": 4,
+      ...           "source_kwargs": {}}
+      >>> batch = next(synthetic_input(config, seed=0).batches(0))
+      >>> batch["views"].shape, batch["label"].tolist()
+      ((8, 2, 4, 4, 3), [0, 1, 2, 3, 4, 5, 6, 7])
+    """
+    kwargs = dict(data_config["source_kwargs"].items())
+    check_fields("config.data.source_kwargs", kwargs, SYNTHETIC_DEFAULTS)
+    kwargs = {**SYNTHETIC_DEFAULTS, **kwargs}
+    for name, value in kwargs.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"config.data.source_kwargs.{name} must be a positive int, "
+                              f"got {value!r}")
+    size = data_config["image_size"] or SYNTHETIC_IMAGE_SIZE
+    views = int(data_config["num_views"])
+    global_batch = int(data_config["global_batch_size"])
+    processes, process = jax.process_count(), jax.process_index()
+    if global_batch % processes:
+        raise ConfigError(f"config.data.global_batch_size={global_batch} must be divisible by "
+                          f"the {processes} processes")
+    local = global_batch // processes
+
+    def batches(start_step: int) -> Iterator[dict[str, np.ndarray]]:
+        for step in itertools.count(start_step):
+            rng = np.random.default_rng((seed, step, process))
+            first = (step * global_batch + process * local) % kwargs["num_examples"]
+            index = (first + np.arange(local)) % kwargs["num_examples"]
+            yield {
+                "views": rng.standard_normal((local, views, size, size, 3), np.float32),
+                "label": (index % kwargs["num_classes"]).astype(np.int32),
+                "index": index.astype(np.int32),
+            }
+
+    return Input(SYNTHETIC, kwargs["num_examples"], kwargs["num_classes"], batches)
+
+
+class Batch(NamedTuple):
+    arrays: dict[str, jax.Array]  # the global batch, on the devices
+    stop: bool  # this process's SIGTERM flag when the batch was drawn
+
+
+class DevicePrefetch:
+    """Global batches put on the devices ahead of the step that consumes them.
+
+    ``take()`` returns the next batch; ``fill()`` (called right after a step is
+    dispatched) draws and transfers batches until ``depth`` are waiting, so the
+    transfers overlap the running step. Drawing happens on the calling (main)
+    thread: each batch carries ``stop_flag()`` (the SIGTERM flag) as it was when it was
+    drawn, as its ``stop`` field too. ``depth`` 0 transfers each batch when it is taken.
+    """
+
+    def __init__(self, local_batches: Iterator[dict], mesh, stop_flag: Callable[[], bool], *,
+                 depth: int, remaining: int) -> None:
+        self._local = local_batches
+        self._sharding = batch_sharding(mesh)
+        self._stop_flag = stop_flag
+        self.depth = depth
+        self._remaining = remaining  # batches still to draw
+        self._queue: collections.deque[Batch] = collections.deque()
+        self.seconds = 0.0  # host time spent drawing and transferring
+
+    def _draw(self) -> None:
+        started = time.perf_counter()
+        local = {k: v for k, v in next(self._local).items() if k in BATCH_FIELDS}
+        stop = self._stop_flag()
+        local["stop"] = np.full(len(local["label"]), stop, np.int32)
+        arrays = {k: jax.make_array_from_process_local_data(self._sharding, v)
+                  for k, v in local.items()}
+        self._queue.append(Batch(arrays, stop))
+        self._remaining -= 1
+        self.seconds += time.perf_counter() - started
+
+    def fill(self) -> None:
+        while len(self._queue) < self.depth and self._remaining > 0:
+            self._draw()
+
+    def take(self) -> Batch:
+        if not self._queue:
+            self._draw()
+        return self._queue.popleft()
