@@ -75,6 +75,8 @@ def default_config() -> ml_collections.ConfigDict:
             "online_probe": False,  # SimCLR's linear probe on stop-gradient features
             "skip_nonfinite": False,  # skip NaN/inf steps instead of stopping
             "prefetch": 2,  # global batches put on the devices ahead of the running step
+            # Gradient caching: examples per device per micro-batch (0: off); BN normalises per micro-batch (ghost BN).
+            "micro_batch_size": 0,
             # JAX's persistent compilation cache: "auto" (JAX's own if set, else
             # ~/.cache/contrastive_jax/jax_compilation_cache), a directory, or "" (leave off).
             "compilation_cache_dir": "auto",

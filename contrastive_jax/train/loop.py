@@ -448,7 +448,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         with open(os.path.join(workdir, CONFIG_FILE), "w", encoding="utf-8") as f:
             f.write(config.to_json_best_effort(indent=2))
 
-    step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
+    step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh,
+                              micro_batch_size=config.train.get("micro_batch_size"))
     record = jax.device_put(nonfinite_record(terms, skipped), replicated(mesh))
     batches = _DevicePrefetch(
         data_lib.make_pretrain_iterator(
