@@ -59,6 +59,7 @@ from contrastive_jax.train.checkpoint import (
     abstract_like,
     structure_signature,
 )
+from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.logging import CollapseDetector, MetricLogger
 from contrastive_jax.train.step import (
     PretrainModel,
@@ -409,6 +410,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         patience=int(config.train.get("collapse_patience", 3)),
         after_step=_warmup_steps(config.optimizer, steps_per_epoch),
     )
+    knn = (KnnMonitor(config, source, total_steps=total_steps)
+           if config.train.get("eval_every") else None)  # the online kNN monitor, or None
     # Only now, with the config and the data checked, is the work directory created: a run
     # refused for its config or input leaves nothing behind.
     workdir = _prepare_workdir(workdir)
@@ -566,6 +569,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
             if is_log:
                 last = dict(values)
                 last.update(logger.throughput(done))
+                if knn is not None and knn.due(done):  # its time left out of the throughput
+                    last.update(knn(state, graphdef, rest))
+                    logger.start_clock(done)
                 last["skipped_steps"] = float(skipped)
                 if first_log:  # how long the step took to build, once per run
                     last.update({k: float(v) for k, v in timing.items()})
