@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +16,9 @@ from contrastive_jax.errors import ConfigError
 from contrastive_jax.models import MLP, ContrastiveModel, LinearHead
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import grad_cache, loop, objective
+from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.step import make_train_step
+from tests.train import runs
 from tests.train.tiny import tiny_config
 
 
@@ -105,3 +110,17 @@ def test_bad_micro_batch_size_names_the_field(size, message):
     with pytest.raises(ConfigError, match=rf"config\.train\.micro_batch_size.*{message}"):
         grad_cache.num_micro_batches(8, size)
     assert grad_cache.num_micro_batches(8, 0) == grad_cache.num_micro_batches(8, None) == 0
+
+
+def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path):
+    """BN and dropout (the tiny conv encoder), 2 micro-batches per device: exact resume."""
+    config = runs.tiny_config(total_steps=4, checkpoint_every=2)
+    config.train.micro_batch_size = 2  # 32 examples over 8 devices: 2 micro-batches of 2
+    reference, resumed = str(tmp_path / "reference"), str(tmp_path / "resumed")
+    with runs.tiny_encoder():
+        loop.train(config, reference)
+        shutil.copytree(reference, resumed)
+        shutil.rmtree(os.path.join(resumed, CHECKPOINT_DIR, "4"))
+        assert runs.checkpoint_steps(resumed) == [2]
+        assert loop.train(config, resumed)["start_step"] == 2
+    runs.assert_same_state(runs.read_state(reference, 4), runs.read_state(resumed, 4))
