@@ -52,7 +52,7 @@ from contrastive_jax import data as data_lib
 from contrastive_jax import models
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import objective, optim
+from contrastive_jax.train import grad_cache, objective, optim
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
     CheckpointError,
@@ -410,6 +410,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, sigterm: _SigtermFla
         patience=int(config.train.get("collapse_patience", 3)),
         after_step=_warmup_steps(config.optimizer, steps_per_epoch),
     )
+    grad_cache.num_micro_batches(  # a bad micro_batch_size fails here, before the workdir exists
+        global_batch // jax.device_count(), config.train.get("micro_batch_size"))
     knn = (KnnMonitor(config, source, total_steps=total_steps)
            if config.train.get("eval_every") else None)  # the online kNN monitor, or None
     # Only now, with the config and the data checked, is the work directory created: a run

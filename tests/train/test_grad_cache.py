@@ -124,3 +124,11 @@ def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path):
         assert runs.checkpoint_steps(resumed) == [2]
         assert loop.train(config, resumed)["start_step"] == 2
     runs.assert_same_state(runs.read_state(reference, 4), runs.read_state(resumed, 4))
+
+
+def test_a_bad_micro_batch_size_stops_the_run_before_the_workdir_exists(tmp_path):
+    config = tiny_config()
+    config.train.micro_batch_size = 3  # 64 examples over 8 devices: 8 per device
+    with pytest.raises(ConfigError, match=r"micro_batch_size.*must divide the 8 examples"):
+        loop.train(config, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run")
