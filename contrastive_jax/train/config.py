@@ -87,6 +87,13 @@ def default_config() -> ml_collections.ConfigDict:
             "online_probe": False,  # SimCLR's linear probe on stop-gradient features
             "skip_nonfinite": False,  # skip NaN/inf steps instead of stopping
             "prefetch": 2,  # global batches put on the devices ahead of the running step
+            # Gradient caching: examples/device per micro-batch (0: off); BN becomes ghost BN.
+            "micro_batch_size": 0,
+            "eval_every": 0,  # steps between online kNN evaluations (a multiple of log_every); 0: off
+            "knn_k": 20,  # neighbours of the online kNN monitor (Wu et al. 2018)
+            "knn_temperature": 0.07,  # tau of the kNN monitor's neighbour weights exp(s / tau)
+            "knn_bank_size": 10_000,  # class-balanced training examples in the kNN bank; 0: all
+            "knn_query_size": 2_000,  # held-out queries of the kNN monitor; 0: the whole split
             # JAX's persistent compilation cache: "auto" (JAX's own if set, else
             # ~/.cache/contrastive_jax/jax_compilation_cache), a directory, or "" (leave off).
             "compilation_cache_dir": "auto",

@@ -48,12 +48,15 @@ class Input(NamedTuple):
       batches: ``batches(start_step)`` yields this process's rows of every global batch
         from ``start_step`` on: ``views`` float [b, V, H, W, C], ``label`` int [b],
         ``index`` int [b] and optionally ``metadata`` float [b, p].
+      source: the dataset's :class:`contrastive_jax.data.Source` (its splits, for the
+        online kNN monitor); None for synthetic data.
     """
 
     name: str
     num_examples: int
     num_classes: int
     batches: Callable[[int], Iterator[dict[str, np.ndarray]]]
+    source: Any = None
 
 
 def load_input(config: Any) -> Input:
@@ -67,7 +70,8 @@ def load_input(config: Any) -> Input:
             config.data, seed=config.seed, start_step=start_step, source=source
         )
 
-    return Input(source.name, source.split("train").num_examples, source.num_classes, batches)
+    return Input(source.name, source.split("train").num_examples, source.num_classes, batches,
+                 source)
 
 
 def synthetic_input(data_config: Any, *, seed: int) -> Input:

@@ -50,7 +50,7 @@ from etils import epath
 
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import inputs, objective, paths, runtime
+from contrastive_jax.train import grad_cache, inputs, objective, paths, runtime
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
     CheckpointError,
@@ -58,6 +58,7 @@ from contrastive_jax.train.checkpoint import (
     structure_signature,
 )
 from contrastive_jax.train.config import check_config
+from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger
 from contrastive_jax.train.step import (
     build_model,  # noqa: F401 - part of the loop's interface (loop.build_model)
@@ -114,6 +115,8 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         mesh = make_mesh()
         train_input = inputs.load_input(config)
         plan = _Plan(config, train_input)
+        knn = KnnMonitor(config, train_input.source, total_steps=plan.total_steps) if (
+            config.train.eval_every) else None  # the online kNN monitor
         workdir = _prepare_workdir(workdir)
         graphdef, rest, tx, schedule, state = init_state(
             config, train_input.num_classes, steps_per_epoch=plan.steps_per_epoch,
@@ -131,7 +134,8 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         meta = {"seed": int(config.seed), "num_classes": train_input.num_classes,
                 "model": _model_fingerprint(config), "state_signature": signature}
 
-        step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
+        step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh,
+                                  micro_batch_size=config.train.micro_batch_size)
         guard = _NonFiniteGuard(terms, mesh, checkpointer, skipped,
                                 skip=config.train.skip_nonfinite)
         logger = MetricLogger(workdir, total_steps=plan.total_steps, start_step=start_step,
@@ -188,6 +192,9 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                     last = {**values, **logger.throughput(done), "skipped_steps": float(skipped)}
                     last.update({k: float(v) for k, v in unlogged.items()})
                     unlogged = {}  # how long the step took to build: logged once per run
+                    if knn is not None and knn.due(done):  # its time left out of img/s
+                        last.update(knn(state, graphdef, rest))
+                        logger.start_clock(done)
                     logger.write(done, last)
                     warning = plan.collapse.update(done, last.get("uniformity", float("nan")))
                     if warning:
@@ -233,6 +240,9 @@ class _Plan:
         self.total_steps = int(config.train.total_steps
                                or config.train.epochs * self.steps_per_epoch)
         self.profile = runtime.profile_range(config.train.profile_steps, self.total_steps)
+        # A bad micro_batch_size fails here, before the work directory exists.
+        grad_cache.num_micro_batches(self.global_batch // jax.device_count(),
+                                     config.train.micro_batch_size)
         if config.train.prefetch < 0:
             raise ConfigError(
                 f"config.train.prefetch must be >= 0 batches, got {config.train.prefetch}"

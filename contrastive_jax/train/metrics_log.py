@@ -18,6 +18,8 @@ METRICS_FILE = "metrics.jsonl"
 _BAR_FIELDS = {
     "loss": "loss",
     "learning_rate": "lr",
+    "probe_accuracy": "probe",
+    "knn_top1": "knn",
     "images_per_s": "img/s",
     "images_per_s_per_device": "img/s/dev",
 }

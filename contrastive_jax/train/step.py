@@ -24,7 +24,7 @@ from contrastive_jax import metrics, models
 from contrastive_jax.data import mixing as mixing_lib
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
-from contrastive_jax.train import objective, optim
+from contrastive_jax.train import grad_cache, objective, optim
 
 Array = jax.Array
 
@@ -168,6 +168,8 @@ def make_train_step(
     terms: list[objective.Term],
     schedule: optax.Schedule,
     mesh: Mesh,
+    *,
+    micro_batch_size: int | None = None,
 ) -> Callable[..., tuple]:
     """Builds ``step(state, batch[, nonfinite]) -> (state, metrics[, nonfinite])``, jitted.
 
@@ -205,6 +207,14 @@ def make_train_step(
     (deterministic per step, so resume stays exact), and the terms get the mixed,
     smoothed targets as ``Targets.soft_label``. The online probe, if any, still
     trains on the rows' own labels.
+
+    ``micro_batch_size`` (``config.train.micro_batch_size``; None or 0: off) is the examples
+    per device of each micro-batch of gradient caching
+    (:mod:`contrastive_jax.train.grad_cache`): the device's rows are embedded in
+    ``b / micro_batch_size`` micro-batches whose activations are recomputed in the backward
+    pass, so the step's activation memory is that of one micro-batch while the loss still
+    sees the global batch. The gradient is the plain step's for networks without batch
+    statistics; batch norm normalises each micro-batch with its own statistics.
     """
     batch_keys = ("views", "label", "index", "metadata")
     mix = objective.batch_mixing(terms)
@@ -233,7 +243,13 @@ def make_train_step(
                 mixup_prob=mix.mixup_prob, switch_prob=mix.switch_prob,
                 label_smoothing=mix.label_smoothing, axis_name=DATA_AXIS,
             )
-        features, projections = model.network(rows)
+        micro = grad_cache.num_micro_batches(b, micro_batch_size)
+        if micro:
+            features, projections = grad_cache.embed(
+                model.network, rows, num_micro_batches=micro, key=device_key
+            )
+        else:
+            features, projections = model.network(rows)
         if mix is not None and projections.shape[-1] != mix.num_classes:
             raise ConfigError(
                 f"config.loss.mixing.num_classes={mix.num_classes}, but the head outputs "

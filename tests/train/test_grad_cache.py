@@ -1,0 +1,134 @@
+"""Gradient caching (``config.train.micro_batch_size``): the micro-batched step is the plain step."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from contrastive_jax import data
+from contrastive_jax.errors import ConfigError
+from contrastive_jax.models import MLP, ContrastiveModel, LinearHead
+from contrastive_jax.parallel import make_mesh, replicated
+from contrastive_jax.train import grad_cache, loop, objective
+from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
+from contrastive_jax.train.step import make_train_step
+from tests.train import runs
+from tests.train.tiny import tiny_config
+
+
+def _vit_config(loss: str):
+    """ViT-Ti/4 on 16 px digits (no batch statistics, no dropout), a linear head, SGD."""
+    config = tiny_config(name=loss)
+    config.model.encoder.name = "vit_ti4"
+    config.model.encoder.image_size = 16
+    config.model.head.name = "linear"
+    config.optimizer.name = "sgd"
+    config.optimizer.base_learning_rate = 0.5
+    config.optimizer.warmup_epochs = 0
+    return config
+
+
+def _steps(config, micro_batch_size, batch_np, num_steps=1):
+    mesh = make_mesh(8)
+    graphdef, rest, tx, schedule, state = loop.init_state(
+        config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
+    )
+    state = jax.device_put(state, replicated(mesh))
+    step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
+                           mesh, micro_batch_size=micro_batch_size)
+    losses = []
+    for _ in range(num_steps):
+        state, logged = step(state, data.make_global_batch(batch_np, mesh))
+        losses.append(float(logged["loss"]))
+    return jax.device_get(state), jax.device_get(logged), losses
+
+
+def _batch(config):
+    batch = next(data.make_pretrain_iterator(config.data, seed=0, start_step=0))
+    return {k: batch[k] for k in ("views", "label", "index")}
+
+
+@pytest.mark.parametrize("loss", ["sincere", "nt_xent+supcon"])
+def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss):
+    config = _vit_config(loss)
+    batch = _batch(config)
+    plain, logged_plain, _ = _steps(config, None, batch)
+    cached, logged_cached, _ = _steps(config, 2, batch)  # 4 micro-batches of 2 examples
+    for key in ("loss", "probe_loss", "grad_norm", "alignment"):
+        np.testing.assert_allclose(logged_cached[key], logged_plain[key], rtol=1e-5, atol=1e-6)
+    assert logged_plain["grad_norm"] > 1e-3  # the step moves the parameters
+    for a, b in zip(jax.tree.leaves(cached.params), jax.tree.leaves(plain.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_micro_batched_step_trains_a_batch_norm_resnet_in_bfloat16_with_lars():
+    config = tiny_config(name="sincere")  # ResNet-18 (width 1/8) with BN in encoder and head
+    config.model.encoder.dtype = "bfloat16"
+    config.model.head.dtype = "bfloat16"
+    config.optimizer.name = "lars"
+    config.optimizer.base_learning_rate = 0.3
+    initial = jax.device_get(loop.init_state(
+        config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6)[-1])
+    state, logged, losses = _steps(config, 4, _batch(config), num_steps=5)
+    assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.05, losses
+    assert logged["finite"] == 1.0
+    moved = [np.abs(a - b).max() for a, b in zip(
+        jax.tree.leaves(state.batch_stats), jax.tree.leaves(initial.batch_stats), strict=True)]
+    assert min(moved) > 0  # every running statistic was updated
+
+
+def test_embed_matches_the_network_and_its_gradient():
+    net = ContrastiveModel(MLP(3, (8, 4), rngs=nnx.Rngs(0)), LinearHead(4, 2, rngs=nnx.Rngs(1)))
+    graphdef, params = nnx.split(net)
+    x = jax.random.normal(jax.random.key(2), (12, 3))
+    w = jax.random.normal(jax.random.key(3), (12, 2))
+
+    def loss(params, micro):
+        net = nnx.merge(graphdef, params)
+        if micro:
+            _, z = grad_cache.embed(net, x, num_micro_batches=micro, key=jax.random.key(0))
+        else:
+            _, z = net(x)
+        return jnp.sum(jnp.tanh(z) * w) + jnp.sum(z) ** 2  # couples all rows
+
+    want = jax.grad(loss)(params, 0)
+    for micro in (1, 3, 12):
+        got = jax.grad(loss)(params, micro)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size, message", [(3, "must divide"), (-2, "positive int"),
+                                           (2.5, "positive int")])
+def test_bad_micro_batch_size_names_the_field(size, message):
+    with pytest.raises(ConfigError, match=rf"config\.train\.micro_batch_size.*{message}"):
+        grad_cache.num_micro_batches(8, size)
+    assert grad_cache.num_micro_batches(8, 0) == grad_cache.num_micro_batches(8, None) == 0
+
+
+def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path):
+    """BN and dropout (the tiny conv encoder), 2 micro-batches per device: exact resume."""
+    config = runs.tiny_config(total_steps=4, checkpoint_every=2)
+    config.train.micro_batch_size = 2  # 32 examples over 8 devices: 2 micro-batches of 2
+    reference, resumed = str(tmp_path / "reference"), str(tmp_path / "resumed")
+    with runs.tiny_encoder():
+        loop.train(config, reference)
+        shutil.copytree(reference, resumed)
+        shutil.rmtree(os.path.join(resumed, CHECKPOINT_DIR, "4"))
+        assert runs.checkpoint_steps(resumed) == [2]
+        assert loop.train(config, resumed)["start_step"] == 2
+    runs.assert_same_state(runs.read_state(reference, 4), runs.read_state(resumed, 4))
+
+
+def test_a_bad_micro_batch_size_stops_the_run_before_the_workdir_exists(tmp_path):
+    config = tiny_config()
+    config.train.micro_batch_size = 3  # 64 examples over 8 devices: 8 per device
+    with pytest.raises(ConfigError, match=r"micro_batch_size.*must divide the 8 examples"):
+        loop.train(config, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run")

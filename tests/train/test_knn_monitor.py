@@ -1,0 +1,95 @@
+"""The online kNN monitor: its top-1 is the weighted kNN of the encoder's features, logged."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from contrastive_jax import data, embed
+from contrastive_jax.errors import ConfigError
+from contrastive_jax.eval.knn import knn_scores
+from contrastive_jax.train import loop
+from contrastive_jax.train.knn_monitor import KnnMonitor
+from tests.train import runs
+from tests.train.tiny import tiny_config
+
+
+def _config(**train):
+    config = tiny_config()
+    config.train.eval_every = 2
+    config.train.update(train)
+    return config
+
+
+def _state(config):
+    graphdef, rest, _, _, state = loop.init_state(
+        config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
+    )
+    return graphdef, rest, state
+
+
+def test_top1_is_the_weighted_knn_of_the_eval_mode_features():
+    config = _config(knn_bank_size=0, knn_query_size=0)  # the whole train and test splits
+    source = data.load_source(config.data)
+    monitor = KnnMonitor(config, source, total_steps=6)
+    assert monitor.sizes == {"bank": 1437, "query": 360} and monitor.queries_from == "test"
+    graphdef, rest, state = _state(config)
+    got = monitor(state, graphdef, rest)
+    model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
+    model.eval()
+    bank = embed.embed_split(model.network, config.data, "train", source=source)
+    test = embed.embed_split(model.network, config.data, "test", source=source)
+    scores = knn_scores(bank.features, bank.labels, test.features, num_classes=10, k=20,
+                        temperature=0.07)
+    want = np.mean(np.argmax(scores, 1) == test.labels)
+    assert abs(got["knn_top1"] - want) <= 1 / 360 + 1e-9  # one tie broken another way at most
+    assert got["knn_top1"] > 0.3  # random conv features of digits: far above chance (0.1)
+    assert got["knn_seconds"] > 0
+
+
+def test_without_a_test_split_queries_are_training_examples_outside_the_bank():
+    config = _config(knn_bank_size=500, knn_query_size=200)
+    source = data.load_source(config.data)
+    source = dataclasses.replace(source, splits={"train": source.split("train")})
+    monitor = KnnMonitor(config, source, total_steps=6)
+    bank, query = monitor.bank_split, monitor.query_split
+    assert monitor.queries_from == "train"
+    assert (bank.num_examples, query.num_examples) == (500, 200)
+    assert not set(bank.example_ids()) & set(query.example_ids())
+    assert np.bincount(bank.labels, minlength=10).min() == 50  # class-balanced
+    graphdef, rest, state = _state(config)
+    assert 0.3 < monitor(state, graphdef, rest)["knn_top1"] <= 1.0
+
+
+@pytest.mark.parametrize("train, message", [
+    ({"eval_every": 3}, "multiple of config.train.log_every"),
+    ({"eval_every": -2}, "eval_every"),
+    ({"knn_k": 600, "knn_bank_size": 500}, "knn_k=600"),
+    ({"knn_temperature": 0.0}, "knn_temperature"),
+    ({"knn_query_size": -1}, "knn_query_size"),
+])
+def test_bad_monitor_config_is_named(train, message):
+    config = _config(**train)
+    with pytest.raises(ConfigError, match=message):
+        KnnMonitor(config, data.load_source(config.data), total_steps=6)
+
+
+def test_the_loop_logs_knn_top1_and_its_cost_at_eval_steps(tmp_path):
+    config = runs.tiny_config(total_steps=4, checkpoint_every=4)
+    config.train.log_every = 1
+    config.train.eval_every = 2
+    config.train.online_probe = True
+    config.train.knn_bank_size = 300
+    config.train.knn_query_size = 100
+    with runs.tiny_encoder():
+        loop.train(config, str(tmp_path))
+    records = runs.metrics(str(tmp_path))
+    evaluated = [r["step"] for r in records if "knn_top1" in r]
+    assert evaluated == [2, 4]
+    for r in records:
+        if "knn_top1" in r:
+            assert 0.0 <= r["knn_top1"] <= 1.0 and r["knn_seconds"] > 0
+            assert "probe_accuracy" in r
