@@ -30,6 +30,7 @@ need no TensorFlow (the training step imports :mod:`.mixing`).
 """
 
 import importlib
+import importlib.util
 
 from contrastive_jax._extras import require
 from contrastive_jax.errors import CorruptImageError
@@ -66,7 +67,11 @@ _PIPELINE = ("ml_collections", "tensorflow", "tensorflow_datasets", "sklearn")
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        if importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        # A submodule (``data.digits``), loaded on first use like the names.
+        require("contrastive_jax.data", _NEEDS.get(name, _PIPELINE))
+        return importlib.import_module(f"{__name__}.{name}")
     require("contrastive_jax.data", _NEEDS.get(module, _PIPELINE))
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
