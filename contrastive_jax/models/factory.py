@@ -158,7 +158,9 @@ def _resolve(config: Any, defaults: dict[str, Any], kind: str) -> dict[str, Any]
     return values
 
 
-def create_encoder(config: Any, *, rngs: nnx.Rngs) -> nnx.Module:
+def create_encoder(
+    config: Any, *, rngs: nnx.Rngs
+) -> SmallCNN | MLP | ResNet | VisionTransformer:
     """Build the encoder named by ``config.name`` (fields: see the module docstring).
 
     The encoder maps NHWC images [B, H, W, 3] (``mlp``: vectors [B, in_features]) to

@@ -88,7 +88,9 @@ class Checkpointer:
       asynchronous: write in a background thread (the caller continues training).
     """
 
-    def __init__(self, workdir: str, *, max_to_keep: int = 3, asynchronous: bool = True) -> None:
+    def __init__(
+        self, workdir: str | os.PathLike, *, max_to_keep: int = 3, asynchronous: bool = True
+    ) -> None:
         if max_to_keep < 1:
             raise ValueError(f"checkpoint max_to_keep must be >= 1, got {max_to_keep}")
         self.directory = checkpoint_dir(workdir)

@@ -221,6 +221,7 @@ def dry_run(
     Raises:
       ValueError: a bad argument (naming it), or a config the step cannot be built for
         (:class:`~contrastive_jax.errors.ConfigError`).
+      RuntimeError: the backend gives no memory or cost analysis of the compiled step.
     """
     from contrastive_jax.train import loop, objective
     from contrastive_jax.train.step import make_train_step, nonfinite_record
@@ -272,6 +273,8 @@ def dry_run(
 
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
+    if memory is None or cost is None:
+        raise RuntimeError(f"the {target} backend gives no memory or cost analysis of the step")
     if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
         cost = cost[0]
     flops = float(cost.get("flops", 0.0))

@@ -117,7 +117,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         plan = _Plan(config, train_input)
         knn = KnnMonitor(config, train_input.source, total_steps=plan.total_steps) if (
             config.train.eval_every) else None  # the online kNN monitor
-        workdir = _prepare_workdir(workdir)
+        directory = _prepare_workdir(workdir)
         graphdef, rest, tx, schedule, state = init_state(
             config, train_input.num_classes, steps_per_epoch=plan.steps_per_epoch,
             global_batch_size=plan.global_batch, total_steps=plan.total_steps,
@@ -126,11 +126,11 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         signature = structure_signature(state)
 
         # Restore the newest readable checkpoint, if any.
-        checkpointer = Checkpointer(workdir, max_to_keep=config.train.keep_checkpoints)
+        checkpointer = Checkpointer(directory, max_to_keep=config.train.keep_checkpoints)
         state, skipped = _restore(checkpointer, state, config, signature)
         start_step = int(state.step)
         if jax.process_index() == 0:
-            (workdir / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
+            (directory / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
         meta = {"seed": int(config.seed), "num_classes": train_input.num_classes,
                 "model": _model_fingerprint(config), "state_signature": signature}
 
@@ -138,11 +138,11 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                   micro_batch_size=config.train.micro_batch_size)
         guard = _NonFiniteGuard(terms, mesh, checkpointer, skipped,
                                 skip=config.train.skip_nonfinite)
-        logger = MetricLogger(workdir, total_steps=plan.total_steps, start_step=start_step,
+        logger = MetricLogger(directory, total_steps=plan.total_steps, start_step=start_step,
                               images_per_step=plan.global_batch)
         if start_step:
-            logger.message(f"resumed from the checkpoint at step {start_step} in {workdir}")
-        profiler = runtime.Profiler(plan.profile, workdir / TENSORBOARD_DIR)
+            logger.message(f"resumed from the checkpoint at step {start_step} in {directory}")
+        profiler = runtime.Profiler(plan.profile, directory / TENSORBOARD_DIR)
         # With several processes the stop flag is read from the devices, one step late.
         agree_late = _several_processes()
         pending_stop = None  # that flag of the previous step, on the devices
@@ -217,7 +217,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         checkpointer.close()
         return _summary(plan, start_step, last, skipped, times, batches.seconds, timing,
                         started=started, clock=clock, loop_end=loop_end,
-                        workdir=str(workdir), cache_dir=cache_dir)
+                        workdir=str(directory), cache_dir=cache_dir)
 
 
 class _Plan:

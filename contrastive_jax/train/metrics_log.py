@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+from typing import IO, TYPE_CHECKING
 
 import jax
 from tqdm.auto import tqdm
 
 from contrastive_jax.train import paths
+
+if TYPE_CHECKING:
+    from tensorboardX import SummaryWriter
 
 METRICS_FILE = "metrics.jsonl"
 #: Scalars shown on the progress bar, under shorter names.
@@ -40,7 +45,7 @@ class MetricLogger:
 
     def __init__(
         self,
-        workdir: str,
+        workdir: str | os.PathLike,
         *,
         total_steps: int,
         start_step: int,
@@ -53,9 +58,9 @@ class MetricLogger:
         self.num_devices = jax.device_count() if num_devices is None else num_devices
         self._last_time = time.perf_counter()
         self._last_step = start_step
-        self._writer = None
-        self._jsonl = None
-        self._bar = None
+        self._writer: SummaryWriter | None = None
+        self._jsonl: IO[str] | None = None
+        self._bar: tqdm | None = None
         if not self.enabled:
             return
         from tensorboardX import SummaryWriter, record_writer
@@ -86,18 +91,19 @@ class MetricLogger:
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         """Logs ``scalars`` at ``step`` to every sink and updates the progress bar."""
-        if not self.enabled:
+        jsonl, writer, bar = self._jsonl, self._writer, self._bar
+        if jsonl is None or writer is None or bar is None:  # not enabled
             return
         record = {"step": int(step), "time": time.time()}
         record.update({k: float(v) for k, v in scalars.items()})
-        self._jsonl.write(json.dumps(record) + "\n")
-        self._jsonl.flush()
+        jsonl.write(json.dumps(record) + "\n")
+        jsonl.flush()
         for key, value in scalars.items():
-            self._writer.add_scalar(key, float(value), int(step))
+            writer.add_scalar(key, float(value), int(step))
         shown = {short: f"{float(scalars[k]):.4g}" for k, short in _BAR_FIELDS.items()
                  if k in scalars}
-        self._bar.set_postfix(shown, refresh=False)
-        self._bar.update(int(step) - self._bar.n)
+        bar.set_postfix(shown, refresh=False)
+        bar.update(int(step) - bar.n)
 
     def message(self, text: str) -> None:
         """A line on the console that does not break the progress bar."""
@@ -107,12 +113,12 @@ class MetricLogger:
     def warning(self, text: str) -> None:
         """A warning on the console above the progress bar and in the log (``logging``)."""
         logging.warning("%s", text)
-        if self.enabled:
+        if self._bar is not None:  # enabled
             tqdm.write(f"warning: {text}")
             self._bar.set_description("collapsed?", refresh=False)
 
     def close(self) -> None:
-        if not self.enabled:
+        if self._jsonl is None or self._writer is None or self._bar is None:  # not enabled
             return
         self._bar.close()
         self._writer.close()

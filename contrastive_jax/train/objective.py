@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -80,7 +80,7 @@ class Mixing(NamedTuple):
 
 
 #: Every field of ``config.loss`` and its default (see the module docstring).
-LOSS_DEFAULTS = {
+LOSS_DEFAULTS: dict[str, Any] = {
     "name": "sincere",  # a loss of contrastive_jax.losses or a term of .terms; "a+b": a sum
     "weights": (),  # one weight per term; empty: 1.0 each
     "temperature": None,  # None: each loss's own default; a number: every term's temperature
@@ -172,7 +172,13 @@ def parse_mixing(loss_config) -> Mixing | None:
                 f"config.loss.mixing.{name} must be >= 0 (0 switches it off), got "
                 f"{getattr(mixing, name)!r}"
             )
-    return mixing._replace(**{f: float(getattr(mixing, f)) for f in Mixing._fields[1:]})
+    return mixing._replace(
+        label_smoothing=float(mixing.label_smoothing),
+        mixup_alpha=float(mixing.mixup_alpha),
+        cutmix_alpha=float(mixing.cutmix_alpha),
+        mixup_prob=float(mixing.mixup_prob),
+        switch_prob=float(mixing.switch_prob),
+    )
 
 
 def batch_mixing(terms: list[Term]) -> Mixing | None:
@@ -210,9 +216,9 @@ def parse_terms(loss_config) -> list[Term]:
         raise ConfigError(f"config.loss.targets names losses that are not terms: {sorted(unknown)}")
     for name, target in overrides.items():
         paired = name in losses.names() and losses.second_argument(name) == "paired_embeddings"
-        choices = PAIRINGS if paired else Targets._fields
-        if target not in choices:
-            raise ConfigError(f"config.loss.targets.{name}={target!r} is not one of {choices}")
+        allowed = PAIRINGS if paired else Targets._fields
+        if target not in allowed:
+            raise ConfigError(f"config.loss.targets.{name}={target!r} is not one of {allowed}")
     mixing = parse_mixing(loss_config)
     if mixing is not None:
         other = [n for n in names if n not in SOFT_LABEL_TERMS]

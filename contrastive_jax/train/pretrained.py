@@ -36,13 +36,13 @@ def locate_checkpoint(path: str) -> tuple[str, int | None]:
 
     Local or ``gs://`` (:mod:`.paths`); a local path is made absolute.
     """
-    path = paths.as_path(path)
-    if (path / loop.CONFIG_FILE).is_file():
-        return str(path), None
-    if re.fullmatch(r"\d+", path.name) and path.parent.name == CHECKPOINT_DIR:
-        return str(path.parent.parent), int(path.name)
+    location = paths.as_path(path)
+    if (location / loop.CONFIG_FILE).is_file():
+        return str(location), None
+    if re.fullmatch(r"\d+", location.name) and location.parent.name == CHECKPOINT_DIR:
+        return str(location.parent.parent), int(location.name)
     raise FileNotFoundError(
-        f"{path} is neither a pretraining work directory (with {loop.CONFIG_FILE}) nor a "
+        f"{location} is neither a pretraining work directory (with {loop.CONFIG_FILE}) nor a "
         f"checkpoint directory <workdir>/{CHECKPOINT_DIR}/<step>"
     )
 

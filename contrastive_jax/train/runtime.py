@@ -16,6 +16,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import jax
 from etils import epath
@@ -35,9 +38,9 @@ class SigtermFlag:
 
     def __init__(self) -> None:
         self.raised = False
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> SigtermFlag:
         try:
             self._previous = signal.signal(signal.SIGTERM, self._handle)
         except ValueError:  # not the main thread: leave signals alone
@@ -100,17 +103,17 @@ class CompileTimer:
         self.compile_seconds = 0.0
         self.cache_hits = 0
 
-    def _duration(self, event: str, seconds: float, **kwargs) -> None:
+    def _duration(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event in self._TRACE:
-            self.trace_seconds += seconds
+            self.trace_seconds += duration_secs
         elif event == self._COMPILE:
-            self.compile_seconds += seconds
+            self.compile_seconds += duration_secs
 
-    def _event(self, event: str, **kwargs) -> None:
+    def _event(self, event: str, **kwargs: str | int) -> None:
         if event == "/jax/compilation_cache/cache_hits":
             self.cache_hits += 1
 
-    def __enter__(self):
+    def __enter__(self) -> CompileTimer:
         jax.monitoring.register_event_duration_secs_listener(self._duration)
         jax.monitoring.register_event_listener(self._event)
         return self
@@ -170,7 +173,7 @@ class Profiler:
 
     def after_step(self, done: int, result: jax.Array) -> str | None:
         """Stops the trace once ``result`` of the last traced step is ready; returns a message."""
-        if not (self.active and done == self.steps[1]):
+        if not (self.active and self.steps and done == self.steps[1]):
             return None
         result.block_until_ready()
         self.stop()

@@ -9,7 +9,6 @@ batch) -> gradient of the replicated global loss, taken outside the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -48,7 +47,8 @@ class NonFinite(NamedTuple):
         loss, each ``loss/<term>`` and ``grad_norm``), for the report.
     """
 
-    count: Array
+    # A NamedTuple field may shadow tuple.count (valid at runtime); mypy rejects it.
+    count: Array  # type: ignore[assignment]
     first_step: Array
     first_values: dict[str, Array]
 
@@ -170,7 +170,7 @@ def make_train_step(
     mesh: Mesh,
     *,
     micro_batch_size: int | None = None,
-) -> Callable[..., tuple]:
+) -> jax.stages.Wrapped:
     """Builds ``step(state, batch[, nonfinite]) -> (state, metrics[, nonfinite])``, jitted.
 
     The state (and the record) are donated.
@@ -305,7 +305,7 @@ def make_train_step(
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        kept = jax.tree.map(
+        kept_params, kept_stats, kept_opt_state = jax.tree.map(
             lambda a, b: jnp.where(finite, a, b),
             (params, new_stats, opt_state),
             (state.params, state.batch_stats, state.opt_state),
@@ -316,7 +316,7 @@ def make_train_step(
             grad_norm=grad_norm,
             finite=finite.astype(jnp.float32),
         )
-        new = TrainState(state.step + 1, *kept, state.rng)
+        new = TrainState(state.step + 1, kept_params, kept_stats, kept_opt_state, state.rng)
         if stop is not None:
             logged["stop"] = jnp.max(stop).astype(jnp.float32)
         if nonfinite is None:

@@ -68,7 +68,7 @@ def read_back(directory: epath.Path, step: int, trees: dict[tuple[str, ...], Any
     path = directory / str(step) / "state"
     structure = tuple(sorted(expected)) if isinstance(expected, dict) else None
     with ocp.PyTreeCheckpointer() as reader:
-        tree = trees.get(structure)
+        tree = trees.get(structure) if structure is not None else None
         if tree is None:
             # The handler's, not the checkpointer's: that one also looks for a step's
             # metadata file in the item's directory and warns that there is none.
@@ -250,6 +250,7 @@ def host_checksum(x: np.ndarray) -> int:
     if x.dtype == np.bool_:
         x = x.astype(np.uint8)
     width = x.dtype.itemsize
+    words: np.ndarray
     if width == 8:  # two 32-bit words per element, low word first (as XLA's bitcast on CPU)
         words = x.reshape(x.shape + (1,)).view(np.uint32)
     else:
