@@ -77,7 +77,7 @@ def test_selected_by_config_with_its_own_fields():
     assert encoder(jnp.zeros((2, 8))).shape == (2, 4)
     with pytest.raises(ConfigError, match="in_features"):
         create_encoder({"name": "mlp"}, rngs=nnx.Rngs(0))
-    with pytest.raises(ConfigError, match="unknown encoder config field"):
+    with pytest.raises(ConfigError, match=r"config\.model\.encoder\.widths is not a config field"):
         create_encoder({"name": "resnet18", "widths": (4,)}, rngs=nnx.Rngs(0))
     with pytest.raises(ConfigError, match="widths"):
         create_encoder({"name": "mlp", "in_features": 3, "widths": (0,)}, rngs=nnx.Rngs(0))
