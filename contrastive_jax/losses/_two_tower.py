@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, _docs
 
 Array = jax.Array
 AxisName = _core.AxisName
@@ -357,6 +357,7 @@ _siglip_partition.defvjp(_siglip_partition_fwd, _scaled_bwd)
 
 
 @_core.explicit_sharding
+@_docs.shared_args
 def clip(
     image_embeddings: Array,
     text_embeddings: Array,
@@ -385,13 +386,12 @@ def clip(
         ``image_embeddings``.
       temperature: tau > 0, a number or a (traced) scalar array; it divides the cosine
         similarities once.
-      axis_name: mesh axis name (or tuple of names) the batch is sharded over, when the
-        call sits inside ``jax.shard_map``/``jax.pmap``; both towers are all-gathered.
+      {axis_name}
+        With ``exchange="gather"`` both towers are all-gathered.
       valid: optional bool [N]; False marks a padded pair (neither a positive nor a
         negative of any row).
-      block_size: stream over blocks of this many rows (custom VJP, O(block·N) memory
-        instead of O(N²)); None chooses the dense form up to
-        ``BLOCKWISE_THRESHOLD`` global pairs and streams above.
+      {block_size}
+        The rows here are pairs, streamed by a custom VJP of this module.
       exchange: with ``axis_name``, ``"gather"`` all-gathers both towers; ``"ring"``
         passes the text rows around the devices (``lax.ppermute``) instead, holding
         O(N_local·D) per device rather than O(N·D), and computes both directions in
@@ -440,6 +440,7 @@ def clip(
 
 
 @_core.explicit_sharding
+@_docs.shared_args
 def siglip(
     image_embeddings: Array,
     text_embeddings: Array,
@@ -472,14 +473,13 @@ def siglip(
         ``image_embeddings``.
       temperature: ``1 / t > 0``, a number or a (traced) scalar array.
       bias: ``b``, a finite number or (traced) scalar array.
-      axis_name: mesh axis name (or tuple of names) the batch is sharded over, when the
-        call sits inside ``jax.shard_map``/``jax.pmap``; both towers are all-gathered
-        (each device scores its image rows against every text row).
+      {axis_name}
+        With ``exchange="gather"`` both towers are all-gathered (each device scores its
+        image rows against every text row).
       valid: optional bool [N]; False marks a padded pair (it is in no term, and not
         counted in |B|).
-      block_size: stream over blocks of this many image rows (custom VJP, O(block·N)
-        memory instead of O(N²)); None chooses the dense form up to
-        ``BLOCKWISE_THRESHOLD`` global pairs and streams above.
+      {block_size}
+        The rows here are pairs (blocks of image rows), streamed by a custom VJP.
       exchange: with ``axis_name``, ``"gather"`` all-gathers both towers; ``"ring"``
         passes the text rows around the devices (``lax.ppermute``) instead, holding
         O(N_local·D) per device rather than O(N·D). Same value and gradients.
