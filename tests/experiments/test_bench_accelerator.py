@@ -172,6 +172,7 @@ def test_runs_without_tensorflow_and_ml_collections(smoke, library_without_tenso
 
 
 def test_reference_parts_need_the_reference_files(tmp_path: Path):
+    pytest.importorskip("torch")  # without PyTorch the reference parts fail for that reason
     proc = _run("--smoke", "--parts", "peers", "--supcon-dir", str(tmp_path),
                 "--sincere-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
