@@ -195,3 +195,21 @@ def test_blocked_product_has_the_dense_row_sums(bench):
     assert kind == "blocked"
     np.testing.assert_allclose(np.asarray(blocked(z)).reshape(-1),
                                np.asarray(dense(z)).sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_smoke_without_pytorch_or_reference_files():
+    """The JAX parts alone, as on a machine without PyTorch (CI's): the losses against their
+    product, our step and the numerics run with TensorFlow and ml_collections blocked, and
+    the reference parts say they did not run."""
+    proc = _run("--smoke", "--parts", "losses,step,numerics", "--losses", "supcon",
+                "--block-imports", BLOCKED)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["reference"]["status"].startswith("not run")
+    assert not result["tensorflow_imported"]
+    _check_losses(result, ("supcon",))
+    for r in result["step"]:
+        assert "status" not in r, r
+        assert r["images_per_s"] > 0 and r["flops_per_step"] > 0
+        assert "reference_images_per_s" not in r
+    assert result["numerics"]["supcon_grad_highest"] < 1e-4
