@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 
 
 def quiet_startup() -> None:
@@ -27,6 +28,22 @@ def quiet_startup() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+
+
+def report_error(text: str) -> None:
+    """Writes ``error: <text>`` to stderr on a line of its own, in one write.
+
+    A run that failed can leave threads printing to the same stream after the error
+    reached the main thread: the writers of a checkpoint that failed on a full disk finish
+    their other files and print tracebacks, each in several writes (type, message and
+    newline apart), into a progress bar's unfinished line too. ``print`` writes the
+    text and the newline apart, so its line can land after another writer's unfinished
+    line and begin in its middle. One write that starts with a newline keeps the error
+    line whole and at the start of a line (an empty line before it when nothing
+    interleaved).
+    """
+    sys.stderr.write(f"\nerror: {text}\n")
+    sys.stderr.flush()
 
 
 def _run(module_name: str) -> None:

@@ -31,7 +31,7 @@ that ship with the package are listed by ``python -m contrastive_jax.configs``.
 
 from __future__ import annotations
 
-from contrastive_jax._cli import quiet_startup
+from contrastive_jax._cli import quiet_startup, report_error
 
 quiet_startup()  # before TensorFlow and JAX load
 
@@ -139,27 +139,29 @@ def main(argv: list[str]) -> int:
     from contrastive_jax.train import loop
     from contrastive_jax.train.checkpoint import CheckpointError
 
+    # Errors of the run go through report_error: threads of a failed checkpoint write may
+    # still be printing (see contrastive_jax._cli.report_error).
     try:
         summary = loop.train(_CONFIG.value, _WORKDIR.value)
     except loop.Preempted as err:
         print(str(err), file=sys.stderr)
         return loop.EXIT_PREEMPTED
     except loop.NonFiniteLoss as err:
-        print(f"error: {err}", file=sys.stderr)
+        report_error(str(err))
         return loop.EXIT_NONFINITE
     except CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
+        report_error(str(err))
         return loop.EXIT_CHECKPOINT
     except OSError as err:
         if err.errno not in _DISK_FULL:
-            print(f"error: {err}", file=sys.stderr)
+            report_error(str(err))
             return EXIT_USAGE
-        print(f"error: writing to the work directory {_WORKDIR.value} failed ({err}); is the "
-              "disk full? Checkpoints already written are kept; free space and run again to "
-              "resume", file=sys.stderr)
+        report_error(f"writing to the work directory {_WORKDIR.value} failed ({err}); is the "
+                     "disk full? Checkpoints already written are kept; free space and run "
+                     "again to resume")
         return loop.EXIT_CHECKPOINT
     except (ConfigError, InputError, CorruptImageError, loop.ConfigMismatch) as err:
-        print(f"error: {err}", file=sys.stderr)
+        report_error(str(err))
         return EXIT_USAGE
     print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}, indent=2))
     return 0

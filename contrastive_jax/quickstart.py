@@ -17,7 +17,7 @@ on a bad config, input or work directory, as ``python -m contrastive_jax.pretrai
 
 from __future__ import annotations
 
-from contrastive_jax._cli import quiet_startup
+from contrastive_jax._cli import quiet_startup, report_error
 
 quiet_startup()  # before TensorFlow and JAX load
 
@@ -27,7 +27,6 @@ require("contrastive_jax.quickstart", ("ml_collections", "flax", "optax", "tenso
 
 import json
 import os
-import sys
 from pathlib import Path
 
 from absl import app, flags, logging
@@ -55,7 +54,7 @@ def main(argv: list[str]) -> int:
             _WORKDIR.value, output_dir=_WORKDIR.value, pixel_baseline=True
         )
     except (ConfigError, InputError, CorruptImageError, loop.ConfigMismatch, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        report_error(str(err))
         return 2
     with open(os.path.join(summary["workdir"], RESULTS_FILE), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)

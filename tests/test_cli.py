@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 from contrastive_jax import configs
+from contrastive_jax._cli import report_error
 
 #: Start-up lines of TensorFlow, XLA and JAX a user should not see.
 NOISE = ("cpu_feature_guard", "oneDNN", "Unable to initialize backend", "absl::InitializeLog")
@@ -51,3 +52,26 @@ def test_a_value_error_that_is_a_bug_shows_its_traceback_and_exits_with_1(tmp_pa
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr
     assert "Traceback" in done.stderr and "ValueError: not a config problem" in done.stderr
+
+
+class _SharedStream:
+    """stderr shared with another thread that writes an unfinished line before each of our
+    writes (a traceback's exception type, its ": message" and newline still to come)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += "RuntimeError" + text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_an_error_line_starts_a_line_whatever_another_thread_writes_between(monkeypatch):
+    stream = _SharedStream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    report_error("writing a checkpoint failed (No space left on device)")
+    lines = stream.text.splitlines()
+    assert "error: writing a checkpoint failed (No space left on device)" in lines, stream.text
