@@ -22,6 +22,10 @@ an image are two rows with the same metadata); the RBF kernel is
 The kernel has one isotropic bandwidth ``sigma``; for a diagonal bandwidth per
 metadata column divide each column by its own sigma and pass
 ``sigma=1``.
+
+This module holds the four losses and their dense form; the kernel and the weights
+``P`` and ``Q`` are in :mod:`contrastive_jax.losses._metadata_kernel`, the streamed form
+(many rows, or ``block_size``) in :mod:`contrastive_jax.losses._kernel_streamed`.
 """
 
 from __future__ import annotations
@@ -33,103 +37,15 @@ import jax.numpy as jnp
 
 from contrastive_jax.losses import _blockwise as blockwise
 from contrastive_jax.losses import _core, _docs
+from contrastive_jax.losses import _kernel_streamed as streamed
+from contrastive_jax.losses._metadata_kernel import (
+    check_metadata,
+    conditional_uniformity_weights,
+    kernel_targets,
+    squared_distances,
+)
 
 Array = jax.Array
-
-#: Rows of conditional uniformity with ``1 - Ẑ_i`` below this are dropped (their
-#: weights ``(1 - w_ij) / (1 - Ẑ_i)`` would divide by about zero).
-UNIFORMITY_EPS = 1e-6
-
-
-# --------------------------------------------------------------------------- metadata
-
-
-def check_metadata(metadata: Array, n: int, name: str = "metadata") -> Array:
-    """Checks float metadata [n] or [n, p] and returns it as float32 [n, p]."""
-    if not hasattr(metadata, "ndim") or not hasattr(metadata, "dtype"):
-        raise ValueError(
-            f"`{name}` must be a float array of shape [N] or [N, p], got {type(metadata)!r}"
-        )
-    if metadata.ndim not in (1, 2):
-        raise ValueError(
-            f"`{name}` must have shape [N] or [N, p] (rank 1 or 2), "
-            f"got shape {tuple(metadata.shape)}"
-        )
-    if metadata.shape[0] != n:
-        raise ValueError(
-            f"`{name}` has {metadata.shape[0]} rows but `embeddings` has {n}; they must match"
-        )
-    if not jnp.issubdtype(metadata.dtype, jnp.floating):
-        raise ValueError(f"`{name}` must be a floating-point array, got dtype {metadata.dtype}")
-    if metadata.ndim == 2 and metadata.shape[1] < 1:
-        raise ValueError(f"`{name}` must be non-empty, got shape {tuple(metadata.shape)}")
-    return metadata.reshape(n, -1).astype(jnp.float32)
-
-
-def squared_distances(anchor_metadata: Array, candidate_metadata: Array) -> Array:
-    """``||y_a - y_b||²`` from the differences, exactly 0 for equal rows.
-
-    Shapes: [n, p] x [m, p] -> [n, m].
-    """
-    diff = anchor_metadata[:, None, :] - candidate_metadata[None, :, :]
-    return jnp.sum(jnp.square(diff), axis=-1)
-
-
-def _scaled(sq_dist: Array, sigma: float | Array) -> Array:
-    """``d² / (2 sigma²)``, divided in two steps so a tiny sigma overflows to inf, never NaN."""
-    sigma = jnp.asarray(sigma, jnp.float32)
-    return 0.5 * (sq_dist / sigma) / sigma
-
-
-def kernel_targets(sq_dist: Array, others: Array, sigma: float | Array) -> Array:
-    """Soft targets ``P_ab = softmax_{b in O(a)}(-d²_ab / (2 sigma²))`` (Eq. 1's weights): [n, m].
-
-    The row's smallest distance is subtracted before scaling, so the nearest
-    other row has log-weight exactly 0 and the rest at most 0 (clamped at
-    -BIG): no overflow for any sigma > 0. Rows sum to 1 over ``others``; rows
-    without others and entries outside ``others`` are 0.
-
-    Args:
-      sq_dist: float32 [n, m], ``||y_a - y_b||²``.
-      others: bool [n, m], ``O(a)``.
-      sigma: RBF bandwidth > 0.
-    """
-    nearest = jnp.min(jnp.where(others, sq_dist, jnp.inf), axis=1, keepdims=True)
-    nearest = jnp.where(jnp.isfinite(nearest), nearest, 0.0)
-    log_w = -jnp.minimum(_scaled(sq_dist - nearest, sigma), _core.BIG)
-    targets = jax.nn.softmax(jnp.where(others, log_w, -_core.BIG), axis=1)
-    return jnp.where(others, targets, 0.0)
-
-
-def conditional_uniformity_weights(
-    sq_dist: Array, anchor_valid: Array, candidate_valid: Array, sigma: float | Array
-) -> tuple[Array, Array]:
-    """Repulsion weights ``Q_ij = (1 - w_ij) / (1 - Ẑ_i)`` of conditional uniformity (Eq. 4).
-
-    ``Ẑ_i = (1/M) sum_j w_ij`` over the M valid rows of the batch, j = i included
-    (``docs/losses.md``), so ``sum_j Q_ij = M`` on every kept row. ``1 - w`` is
-    ``-expm1(-d²/(2 sigma²))`` and ``1 - Ẑ_i`` is the mean of those, so neither
-    loses precision when w is close to 1. Rows with ``1 - Ẑ_i < UNIFORMITY_EPS``
-    (every valid row within ~sigma of y_i, e.g. all metadata equal) and padded
-    rows or columns get weight 0. ``Q_ii = 0``, and ``Q_ij = 0`` whenever
-    ``y_i = y_j`` (a row's other view).
-
-    Args:
-      sq_dist: float32 [n, m], ``||y_i - y_j||²``, anchors i against all rows j.
-      anchor_valid: bool [n].
-      candidate_valid: bool [m].
-      sigma: RBF bandwidth > 0.
-
-    Returns:
-      ``(Q, kept)``: float32 [n, m] weights and bool [n] rows with ``Q_i. != 0``.
-    """
-    one_minus_w = -jnp.expm1(-jnp.minimum(_scaled(sq_dist, sigma), _core.BIG))
-    one_minus_w = jnp.where(candidate_valid[None, :], one_minus_w, 0.0)
-    num_valid = jnp.sum(candidate_valid.astype(jnp.float32))
-    one_minus_z = jnp.sum(one_minus_w, axis=1) / jnp.maximum(num_valid, 1.0)
-    kept = anchor_valid & (one_minus_z >= UNIFORMITY_EPS)
-    weights = one_minus_w / jnp.where(kept, one_minus_z, 1.0)[:, None]
-    return jnp.where(kept[:, None], weights, 0.0), kept
 
 
 # --------------------------------------------------------------------------- batch
@@ -264,89 +180,12 @@ def y_aware_infonce(
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
-        return _kernel_streamed(
+        return streamed.streamed_loss(
             "y_aware", embeddings, metadata, temperature, sigma, valid, axis_name, block
         )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
     per_anchor = _alignment_per_anchor(kb, sigma) + _uniformity_per_anchor(kb)
     return _core.valid_anchor_mean(per_anchor, kb.anchor_ok, axis_name)
-
-
-def _kernel_block(kind: str):
-    """Row-block function of y-Aware InfoNCE (``kind="y_aware"``), conditional
-    alignment (``"alignment"``) or global uniformity (``"uniformity"``) for
-    :func:`blockwise.stream_rows`.
-
-    ``(dots [b, m], (tau, sigma), (metadata [b, p], global index, valid) [b],
-    (metadata [m, p], valid [m], number of valid rows))`` -> (loss of each valid
-    anchor, 0 elsewhere [b]; anchor_ok bool [b]). Global uniformity ignores the
-    metadata (a [.., 1] zero column).
-    """
-
-    def block_fn(dots, params, rows, cols):
-        temperature, sigma = params
-        metadata, index, anchor_valid = rows
-        candidate_metadata, candidate_valid, num_valid = cols
-        others = (index[:, None] != jnp.arange(dots.shape[1])[None, :]) & candidate_valid[
-            None, :
-        ]
-        # |O(a)| = M - 1 for a valid anchor (its own column is a valid one).
-        count = num_valid - anchor_valid.astype(jnp.float32)
-        anchor_ok = anchor_valid & (count >= 1)
-        logits = dots / temperature
-        per_anchor = jnp.zeros_like(count)
-        if kind in ("y_aware", "alignment"):
-            targets = kernel_targets(
-                squared_distances(metadata, candidate_metadata), others, sigma
-            )
-            per_anchor = per_anchor - jnp.sum(jnp.where(others, targets * logits, 0.0), axis=1)
-        if kind in ("y_aware", "uniformity"):
-            per_anchor = per_anchor + _core.masked_logsumexp(logits, others, axis=1) - jnp.log(
-                jnp.maximum(count, 1.0)
-            )
-        return jnp.where(anchor_ok, per_anchor, 0.0), anchor_ok
-
-    return block_fn
-
-
-def _streamed_inputs(embeddings, metadata, temperature, sigma, valid, axis_name):
-    """Checked, gathered rows and the arguments of the streamed kernel losses:
-    ``(rows, params, row_data, col_data)``; ``metadata=None`` gives an integer zero
-    column."""
-    embeddings = _core.check_embeddings(embeddings)
-    n = embeddings.shape[0]
-    _core.check_positive(temperature, "temperature")
-    if metadata is None:
-        # An integer placeholder: not differentiated (global uniformity ignores it).
-        metadata, sigma = jnp.zeros((n, 1), jnp.int32), 1.0
-    else:
-        metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
-        assert sigma is not None  # the metadata losses always pass one
-        _core.check_positive(sigma, "sigma")
-    rows = blockwise.gather_rows(embeddings, metadata, valid, axis_name)
-    params = (
-        blockwise.like_anchors(temperature, rows.anchors),
-        blockwise.like_anchors(sigma, rows.anchors),
-    )
-    num_valid = jnp.sum(rows.candidate_valid.astype(jnp.float32))
-    return (
-        rows,
-        params,
-        (metadata, rows.index, rows.anchor_valid),
-        (rows.candidate_data, rows.candidate_valid, jax.lax.stop_gradient(num_valid)),
-    )
-
-
-def _kernel_streamed(kind, embeddings, metadata, temperature, sigma, valid, axis_name, block):
-    """y-Aware InfoNCE, conditional alignment or global uniformity streamed over blocks
-    of ``block`` anchor rows."""
-    rows, params, row_data, col_data = _streamed_inputs(
-        embeddings, metadata, temperature, sigma, valid, axis_name
-    )
-    total, anchor_ok = blockwise.stream_rows(
-        _kernel_block(kind), rows.anchors, rows.candidates, params, row_data, col_data, block
-    )
-    return blockwise.global_mean(total, anchor_ok, axis_name)
 
 
 def _block_for(
@@ -409,7 +248,7 @@ def conditional_alignment(
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
-        return _kernel_streamed(
+        return streamed.streamed_loss(
             "alignment", embeddings, metadata, temperature, sigma, valid, axis_name, block
         )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
@@ -461,7 +300,7 @@ def global_uniformity(
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
-        return _kernel_streamed(
+        return streamed.streamed_loss(
             "uniformity", embeddings, None, temperature, None, valid, axis_name, block
         )
     kb = _kernel_batch(embeddings, None, temperature, None, valid, axis_name)
@@ -532,7 +371,7 @@ def conditional_uniformity(
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
-        return _conditional_uniformity_streamed(
+        return streamed.conditional_uniformity_streamed(
             embeddings, metadata, temperature, sigma, valid, axis_name, block
         )
     kb = _kernel_batch(embeddings, metadata, temperature, sigma, valid, axis_name)
@@ -552,51 +391,3 @@ def conditional_uniformity(
     # total >= 1: the largest term is exp(0) (or, with no weight anywhere, every term is).
     value = shift + jnp.log(total) - jnp.log(jnp.maximum(mass, 1e-30))
     return jnp.where(mass > 0, value, 0.0)
-
-
-def _conditional_uniformity_block(dots, params, rows, cols):
-    """Row-block function of conditional uniformity for
-    :func:`blockwise.stream_rows_logsumexp`.
-
-    ``r_i = log sum_j Q_ij e^{S_ij}`` for a kept row i (``-BIG`` otherwise), computed
-    as ``s_i + log sum_j Q_ij e^{S_ij - s_i}`` with ``s_i`` the row's largest logit
-    among ``Q_ij > 0``; aux: the kept rows, bool [b].
-    """
-    temperature, sigma = params
-    metadata, _, anchor_valid = rows
-    candidate_metadata, candidate_valid, _ = cols
-    weights, kept = conditional_uniformity_weights(
-        squared_distances(metadata, candidate_metadata), anchor_valid, candidate_valid, sigma
-    )
-    logits = dots / temperature
-    positive = weights > 0
-    row_max = jax.lax.stop_gradient(
-        jnp.max(jnp.where(positive, logits, -_core.BIG), axis=1, keepdims=True)
-    )
-    scaled = jnp.sum(weights * jnp.exp(jnp.where(positive, logits - row_max, -_core.BIG)), axis=1)
-    r = row_max[:, 0] + jnp.log(jnp.where(kept, scaled, 1.0))
-    return jnp.where(kept, r, -_core.BIG), kept
-
-
-def _conditional_uniformity_streamed(
-    embeddings, metadata, temperature, sigma, valid, axis_name, block
-):
-    """Conditional uniformity with one online log-sum-exp over blocks of anchor rows.
-
-    ``sum_j Q_ij = M`` on every kept row, so the weight total is ``M · #kept`` and
-    ``L = log sum_i e^{r_i} - log(M · #kept)``.
-    """
-    rows, params, row_data, col_data = _streamed_inputs(
-        embeddings, metadata, temperature, sigma, valid, axis_name
-    )
-    lse, kept = blockwise.stream_rows_logsumexp(
-        _conditional_uniformity_block, rows.anchors, rows.candidates, params, row_data,
-        col_data, block,
-    )
-    if axis_name is not None:
-        shift = jax.lax.pmax(jax.lax.stop_gradient(lse), axis_name)
-        lse = shift + jnp.log(_core.differentiable_psum(jnp.exp(lse - shift), axis_name))
-    num_kept = _core.psum_if(jnp.sum(kept.astype(jnp.float32)), axis_name)
-    num_valid = _core.psum_if(jnp.sum(rows.anchor_valid.astype(jnp.float32)), axis_name)
-    mass = num_valid * num_kept
-    return jnp.where(mass > 0, lse - jnp.log(jnp.maximum(mass, 1.0)), 0.0)

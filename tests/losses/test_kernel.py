@@ -12,11 +12,13 @@ from scipy import special
 from contrastive_jax.losses._kernel import (
     conditional_alignment,
     conditional_uniformity,
-    conditional_uniformity_weights,
     global_uniformity,
+    y_aware_infonce,
+)
+from contrastive_jax.losses._metadata_kernel import (
+    conditional_uniformity_weights,
     kernel_targets,
     squared_distances,
-    y_aware_infonce,
 )
 from contrastive_jax.losses._nce import nt_xent, supcon
 from tests.losses.multidevice import assert_multidevice_matches
