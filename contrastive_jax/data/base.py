@@ -12,6 +12,9 @@ image files (``paths``, decoded by the pipeline) or as the records of a
 prepared TFDS dataset (``records``, a :class:`~contrastive_jax.data.records.RecordSet`
 streamed by the pipeline; its labels are read with the images, so the split
 holds none).
+
+The per-channel statistics of a source come from :func:`channel_stats` or, for the
+datasets named in :data:`KNOWN_STATS`, from their published values.
 """
 
 from __future__ import annotations
@@ -164,6 +167,20 @@ def channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, .
     mean = total / count
     std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0))
     return tuple(float(v) for v in mean), tuple(float(v) for v in std)
+
+
+#: Published per-channel training statistics ([0, 1] scale), used for image folders and
+#: streamed TFDS datasets of these names instead of decoding their images.
+KNOWN_STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "stl10": ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
+    "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+
+#: Images decoded to estimate the statistics of an image folder or a streamed TFDS
+#: dataset whose name has no :data:`KNOWN_STATS`.
+STATS_SAMPLE = 512
 
 
 def check_classes(

@@ -63,8 +63,13 @@ naming the file, and a corrupt TFDS record
 :class:`~contrastive_jax.data.records.CorruptRecordError` naming the shard
 file and the record's index in it, when the batch that contains it is
 requested.
-"""
 
+This module holds the pretraining iterator, the TFRecord lanes and
+:func:`make_global_batch`; the evaluation iterator (``_eval_iterator``) and the tf.data
+stages both iterators share, with what a config resolves to for a source
+(``_stages``: :func:`resolve_image_size`, ...), are private modules of this package
+whose public names are re-exported here.
+"""
 from __future__ import annotations
 
 import math
@@ -76,91 +81,49 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from contrastive_jax.data._tf import tf
-from contrastive_jax.data.augment import (
-    AugmentConfig,
-    augmentation_preset,
-    decode_image,
-    eval_transform,
-    make_views,
+from contrastive_jax.data._eval_iterator import EvalIterator, make_eval_iterator
+from contrastive_jax.data._stages import (
+    DATA_ERRORS,
+    DEFAULT_VARIABLE_SIZE,
+    IMAGENET_CROP_FRACTION,
+    Batch,
+    deterministic_options,
+    example_views,
+    explain_decode_error,
+    lookup_rows,
+    normaliser,
+    resolve_augmentation,
+    resolve_crop_fraction,
+    resolve_image_size,
+    split_columns,
 )
-from contrastive_jax.data.base import Source, Split, symmetric_label_noise
+from contrastive_jax.data._tf import tf
+from contrastive_jax.data.base import Source, symmetric_label_noise
 from contrastive_jax.data.batch_augment import augment_batch, is_batchable, view_keys
 from contrastive_jax.data.batching import per_process as _per_process
 from contrastive_jax.data.batching import process_position as _process
 from contrastive_jax.data.batching import steps_per_epoch
 from contrastive_jax.data.records import RecordSet
-from contrastive_jax.data.sources import decode_image_file, load_source
-from contrastive_jax.data.vectors import VectorEvalIterator, VectorPretrainIterator, VectorSource
+from contrastive_jax.data.sources import load_source
+from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
 from contrastive_jax.errors import ConfigError
 
-Batch = dict[str, np.ndarray]
-
-
-#: Output side for images of variable size when ``config.image_size`` is None
-#: (SimCLR's ImageNet resolution).
-DEFAULT_VARIABLE_SIZE = 224
-
-
-def resolve_image_size(config: ml_collections.ConfigDict, source: Source) -> int:
-    """``config.image_size``, or the source's native side when None
-    (:data:`DEFAULT_VARIABLE_SIZE` for images of variable size)."""
-    if config.image_size is not None:
-        return int(config.image_size)
-    h, w, _ = source.image_shape
-    if h is None and w is None:
-        return DEFAULT_VARIABLE_SIZE
-    if h is None or h != w:
-        raise ConfigError(
-            f"dataset {source.name!r} has images of shape {source.image_shape}; set config.image_size"
-        )
-    return int(h)
-
-
-#: ``eval_crop_fraction`` of datasets of variable-size images (ImageNet's 224 / 256).
-IMAGENET_CROP_FRACTION = 0.875
-
-
-def resolve_crop_fraction(config: ml_collections.ConfigDict, source: Source) -> float:
-    """``config.eval_crop_fraction``, or its default for ``source`` when None."""
-    if config.get("eval_crop_fraction") is not None:
-        return float(config.eval_crop_fraction)
-    return IMAGENET_CROP_FRACTION if source.image_shape[0] is None else 1.0
-
-
-def resolve_augmentation(
-    config: ml_collections.ConfigDict, source: Source, image_size: int
-) -> AugmentConfig:
-    """The preset named by ``config.augmentation`` (``"auto"``: see the config docs)."""
-    name = config.augmentation
-    if name == "auto":
-        if source.name in ("digits", "digits_cluttered"):
-            name = source.name  # each digits source has its own preset
-        elif source.name == "phantoms":
-            name = "phantoms"
-        else:
-            name = "simclr_cifar" if image_size <= 32 else "simclr_imagenet"
-    return augmentation_preset(name, image_size)
-
-
-def _columns(split: Split) -> dict[str, tf.Tensor]:
-    """The split as tensors, indexed by row inside the pipeline (no Python at run time).
-
-    A split of records has no columns: its rows are its ids, read by :func:`_lookup`.
-    """
-    if split.records is not None:
-        return {}
-    columns = {
-        "index": tf.constant(split.ids, tf.int64),
-        "label": tf.constant(split.labels, tf.int32),
-    }
-    if split.images is not None:
-        columns["image"] = tf.constant(split.images, tf.uint8)
-    else:
-        columns["path"] = tf.constant(split.paths.astype(str), tf.string)
-    if split.metadata is not None:
-        columns["metadata"] = tf.constant(split.metadata, tf.float32)
-    return columns
+__all__ = [
+    "DEFAULT_VARIABLE_SIZE",
+    "IMAGENET_CROP_FRACTION",
+    "Batch",
+    "EvalIterator",
+    "PretrainIterator",
+    "default_lanes",
+    "epoch_permutation",
+    "lane_stream",
+    "make_eval_iterator",
+    "make_global_batch",
+    "make_pretrain_iterator",
+    "resolve_augmentation",
+    "resolve_crop_fraction",
+    "resolve_image_size",
+]
 
 
 def epoch_permutation(
@@ -173,83 +136,6 @@ def epoch_permutation(
     """
     seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
     return tf.random.experimental.stateless_shuffle(tf.range(num_examples, dtype=tf.int64), seed)
-
-
-#: Files read concurrently from an image folder. Reading is latency-bound (a
-#: cold disk or a network file system), so it runs in its own stage with more
-#: parallelism than there are cores; decoding and augmentation use AUTOTUNE.
-READ_PARALLELISM = 32
-
-
-#: Rows read from ArrayRecord files per Python call (one call per chunk reads
-#: its records in parallel threads).
-RECORD_CHUNK = 64
-
-
-def _lookup(
-    split: Split, columns: dict[str, tf.Tensor], ds: tf.data.Dataset
-) -> tf.data.Dataset:
-    """Maps a dataset of ``(key, row)`` to ``(key, example dict)``; file bytes read in parallel.
-
-    Examples of encoded images (files, records) hold ``"data"`` (the encoded
-    bytes), in-memory ones ``"image"``.
-    """
-    if split.records is not None:
-        records = split.records
-        ds = ds.batch(RECORD_CHUNK).map(
-            lambda key, row: (key, row, records.read_tensor(row)),
-            num_parallel_calls=READ_PARALLELISM // 8,
-        )
-        return ds.unbatch().map(
-            lambda key, row, record: (key, {"index": row, **records.parse(record)})
-        )
-    ds = ds.map(lambda key, row: (key, {n: tf.gather(c, row) for n, c in columns.items()}))
-    if "path" in columns:
-        ds = ds.map(
-            lambda key, ex: (key, {**ex, "data": tf.io.read_file(ex["path"])}),
-            num_parallel_calls=READ_PARALLELISM,
-        )
-    return ds
-
-
-def _decode(example: dict[str, tf.Tensor]) -> tf.Tensor:
-    """float32 [h, w, 3] in [0, 1] from an in-memory image or encoded bytes."""
-    image = example["image"] if "image" in example else decode_image(example["data"])
-    return tf.cast(image, tf.float32) / 255.0
-
-
-def _views(
-    example: dict[str, tf.Tensor], seed: tf.Tensor, aug: AugmentConfig, views: int, size: int
-) -> tf.Tensor:
-    """[V, S, S, 3] views; encoded images are cropped before decoding where possible."""
-    if "data" in example:
-        return make_views(example["data"], seed, aug, num_views=views, size=size, encoded=True)
-    return make_views(_decode(example), seed, aug, num_views=views, size=size)
-
-
-def _normaliser(source: Source):
-    mean = tf.constant(source.mean, tf.float32)
-    std = tf.constant(source.std, tf.float32)
-    return lambda x: (x - mean) / std
-
-
-def _options() -> tf.data.Options:
-    options = tf.data.Options()
-    options.deterministic = True
-    return options
-
-
-def _explain_decode_error(split: Split, rows: np.ndarray) -> None:
-    """Raises CorruptImageError naming the first undecodable file or record among ``rows``."""
-    if split.paths is not None:
-        for path in split.paths[rows]:
-            decode_image_file(path)  # raises CorruptImageError for a bad file
-    if split.records is not None and split.records.random_access:
-        split.records.check(rows)  # raises CorruptRecordError naming file and index
-
-
-#: Errors of a tf.data pipeline that a bad file or record can cause.
-_DATA_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError)
 
 
 def default_lanes(global_batch_size: int) -> int:
@@ -379,7 +265,7 @@ class PretrainIterator(Iterator[Batch]):
         global_batch, local_batch = self.global_batch_size, self.local_batch_size
         offset = self._process_index * local_batch
         first_step, seed = self.step, self._seed
-        columns = _columns(self._train)
+        columns = split_columns(self._train)
 
         def epoch_examples(epoch: tf.Tensor) -> tf.data.Dataset:
             """(step, row) of this process's examples of every step of ``epoch``, in order."""
@@ -398,11 +284,11 @@ class PretrainIterator(Iterator[Batch]):
                 self._batch_fn(columns), num_parallel_calls=tf.data.AUTOTUNE
             )
         else:
-            ds = _lookup(self._train, columns, ds).map(
+            ds = lookup_rows(self._train, columns, ds).map(
                 self._example_fn(), num_parallel_calls=tf.data.AUTOTUNE
             )
             ds = ds.batch(local_batch, drop_remainder=True)
-        return ds.prefetch(config.prefetch).with_options(_options())
+        return ds.prefetch(config.prefetch).with_options(deterministic_options())
 
     def _batch_fn(self, columns: dict[str, tf.Tensor]):
         """``(steps [B], rows [B]) -> output dict``: a whole in-memory batch augmented at once.
@@ -411,7 +297,7 @@ class PretrainIterator(Iterator[Batch]):
         seeded by (seed, step, id, view) through :func:`~contrastive_jax.data.batch_augment.view_keys`.
         """
         size, views, aug, seed = self.image_size, self.num_views, self.augmentation, self._seed
-        normalise = _normaliser(self.source)
+        normalise = normaliser(self.source)
 
         def batch(steps: tf.Tensor, rows: tf.Tensor) -> dict[str, tf.Tensor]:
             ex = {name: tf.gather(column, rows) for name, column in columns.items()}
@@ -430,13 +316,13 @@ class PretrainIterator(Iterator[Batch]):
     def _example_fn(self):
         """``(step, example) -> output dict``: views seeded by (seed, step, index), normalised."""
         size, views, aug = self.image_size, self.num_views, self.augmentation
-        normalise = _normaliser(self.source)
+        normalise = normaliser(self.source)
         base_seed = tf.constant([self._seed, 0], tf.int64)
 
         def example(step: tf.Tensor, ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
             fold = tf.random.experimental.stateless_fold_in
             example_seed = fold(fold(base_seed, step), ex["index"])
-            views_ = _views(ex, example_seed, aug, views, size)
+            views_ = example_views(ex, example_seed, aug, views, size)
             out = {"views": normalise(views_), "label": ex["label"], "index": ex["index"]}
             if "metadata" in ex:
                 out["metadata"] = ex["metadata"]
@@ -473,7 +359,7 @@ class PretrainIterator(Iterator[Batch]):
         )
         ds = ds.map(self._example_fn(), num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(local_batch, drop_remainder=True).prefetch(config.prefetch)
-        return ds.with_options(_options())
+        return ds.with_options(deterministic_options())
 
     def _explain_stream_error(self, step: int) -> None:
         """Names the bad record of a TFRecord stream at ``step`` (CorruptRecordError)."""
@@ -490,11 +376,11 @@ class PretrainIterator(Iterator[Batch]):
     def __next__(self) -> Batch:
         try:
             batch = next(self._iterator)
-        except _DATA_ERRORS:
+        except DATA_ERRORS:
             if self.streamed:
                 self._explain_stream_error(self.step)
             else:
-                _explain_decode_error(self._train, self.rows(self.step))
+                explain_decode_error(self._train, self.rows(self.step))
             raise
         self.step += 1
         return batch
@@ -535,156 +421,6 @@ def make_pretrain_iterator(
         config,
         seed=seed,
         start_step=start_step,
-        process_index=process_index,
-        process_count=process_count,
-        source=source,
-    )
-
-
-class EvalIterator:
-    """Re-iterable batches over a whole split, in order, for feature extraction.
-
-    Attributes:
-      source, image_size: as for :class:`PretrainIterator`.
-      num_examples: examples in the split.
-      num_batches: ``ceil(num_examples / batch_size)`` (``len(self)``).
-      local_batch_size: rows per batch on this process.
-    """
-
-    def __init__(
-        self,
-        config: ml_collections.ConfigDict,
-        split: str,
-        batch_size: int,
-        *,
-        process_index: int | None = None,
-        process_count: int | None = None,
-        source: Source | None = None,
-    ) -> None:
-        self.source = load_source(config) if source is None else source
-        self._split = self.source.split(split)
-        self._process_index, process_count = _process(process_index, process_count)
-        self._global_batch = int(batch_size)
-        self.local_batch_size = _per_process(self._global_batch, process_count, "batch_size")
-        self.image_size = resolve_image_size(config, self.source)
-        self.num_examples = self._split.num_examples
-        self.num_batches = math.ceil(self.num_examples / self._global_batch)
-        self._crop_fraction = resolve_crop_fraction(config, self.source)
-        self._prefetch = config.prefetch
-
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def _dataset(self) -> tf.data.Dataset:
-        n, size, crop_fraction = self.num_examples, self.image_size, self._crop_fraction
-        global_batch, local_batch = self._global_batch, self.local_batch_size
-        offset = self._process_index * local_batch
-        normalise = _normaliser(self.source)
-
-        def position_row(position: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            batch, slot = position // local_batch, position % local_batch
-            row = batch * global_batch + offset + slot
-            return row < n, tf.minimum(row, n - 1)  # (valid, a row to read)
-
-        def example(valid: tf.Tensor, ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            image = normalise(eval_transform(_decode(ex), size=size, crop_fraction=crop_fraction))
-            out = {
-                "image": tf.where(valid, image, tf.zeros_like(image)),
-                "label": tf.where(valid, ex["label"], 0),
-                "index": tf.where(valid, ex["index"], -1),
-                "valid": valid,
-            }
-            if "metadata" in ex:
-                out["metadata"] = tf.where(valid, ex["metadata"], tf.zeros_like(ex["metadata"]))
-            return out
-
-        records = self._split.records
-        if records is not None and not records.random_access:
-            ds = self._stream(records, example)
-        else:
-            ds = tf.data.Dataset.range(self.num_batches * local_batch).map(position_row)
-            ds = _lookup(self._split, _columns(self._split), ds).map(
-                example, num_parallel_calls=tf.data.AUTOTUNE
-            )
-        ds = ds.batch(local_batch).prefetch(self._prefetch)
-        return ds.with_options(_options())
-
-    def _stream(self, records: RecordSet, example) -> tf.data.Dataset:
-        """A TFRecord split in order: this process's rows, then padding to whole batches.
-
-        Every record is read, only this process's are decoded.
-        """
-        global_batch, local_batch = self._global_batch, self.local_batch_size
-        mine = self._process_index
-        ds = records.stream().filter(lambda row, _: (row % global_batch) // local_batch == mine)
-        ds = ds.map(lambda row, rec: (True, {"index": row, **records.parse(rec)}))
-        ds = ds.map(example, num_parallel_calls=tf.data.AUTOTUNE)
-        total = self.num_batches * local_batch
-        real = sum(
-            max(0, min(self.num_examples - (b * global_batch + mine * local_batch), local_batch))
-            for b in range(self.num_batches)
-        )
-        size = self.image_size
-        pad = tf.data.Dataset.range(total - real).map(
-            lambda _: {
-                "image": tf.zeros([size, size, 3], tf.float32),
-                "label": tf.constant(0, tf.int32),
-                "index": tf.constant(-1, tf.int64),
-                "valid": tf.constant(False),
-            }
-        )
-        return ds.concatenate(pad)
-
-    def __iter__(self) -> Iterator[Batch]:
-        iterator = self._dataset().as_numpy_iterator()
-        for b in range(self.num_batches):
-            try:
-                batch = next(iterator)
-            except _DATA_ERRORS:
-                start = b * self._global_batch
-                records = self._split.records
-                if records is not None and not records.random_access:
-                    records.find_corrupt(start, min(start + self._global_batch, self.num_examples))
-                    raise
-                start += self._process_index * self.local_batch_size
-                rows = np.arange(start, start + self.local_batch_size)
-                _explain_decode_error(
-                    self._split, np.unique(np.minimum(rows, self.num_examples - 1))
-                )
-                raise
-            yield batch
-
-
-def make_eval_iterator(
-    config: ml_collections.ConfigDict,
-    split: str,
-    batch_size: int,
-    *,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    source: Source | None = None,
-) -> EvalIterator | VectorEvalIterator:
-    """Evaluation batches of a whole split (format in the module docstring; a source of
-    vectors is served by a :class:`~.vectors.VectorEvalIterator`, ``"image"`` [B, D]).
-
-    Args:
-      config: data config.
-      split: ``"train"`` or ``"test"`` (the training split honours
-        ``train_subset``; labels are always clean).
-      batch_size: global rows per batch (a multiple of the process count).
-      process_index, process_count: as for :func:`make_pretrain_iterator`.
-      source: an already loaded source (else ``load_source(config)``).
-    """
-    source = load_source(config) if source is None else source
-    if isinstance(source, VectorSource):
-        return VectorEvalIterator(
-            split, batch_size, source=source, process_index=process_index,
-            process_count=process_count,
-        )
-    return EvalIterator(
-        config,
-        split,
-        batch_size,
         process_index=process_index,
         process_count=process_count,
         source=source,

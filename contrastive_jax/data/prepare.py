@@ -37,6 +37,7 @@ from absl import app, flags
 
 from contrastive_jax.data import records as records_lib
 from contrastive_jax.data import sources
+from contrastive_jax.data._tfds_source import tfds_builder
 
 #: Version given to datasets prepared from an image folder.
 FOLDER_VERSION = "1.0.0"
@@ -132,7 +133,7 @@ def from_tfds(name: str, data_dir: str, output_dir: str) -> str:
 
     if os.path.abspath(output_dir) == os.path.abspath(data_dir):
         raise PrepareError("--output_dir must differ from --data_dir (the copy is written beside)")
-    builder = sources._tfds_builder(name, data_dir, download=False)
+    builder = tfds_builder(name, data_dir, download=False)
     file_format = str(getattr(builder.info.file_format, "value", builder.info.file_format))
     if file_format != records_lib.TFRECORD:
         raise PrepareError(f"{name} in {data_dir} is in {file_format} files, not TFRecord")

@@ -66,32 +66,38 @@ import ml_collections
 import numpy as np
 
 from contrastive_jax.data import arrays, digits, synthetic
-from contrastive_jax.data import records as records_lib
-from contrastive_jax.data.base import Source, Split, channel_stats
-from contrastive_jax.errors import ConfigError, CorruptImageError, InputError
+from contrastive_jax.data._image_folder import (
+    decode_image_file,
+    image_folder_source,
+    is_image_folder,
+)
+from contrastive_jax.data._tfds_source import (
+    MAX_IN_MEMORY_BYTES,
+    DatasetNotPreparedError,
+    tfds_source,
+)
+from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
+from contrastive_jax.errors import ConfigError
+
+__all__ = [
+    "FOLDER_KWARGS",
+    "FOLDER_PREFIX",
+    "KNOWN_STATS",
+    "MAX_IN_MEMORY_BYTES",
+    "STATS_SAMPLE",
+    "DatasetNotPreparedError",
+    "class_balanced_subset",
+    "decode_image_file",
+    "image_folder_source",
+    "is_image_folder",
+    "load_source",
+    "tfds_source",
+]
 
 log = logging.getLogger(__name__)
 
 #: ``config.dataset = "folder:PATH"`` reads the image folder at PATH.
 FOLDER_PREFIX = "folder:"
-
-_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # those tfds.ImageFolder lists
-
-#: Published per-channel training statistics ([0, 1] scale), used for image
-#: folders of these datasets instead of decoding every file.
-KNOWN_STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "stl10": ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
-    "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-}
-
-#: Images decoded to estimate the statistics of an unknown image folder.
-STATS_SAMPLE = 512
-#: Largest TFDS split loaded into memory. The pipeline captures the split as a
-#: tensor, which tf.data copies a few times (graph serialisation, 2 GB proto
-#: limit); CIFAR (150 MB) and STL-10 (140-220 MB) fit with room to spare.
-MAX_IN_MEMORY_BYTES = 2**30
 
 
 # --------------------------------------------------------------------------- subsets, noise
@@ -130,290 +136,6 @@ def class_balanced_subset(
             )
         rows.append(rng.choice(members, size=count, replace=False))
     return np.sort(np.concatenate(rows)).astype(np.int64)
-
-
-# --------------------------------------------------------------------------- image files
-
-
-def decode_image_file(path: str) -> np.ndarray:
-    """Decodes one image file to uint8 [H, W, 3]; :class:`CorruptImageError` names a bad file."""
-    from contrastive_jax.data._tf import tf
-
-    try:
-        data = tf.io.read_file(path)
-        return tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
-    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
-        raise CorruptImageError(f"cannot decode image file {path}: {e.message}") from e
-
-
-def is_image_folder(path: str) -> bool:
-    """Whether ``path`` has the ImageFolder layout: some ``<split>/<class>/`` holds image files.
-
-    (A TFDS data directory, ``<name>/<version>/*.tfrecord...``, does not.)
-    """
-    from contrastive_jax.data._tf import tf
-
-    def subdirs(folder: str) -> list[str]:
-        if not tf.io.gfile.isdir(folder):
-            return []
-        children = (
-            os.path.join(folder, c.rstrip("/")) for c in sorted(tf.io.gfile.listdir(folder))
-        )
-        return [c for c in children if tf.io.gfile.isdir(c)]
-
-    for split_dir in subdirs(path):
-        for class_dir in subdirs(split_dir)[:1]:
-            if any(f.lower().endswith(_IMAGE_EXTENSIONS) for f in tf.io.gfile.listdir(class_dir)):
-                return True
-    return False
-
-
-def image_folder_source(
-    root: str,
-    *,
-    name: str = "image_folder",
-    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
-) -> Source:
-    """A folder of images ``<root>/<split>/<class>/<file>`` via ``tfds.ImageFolder``.
-
-    ``tfds.ImageFolder`` gives the splits, the sorted class names (label ids)
-    and the example counts; the files are listed in sorted (class, file name)
-    order, which fixes every example's id, and decoded later by the pipeline.
-
-    Args:
-      root: the folder.
-      name: dataset name; selects :data:`KNOWN_STATS` when present.
-      stats: (mean, std) to use; by default the known statistics of ``name``
-        or estimates from :data:`STATS_SAMPLE` evenly spaced training images.
-
-    Returns:
-      A source with file-backed splits. ``image_shape`` is the common shape of
-      the first 8 training images, or (None, None, 3) if they differ.
-    """
-    import tensorflow_datasets as tfds
-
-    from contrastive_jax.data._tf import tf
-
-    if not os.path.isdir(root):
-        raise InputError(f"image folder {root!r} does not exist or is not a directory")
-    builder = tfds.ImageFolder(root)
-    label_feature = builder.info.features["label"]
-    splits = {}
-    for split, split_info in builder.info.splits.items():
-        paths, labels = [], []
-        split_dir = os.path.join(root, split)
-        for class_name in sorted(d.rstrip("/") for d in tf.io.gfile.listdir(split_dir)):
-            class_dir = os.path.join(split_dir, class_name)
-            if not tf.io.gfile.isdir(class_dir):
-                continue
-            files = sorted(
-                f for f in tf.io.gfile.listdir(class_dir) if f.lower().endswith(_IMAGE_EXTENSIONS)
-            )
-            paths += [os.path.join(class_dir, f) for f in files]
-            labels += [label_feature.str2int(class_name)] * len(files)
-        if len(paths) != split_info.num_examples:
-            raise RuntimeError(
-                f"listed {len(paths)} images in {split_dir}, tfds.ImageFolder counts "
-                f"{split_info.num_examples}"
-            )
-        splits[split] = Split(labels=np.array(labels), paths=np.array(paths))
-    if "train" not in splits:
-        raise InputError(f"image folder {root} has no 'train' split; found {sorted(splits)}")
-    train_paths = splits["train"].paths
-    shapes = {decode_image_file(p).shape for p in train_paths[:8]}
-    image_shape = shapes.pop() if len(shapes) == 1 else (None, None, 3)
-    if stats is None:
-        stats = KNOWN_STATS.get(name)
-    if stats is None:
-        rows = np.linspace(0, len(train_paths) - 1, min(STATS_SAMPLE, len(train_paths))).astype(int)
-        sample = [decode_image_file(train_paths[i]).reshape(-1, 3) for i in rows]
-        stats = channel_stats(np.concatenate(sample)[None])
-    return Source(
-        name=name,
-        splits=splits,
-        num_classes=label_feature.num_classes,
-        class_names=tuple(label_feature.names),
-        image_shape=image_shape,
-        mean=tuple(stats[0]),
-        std=tuple(stats[1]),
-    )
-
-
-# --------------------------------------------------------------------------- TFDS
-
-
-class DatasetNotPreparedError(FileNotFoundError):
-    """A TFDS dataset that is not prepared locally and may not be downloaded."""
-
-
-def _tfds_builder(name: str, data_dir: str | None, download: bool):
-    """The TFDS builder of ``name`` in ``data_dir``, prepared (downloading only if allowed)."""
-    import tensorflow_datasets as tfds
-
-    def not_prepared(where: str) -> DatasetNotPreparedError:
-        found = records_lib.list_prepared(where)
-        listing = (
-            f"it holds: {', '.join(found)}" if found
-            else "it holds no prepared TFDS dataset" if os.path.isdir(where)
-            else "it does not exist"
-        )
-        return DatasetNotPreparedError(
-            f"TFDS dataset {name!r} is not prepared in {where} ({listing}) and downloads are off "
-            "(config.download=False). Prepare it with `tfds build "
-            f"{name} --data_dir=DIR` (or `python -m contrastive_jax.data.prepare`) and set "
-            "config.data_dir=DIR, or read a folder of images: config.data_dir=<root>/<split>/"
-            f"<class>/<image> (e.g. config.dataset={name!r}, config.data_dir=PATH/TO/FOLDER)."
-        )
-
-    try:
-        builder = tfds.builder(name, data_dir=data_dir)
-    except tfds.core.registered.DatasetNotFoundError as e:
-        if data_dir is not None:
-            raise not_prepared(data_dir) from e
-        raise InputError(
-            f"unknown dataset {name!r}: not a built-in name (digits, digits_cluttered, phantoms, "
-            "image_folder) nor a TFDS dataset; a dataset prepared in a data directory needs "
-            "config.data_dir"
-        ) from e
-    if not builder.is_prepared():
-        if not download:
-            raise not_prepared(data_dir or str(builder.data_dir_root))
-        builder.download_and_prepare()
-    return builder
-
-
-def tfds_source(
-    name: str,
-    *,
-    data_dir: str | None = None,
-    download: bool = False,
-    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
-    in_memory: bool | None = None,
-) -> Source:
-    """A prepared (or, with ``download``, downloadable) TFDS dataset.
-
-    Splits ``train`` and ``test`` (``validation`` serves as ``test`` when the
-    dataset has no ``test`` split). Grey images are repeated on three channels.
-    The splits are either loaded into memory (fixed-size images, both splits
-    at most :data:`MAX_IN_MEMORY_BYTES` decoded) or streamed from their
-    records (:class:`~contrastive_jax.data.records.RecordSet`: ArrayRecord or
-    TFRecord files, any size, images of any shape).
-
-    Args:
-      name: the TFDS name; a dataset prepared under ``data_dir`` may be one
-        TFDS does not register (e.g. written by ``TfDataBuilder`` or by
-        :mod:`contrastive_jax.data.prepare`).
-      data_dir: TFDS data directory (None: TFDS's default).
-      download: let TFDS download and prepare an unprepared dataset.
-      stats: (mean, std) on the [0, 1] scale; default: :data:`KNOWN_STATS`,
-        else computed from the training images (in memory) or estimated from
-        :data:`STATS_SAMPLE` of them (streamed).
-      in_memory: True / False forces the choice; None picks memory for small
-        fixed-size datasets.
-
-    Raises:
-      DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` and
-        ``download`` is false; the message lists what ``data_dir`` holds.
-      ValueError: unknown name, no image or label feature (the message lists
-        the features), no train split, or ``in_memory=True`` for images of
-        variable size.
-    """
-    import tensorflow_datasets as tfds
-
-    builder = _tfds_builder(name, data_dir, download)
-    features = builder.info.features
-    missing = [k for k in ("image", "label") if k not in features]
-    if missing:
-        raise InputError(
-            f"TFDS dataset {name!r} has no {' and no '.join(repr(k) for k in missing)} feature; "
-            f"its features: {sorted(features.keys())}. Pretraining and evaluation need an "
-            "'image' and an integer class 'label'."
-        )
-    shape = tuple(features["image"].shape)
-    available = builder.info.splits
-    chosen = {"train": "train", "test": "test" if "test" in available else "validation"}
-    chosen = {k: v for k, v in chosen.items() if v in available}
-    if "train" not in chosen:
-        raise InputError(
-            f"TFDS dataset {name!r} has no 'train' split; its splits: {sorted(available.keys())}"
-        )
-    fixed = None not in shape[:2]
-    total = sum(available[v].num_examples for v in chosen.values()) * (
-        int(np.prod(shape)) if fixed else 0
-    )
-    if in_memory is None:
-        in_memory = fixed and total <= MAX_IN_MEMORY_BYTES
-    elif in_memory and not fixed:
-        raise ConfigError(f"TFDS dataset {name!r} has variable-size images {shape}; stream it")
-    label_feature = features["label"]
-    if in_memory:
-        splits = {}
-        for split, tfds_split in chosen.items():
-            arrays = tfds.as_numpy(builder.as_dataset(split=tfds_split, batch_size=-1))
-            images, labels = arrays["image"], arrays["label"]
-            if images.shape[-1] == 1:
-                images = np.repeat(images, 3, axis=-1)
-            splits[split] = Split(labels=labels, images=images)
-        train_images = splits["train"].images
-        image_shape = train_images.shape[1:]
-        mean, std = stats if stats is not None else channel_stats(train_images)
-    else:
-        file_format = str(getattr(builder.info.file_format, "value", builder.info.file_format))
-        splits = {
-            split: Split(
-                labels=None,
-                records=records_lib.RecordSet(
-                    f"{name}/{tfds_split}",
-                    file_format,
-                    [
-                        records_lib.Span(f.filename, f.skip, f.take, f.examples_in_shard)
-                        for f in available[tfds_split].file_instructions
-                    ],
-                ),
-            )
-            for split, tfds_split in chosen.items()
-        }
-        image_shape = (shape[0], shape[1], 3)
-        if stats is None:
-            stats = KNOWN_STATS.get(name) or _record_stats(splits["train"].records)
-        mean, std = stats
-        log.info(
-            "dataset %s: streaming %s records (%s)", name, file_format,
-            ", ".join(f"{k} {v.num_examples}" for k, v in splits.items()),
-        )
-    return Source(
-        name=name,
-        splits=splits,
-        num_classes=label_feature.num_classes,
-        class_names=tuple(label_feature.names),
-        image_shape=image_shape,
-        mean=tuple(mean),
-        std=tuple(std),
-    )
-
-
-def _record_stats(records: records_lib.RecordSet) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Channel statistics of :data:`STATS_SAMPLE` decoded training images (evenly spaced
-    rows for ArrayRecord, the first ones for TFRecord)."""
-    from contrastive_jax.data._tf import tf
-
-    count = min(STATS_SAMPLE, records.num_examples)
-    if records.random_access:
-        rows = np.linspace(0, records.num_examples - 1, count).astype(np.int64)
-        serialized = records.read(rows)
-    else:
-        rows = np.arange(count)
-        serialized = [r for _, r in records.stream(0, count).as_numpy_iterator()]
-    pixels = []
-    for row, record in zip(rows, serialized, strict=True):
-        try:
-            data = records.parse(tf.constant(record))["data"]
-            image = tf.io.decode_image(data, channels=3, expand_animations=False)
-        except tf.errors.OpError:
-            records.check([row], [record])  # raises CorruptRecordError naming the record
-            raise
-        pixels.append(image.numpy().reshape(-1, 3))
-    return channel_stats(np.concatenate(pixels)[None])
 
 
 # --------------------------------------------------------------------------- entry point
