@@ -156,9 +156,9 @@ class Checkpointer:
         try:
             self._manager.wait_until_finished()
         except Exception as err:
+            self._collect()  # first: the error names the last verified checkpoint
             raise self._write_error(None, err) from err
-        finally:
-            self._collect()
+        self._collect()
 
     def _write_error(self, step: int | None, err: Exception) -> CheckpointError:
         good = sorted(self._verified)

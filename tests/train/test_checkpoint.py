@@ -129,6 +129,22 @@ def test_full_disk_is_a_clear_error(tmp_path, monkeypatch):
     assert runs.checkpoint_steps(workdir) == [1]
 
 
+def test_a_background_write_error_names_the_checkpoint_verified_meanwhile(tmp_path, monkeypatch):
+    checkpointer = Checkpointer(str(tmp_path))
+    _save(checkpointer, 1)
+    _save(checkpointer, 2)  # waits for step 1, starts verifying it in the background
+
+    def no_space(self):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished", no_space)
+    with pytest.raises(CheckpointError,
+                       match=r"in the background .*No space left.*last verified checkpoint is step 1"):
+        checkpointer.wait()
+    monkeypatch.undo()
+    checkpointer.close()
+
+
 def test_flipped_bytes_in_array_data_are_detected_and_skipped(tmp_path, caplog):
     """Orbax restores a file with changed bytes without error; the content checksum catches it."""
     workdir = str(tmp_path)
