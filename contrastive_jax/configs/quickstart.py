@@ -32,6 +32,12 @@ def get_config():
     # sooner (docs/collapse.md). Another --config.loss.name trains at this temperature too
     # unless --config.loss.temperature sets another.
     config.loss.temperature = 0.2
+    # Starts at temperature 1 and anneals to 0.2 over the first 100 steps: at 0.2 the
+    # label-blind spread of the random initialisation costs more than a constant embedding,
+    # and without the warm-up the projections first collapse and leave that state after a
+    # number of steps that varies with the seed (docs/collapse.md).
+    config.loss.warmup_temperature = 1.0
+    config.loss.temperature_warmup_steps = 100
     config.optimizer.name = "adamw"
     config.optimizer.base_learning_rate = 1e-2
     config.optimizer.lr_scaling = "none"
