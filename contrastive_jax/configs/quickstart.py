@@ -24,7 +24,7 @@ def get_config():
     config.dataset = "digits_cluttered"
     config.batch_size = 128
     config.model.encoder.name = "resnet18"
-    config.model.encoder.width = 0.125
+    config.model.encoder.width = 0.25
     config.model.head.hidden_features = 128
     config.model.head.out_features = 64
     config.loss.name = "sincere"
