@@ -13,7 +13,7 @@ seed's uniformity over the first ``--plot_steps`` steps, one panel per work dire
         --label "temperature 0.2" -- --config.loss.warmup_temperature=None \\
         --config.loss.temperature_warmup_steps=0
     python -m experiments.quickstart_seeds --seeds 3-12 --workdir runs/quickstart_seeds \\
-        --no_run --compare runs/qs_tau02 --plot docs/img/quickstart_uniformity.png
+        --no_run --compare "temperature 0.2=runs/qs_tau02" --plot docs/img/uniformity.png
 
 Arguments after ``--`` are passed to every quickstart run (config overrides).
 """
@@ -130,15 +130,21 @@ def plot(panels: list[tuple[str, Path]], steps: int, path: Path) -> None:
             curve = [(s, u) for s, u in uniformity_curve(run_dir) if s <= steps]
             ax.plot(*zip(*curve, strict=True), label=f"seed {seed}", linewidth=1.2)
         ax.axhline(-0.2, color="grey", linestyle=":", linewidth=1)
-        ax.set_title(label)
+        ax.set_title(label, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
     axes[0][0].set_ylabel("uniformity (log mean Gaussian potential)")
-    axes[0][-1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
+
+
+def _panel(text: str) -> tuple[str, Path]:
+    """``"LABEL=DIR"`` or ``"DIR"`` -> (label, directory)."""
+    label, sep, directory = text.partition("=")
+    return (label, Path(directory)) if sep else (Path(text).name, Path(text))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, required=True, help="one sub-directory per seed")
     parser.add_argument("--label", default=None, help="this run's panel title in --plot")
     parser.add_argument("--no_run", action="store_true", help="only read finished runs")
-    parser.add_argument("--compare", type=Path, action="append", default=[],
-                        help="another sweep's workdir, plotted beside this one (repeatable)")
+    parser.add_argument("--compare", action="append", default=[],
+                        help="another sweep's [LABEL=]WORKDIR, plotted beside this one "
+                             "(repeatable)")
     parser.add_argument("--plot", type=Path, default=None, help="PNG of the uniformity curves")
     parser.add_argument("--plot_steps", type=int, default=200)
     args = parser.parse_args(argv)
@@ -170,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(table({s: seed_row(args.workdir / f"s{s}") for s in seeds}))
     if args.plot is not None:
-        panels = [(p.name, p) for p in args.compare] + [(args.label or args.workdir.name,
-                                                          args.workdir)]
+        panels = [_panel(text) for text in args.compare]
+        panels.append((args.label or args.workdir.name, args.workdir))
         plot(panels, args.plot_steps, args.plot)
     return 0
 
