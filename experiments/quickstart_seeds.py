@@ -36,8 +36,8 @@ def parse_seeds(text: str) -> list[int]:
     """``"3-12"`` or ``"0,1,5"`` (or a mix, ``"0,3-5"``) -> the listed seeds in order."""
     seeds: list[int] = []
     for part in text.split(","):
-        first, _, last = part.strip().partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
             raise ValueError(f"--seeds: {part!r} is not a seed or a range such as 3-12")
         seeds.extend(range(int(first), int(last or first) + 1))
     if len(set(seeds)) != len(seeds):
