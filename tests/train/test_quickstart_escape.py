@@ -8,8 +8,8 @@ full recipe's schedule (``optimizer.total_steps`` = 660) and stops at step 200, 
 recipe's seeds 0-4 measured between -0.92 and -1.25.
 
 A temperature warm-up (``config.loss.warmup_temperature``) removes the collapse itself: from
-temperature 1.0, annealed to the recipe's 0.2 over 100 steps, no logged step of the first 50
-rises above -0.41 on the ten runs measured (docs/collapse.md).
+temperature 1.0, annealed over 100 steps to 0.2 (the recipe's) or 0.1, no logged step of the
+first 50 rose above -0.41 in the ten runs measured (docs/collapse.md).
 """
 
 from __future__ import annotations
