@@ -137,7 +137,7 @@ def plot(panels: list[tuple[str, Path]], steps: int, path: Path) -> None:
     axes[0][0].set_ylabel("uniformity (log mean Gaussian potential)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     print(f"wrote {path}")
 
 
