@@ -72,6 +72,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.model.head = models.default_head_config()
     loss = dict(objective.LOSS_DEFAULTS)
     loss["temperature"] = config_dict.placeholder(float)
+    loss["warmup_temperature"] = config_dict.placeholder(float)
     loss["mixing"] = {**loss["mixing"], "num_classes": config_dict.placeholder(int)}
     config.loss = ml_collections.ConfigDict(loss)
     config.optimizer = optim.default_optimizer_config()

@@ -250,7 +250,8 @@ class _Plan:
         self.collapse = CollapseDetector(
             threshold=float(config.train.collapse_threshold),
             patience=int(config.train.collapse_patience),
-            after_step=_warmup_steps(config.optimizer, self.steps_per_epoch),
+            after_step=max(_warmup_steps(config.optimizer, self.steps_per_epoch),
+                           int(config.loss.temperature_warmup_steps)),
         )
 
 

@@ -217,7 +217,7 @@ class CollapseDetector:
             f"{self.threshold:g} (0 means all embeddings identical; spread embeddings give "
             f"about -2.3 to -4) at the {len(self._run)} log steps from step {self._run[0]} to "
             f"{step}, after the warm-up, and the loss sits at its constant-embedding value. "
-            "Try a weaker augmentation, a larger temperature (config.loss.temperature), or a "
-            "smaller learning rate or a longer warm-up (config.optimizer.base_learning_rate, "
-            "config.optimizer.warmup_steps)."
+            "Try a temperature warm-up (config.loss.warmup_temperature=1.0, "
+            "config.loss.temperature_warmup_steps=100), a weaker augmentation, or a larger "
+            "temperature (config.loss.temperature)."
         )

@@ -7,6 +7,8 @@ Config (``config.loss``, every field declared in :data:`LOSS_DEFAULTS`)::
     name = "sincere"              # or "nt_xent+supcon" for a sum
     weights = ()                  # one weight per term; empty = all 1.0
     temperature = None            # None: each loss's own default; a number: every term's
+    warmup_temperature = None     # tau at step 0, annealed to each term's (None: off)
+    temperature_warmup_steps = 0  # steps of that anneal
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
     targets = {}                  # per-term second argument, e.g. {"mio": "instance"}
     mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
@@ -14,6 +16,14 @@ Config (``config.loss``, every field declared in :data:`LOSS_DEFAULTS`)::
 ``temperature`` goes to every term that takes one; a temperature in a term's ``kwargs``
 wins over it; with neither, the loss's own default applies (MIO 0.5, the ProjNCE family
 0.07, SINCERE/SupCon/NT-Xent 0.1, the losses on class scores 1).
+
+``warmup_temperature`` (with ``temperature_warmup_steps`` > 0) starts every term that
+takes a temperature at that temperature and anneals it geometrically to the term's own
+over the first steps (:class:`TemperatureWarmup`): at a low temperature, a spread of the
+projections that is not yet organised by label costs more than putting every row on one
+point, so training from a random initialisation first collapses the projections and
+leaves that state after a number of steps that varies with the seed; starting at a high
+temperature removes that pull (the quickstart's evidence: ``docs/collapse.md``).
 
 Each loss is fed the second argument it is defined on, as the registry records it
 (:func:`contrastive_jax.losses.second_argument`): instance ids for ``nt_xent``, class
@@ -84,6 +94,8 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "name": "sincere",  # a loss of contrastive_jax.losses or a term of .terms; "a+b": a sum
     "weights": (),  # one weight per term; empty: 1.0 each
     "temperature": None,  # None: each loss's own default; a number: every term's temperature
+    "warmup_temperature": None,  # tau at step 0, annealed to each term's own; None: off
+    "temperature_warmup_steps": 0,  # steps of the geometric anneal from warmup_temperature
     "kwargs": {},  # per-term hyperparameters by term name, e.g. {"projnce": {"beta": 1.0}}
     "targets": {},  # per-term second argument (a Targets field), e.g. {"mio": "instance"}
     "mixing": {"num_classes": None, **Mixing._field_defaults},  # the soft-target stage (Mixing)
@@ -101,8 +113,26 @@ def resolve_loss_config(loss_config) -> dict:
     return {**LOSS_DEFAULTS, **fields}
 
 
+class TemperatureWarmup(NamedTuple):
+    """A term's temperature over the first steps: ``initial`` at step 0, then geometrically
+    to ``final`` at step ``steps`` and after.
+
+    ``tau(t) = initial * (final / initial) ** (min(t, steps) / steps)``
+    """
+
+    initial: float
+    final: float
+    steps: int
+
+    def at(self, step: Array) -> Array:
+        """The temperature float32 [] at the 0-based ``step`` (a traced int is fine)."""
+        fraction = jnp.minimum(jnp.asarray(step, jnp.float32) / self.steps, 1.0)
+        return self.initial * (self.final / self.initial) ** fraction
+
+
 class Term(NamedTuple):
-    """One weighted term; ``mixing`` is the batch stage that makes its soft targets (or None)."""
+    """One weighted term; ``mixing`` is the batch stage that makes its soft targets (or None);
+    ``warmup`` its temperature schedule over the first steps (or None: its kwargs' own)."""
 
     name: str
     weight: float
@@ -110,6 +140,7 @@ class Term(NamedTuple):
     fn: Callable[..., Array]
     kwargs: Mapping[str, object]
     mixing: Mixing | None = None
+    warmup: TemperatureWarmup | None = None
 
 
 class Targets(NamedTuple):
@@ -234,6 +265,20 @@ def parse_terms(loss_config) -> list[Term]:
                 f"targets are the mixed ones: remove config.loss.kwargs.<term>.label_smoothing "
                 f"({smoothed}) and config.loss.targets ({sorted(overrides)})"
             )
+    warmup_steps = loss_config["temperature_warmup_steps"]
+    initial = loss_config["warmup_temperature"]
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ConfigError(
+            f"config.loss.temperature_warmup_steps must be an int >= 0, got {warmup_steps!r}"
+        )
+    if (initial is None) != (warmup_steps == 0):
+        raise ConfigError(
+            "config.loss.warmup_temperature and config.loss.temperature_warmup_steps go "
+            f"together (a temperature > 0 and steps > 0, or None and 0); got {initial!r} and "
+            f"{warmup_steps!r}"
+        )
+    if initial is not None and not float(initial) > 0:
+        raise ConfigError(f"config.loss.warmup_temperature must be > 0, got {initial!r}")
     choices = objective_terms()
     terms = []
     for name, weight in zip(names, weights, strict=True):
@@ -253,7 +298,16 @@ def parse_terms(loss_config) -> list[Term]:
         kwargs.update(dict(all_kwargs.get(name, {})))
         if mixing is not None:
             target = "soft_label"
-        terms.append(Term(name, float(weight), target, fn, kwargs, mixing))
+        warmup = None
+        if initial is not None and takes_temperature:
+            final = kwargs.get("temperature",
+                               inspect.signature(fn).parameters["temperature"].default)
+            warmup = TemperatureWarmup(float(initial), float(final), int(warmup_steps))
+        terms.append(Term(name, float(weight), target, fn, kwargs, mixing, warmup))
+    if initial is not None and not any(t.warmup for t in terms):
+        raise ConfigError(
+            f"config.loss.warmup_temperature is set, but no term of {names} takes a temperature"
+        )
     return terms
 
 
@@ -264,11 +318,19 @@ def evaluate(
     *,
     axis_name: str | None,
     valid: Array | None = None,
+    step: Array | None = None,
 ) -> tuple[Array, dict[str, Array]]:
-    """Weighted sum of the terms on ``projections`` [n, d]; returns (total, {name: value})."""
+    """Weighted sum of the terms on ``projections`` [n, d]; returns (total, {name: value}).
+
+    ``step`` (int [], 0-based) sets the temperature of the terms with a warm-up.
+    """
     values = {}
     total = jnp.zeros((), jnp.float32)
     for term in terms:
+        if term.warmup is not None:
+            if step is None:
+                raise ValueError(f"term {term.name!r} has a temperature warm-up: pass `step`")
+            term = term._replace(kwargs={**term.kwargs, "temperature": term.warmup.at(step)})
         if term.target in PAIRINGS:
             value = _paired(term, projections, valid, axis_name)
         elif term.target is None:

@@ -180,7 +180,8 @@ def make_train_step(
     the instance ids of NT-Xent) and optionally ``metadata`` float [B, p].
     Returned metrics are replicated scalars: ``loss``, ``loss/<term>``,
     ``alignment``, ``uniformity``, ``learning_rate``, ``grad_norm``, ``finite``
-    (1.0 when loss and gradients are finite), ``probe_accuracy`` with a probe.
+    (1.0 when loss and gradients are finite), ``probe_accuracy`` with a probe,
+    ``temperature/<term>`` for a term with a temperature warm-up.
     An optional ``stop`` int [B] field (each process's SIGTERM flag on its
     rows) comes back as ``stop``, its maximum over the global batch: every
     process learns that one of them was told to stop through the step's own
@@ -219,7 +220,7 @@ def make_train_step(
     batch_keys = ("views", "label", "index", "metadata")
     mix = objective.batch_mixing(terms)
 
-    def per_device(params, batch_stats, key_data, local):
+    def per_device(params, batch_stats, key_data, step, local):
         # copy=True: fresh variables of this trace, so the RNG streams can be reseeded.
         model = nnx.merge(graphdef, params, batch_stats, rest, copy=True)
         device_key = jax.random.fold_in(
@@ -261,8 +262,12 @@ def make_train_step(
             metadata=per_row(local.get("metadata")),
             soft_label=soft_label,
         )
-        total, values = objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS)
+        total, values = objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS,
+                                           step=step)
         logged = {f"loss/{k}": val for k, val in values.items()}
+        for term in terms:
+            if term.warmup is not None:
+                logged[f"temperature/{term.name}"] = term.warmup.at(step)
         unit = projections.astype(jnp.float32)
         logged["alignment"] = jax.lax.pmean(
             metrics.alignment_from_labels(unit, targets.instance), DATA_AXIS
@@ -284,22 +289,22 @@ def make_train_step(
         )
         return total, (logged, new_stats)
 
-    def loss_fn(params, batch_stats, key_data, batch):
+    def loss_fn(params, batch_stats, key_data, step, batch):
         local_specs = {k: P(DATA_AXIS) for k in batch}
         sharded = jax.shard_map(
             per_device,
             mesh=mesh,
-            in_specs=(P(), P(), P(), local_specs),
+            in_specs=(P(), P(), P(), P(), local_specs),
             out_specs=(P(), (P(), P())),
         )
-        return sharded(params, batch_stats, key_data, batch)
+        return sharded(params, batch_stats, key_data, step, batch)
 
     def step(state: TrainState, batch: dict[str, Array], nonfinite: NonFinite | None = None):
         stop = batch.get("stop")
         batch = {k: batch[k] for k in batch_keys if batch.get(k) is not None}
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         (loss, (logged, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.batch_stats, jax.random.key_data(step_key), batch
+            state.params, state.batch_stats, jax.random.key_data(step_key), state.step, batch
         )
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

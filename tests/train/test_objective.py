@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from contrastive_jax import losses
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.train import objective
 from contrastive_jax.train.config import default_config
 
@@ -135,3 +136,42 @@ def test_two_tower_loss_on_an_odd_number_of_rows_is_refused():
     targets = objective.Targets(instance=ids, label=ids, metadata=None)
     with pytest.raises(ValueError, match="two views"):
         objective.evaluate([term], jnp.ones((5, 3)), targets, axis_name=None)
+
+
+def test_temperature_warmup_anneals_geometrically_to_each_terms_own_temperature():
+    config = _loss_config(name="sincere+nt_xent", warmup_temperature=1.0,
+                          temperature_warmup_steps=100, kwargs={"nt_xent": {"temperature": 0.5}})
+    sincere, nt_xent = objective.parse_terms(config)
+    assert sincere.warmup == objective.TemperatureWarmup(1.0, _default_temperature("sincere"), 100)
+    assert nt_xent.warmup == objective.TemperatureWarmup(1.0, 0.5, 100)
+    np.testing.assert_allclose(
+        [sincere.warmup.at(s) for s in (0, 50, 100, 1000)],
+        [1.0, 0.1 ** 0.5, 0.1, 0.1], rtol=1e-6)
+
+
+def test_a_term_with_a_warmup_trains_at_the_scheduled_temperature():
+    (term,) = objective.parse_terms(_loss_config(name="sincere", warmup_temperature=1.0,
+                                                 temperature_warmup_steps=10))
+    projections = jnp.asarray(np.random.default_rng(0).normal(size=(8, 4)), jnp.float32)
+    labels = jnp.array([0, 0, 1, 1, 2, 2, 3, 3])
+    targets = objective.Targets(instance=labels, label=labels, metadata=None)
+    for step, temperature in ((0, 1.0), (5, 0.1 ** 0.5), (10, 0.1), (30, 0.1)):
+        total, _ = objective.evaluate([term], projections, targets, axis_name=None,
+                                      step=jnp.asarray(step))
+        np.testing.assert_allclose(
+            total, losses.sincere(projections, labels, temperature=temperature), rtol=1e-5)
+    with pytest.raises(ValueError, match="pass `step`"):
+        objective.evaluate([term], projections, targets, axis_name=None)
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"warmup_temperature": 1.0}, "go together"),
+    ({"temperature_warmup_steps": 10}, "go together"),
+    ({"warmup_temperature": -1.0, "temperature_warmup_steps": 10}, "must be > 0"),
+    ({"warmup_temperature": 1.0, "temperature_warmup_steps": -3}, "int >= 0"),
+    ({"name": "align_uniform", "warmup_temperature": 1.0, "temperature_warmup_steps": 5},
+     "no term"),
+])
+def test_bad_temperature_warmups_are_refused(fields, match):
+    with pytest.raises(ConfigError, match=match):
+        objective.parse_terms(_loss_config(**fields))
