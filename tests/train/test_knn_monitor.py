@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -48,6 +49,30 @@ def test_top1_is_the_weighted_knn_of_the_eval_mode_features():
     assert abs(got["knn_top1"] - want) <= 1 / 360 + 1e-9  # one tie broken another way at most
     assert got["knn_top1"] > 0.3  # random conv features of digits: far above chance (0.1)
     assert got["knn_seconds"] > 0
+
+
+def test_evaluations_reuse_one_compiled_forward_pass_shared_with_embed_split():
+    config = _config(knn_bank_size=200, knn_query_size=120)  # batches of 64 examples
+    source = data.load_source(config.data)
+    monitor = KnnMonitor(config, source, total_steps=6)
+    graphdef, rest, state = _state(config)
+    monitor(state, graphdef, rest)
+    compiled = embed._forward._cache_size()
+    moved = state._replace(params=jax.tree.map(lambda p: p * 1.5, state.params))
+    got = monitor(moved, graphdef, rest)["knn_top1"]
+    assert embed._forward._cache_size() == compiled  # no retrace at the next evaluation
+    model = nnx.merge(graphdef, moved.params, moved.batch_stats, rest)
+    model.eval()
+    bank, query = (embed.embed_split(model.network, config.data, split, batch_size=64,
+                                     source=monitor._source) for split in ("bank", "query"))
+    first = embed.embed_split(model.network, config.data, "query", batch_size=64,
+                              source=monitor._source, max_examples=100)
+    assert embed._forward._cache_size() == compiled  # evaluation shares the cached jit
+    assert (bank.features.shape[0], query.features.shape[0]) == (200, 120)
+    np.testing.assert_array_equal(first.features, query.features[:100])
+    scores = knn_scores(bank.features, bank.labels, query.features, num_classes=10, k=20,
+                        temperature=0.07)
+    assert got == np.mean(np.argmax(scores, 1) == query.labels)
 
 
 def test_without_a_test_split_queries_are_training_examples_outside_the_bank():
