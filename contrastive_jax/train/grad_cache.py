@@ -155,6 +155,24 @@ def _link_bwd(_, cotangents):
 _link.defvjp(_link_fwd, _link_bwd)
 
 
+def _varying_axes(a: Any) -> frozenset:
+    """The shard_map mesh axes ``a`` varies over (``manual_axis_type``; ``vma`` in older JAX)."""
+    aval = jax.typeof(a)
+    axis_type = getattr(aval, "manual_axis_type", None)
+    return frozenset(axis_type.varying if axis_type is not None else getattr(aval, "vma", ()))
+
+
+def _varying_like(reference: Array, tree: Any) -> Any:
+    """``tree``'s leaves cast to vary over the mesh axes ``reference`` varies over (shard_map)."""
+    axes = _varying_axes(reference)
+
+    def cast(a):
+        missing = tuple(sorted(axes - _varying_axes(a)))
+        return jax.lax.pcast(a, missing, to="varying") if missing else a
+
+    return jax.tree.map(cast, tree)
+
+
 def _recomputed(forward: Callable) -> Callable:
     """``forward(params, rest, x, key)`` that saves only its inputs for the backward pass.
 
@@ -249,6 +267,10 @@ def embed(
             None, (slices, keys),
         )
     else:
+        # Inside shard_map the rows vary over the mesh axes and the replicated state does
+        # not; a custom_vjp's cotangents must have its inputs' types, so the state is cast
+        # to varying first (whose transpose sums the summed gradient over devices once).
+        params, rest = _varying_like(rows, (params, rest))
         run = _recomputed(forward)
         outputs, x = [], slices[0]
         for j in range(num_micro_batches):

@@ -34,14 +34,14 @@ def _vit_config(loss: str):
     return config
 
 
-def _steps(config, micro_batch_size, batch_np, num_steps=1, loop="unrolled"):
+def _steps(config, micro_batch_size, batch_np, num_steps=1, form="unrolled"):
     mesh = make_mesh(8)
     graphdef, rest, tx, schedule, state = loop.init_state(
         config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
     )
     state = jax.device_put(state, replicated(mesh))
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
-                           mesh, micro_batch_size=micro_batch_size, micro_batch_loop=loop)
+                           mesh, micro_batch_size=micro_batch_size, micro_batch_loop=form)
     losses = []
     for _ in range(num_steps):
         state, logged = step(state, data.make_global_batch(batch_np, mesh))
@@ -54,13 +54,13 @@ def _batch(config):
     return {k: batch[k] for k in ("views", "label", "index")}
 
 
-@pytest.mark.parametrize("loss, loop", [("sincere", "unrolled"), ("nt_xent+supcon", "unrolled"),
+@pytest.mark.parametrize("loss, form", [("sincere", "unrolled"), ("nt_xent+supcon", "unrolled"),
                                         ("sincere", "scan")])
-def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss, loop):
+def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss, form):
     config = _vit_config(loss)
     batch = _batch(config)
     plain, logged_plain, _ = _steps(config, None, batch)
-    cached, logged_cached, _ = _steps(config, 2, batch, loop=loop)  # 4 micro-batches of 2
+    cached, logged_cached, _ = _steps(config, 2, batch, form=form)  # 4 micro-batches of 2
     for key in ("loss", "probe_loss", "grad_norm", "alignment"):
         np.testing.assert_allclose(logged_cached[key], logged_plain[key], rtol=1e-5, atol=1e-6)
     assert logged_plain["grad_norm"] > 1e-3  # the step moves the parameters
