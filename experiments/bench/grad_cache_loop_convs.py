@@ -1,6 +1,6 @@
 """Why the micro-batched ResNet step is slow on the CPU: convolutions inside a loop.
 
-    XLA_FLAGS= python experiments/bench/grad_cache_loop_convs.py
+    XLA_FLAGS= python experiments/bench/grad_cache_loop_convs.py [--ways plain,unrolled+chain]
 
 The gradient of ``sum(tanh(projections))`` of a CIFAR-stem ResNet-18 (width 0.5, linear
 head, train mode) on 32 images of 32 px, one device, four ways: ``plain`` (one forward
@@ -15,6 +15,7 @@ Prints each one's compiled temp memory and the median of 3 timed calls after one
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -26,9 +27,15 @@ from contrastive_jax import models
 from contrastive_jax.train import grad_cache
 
 MICRO = 4
+WAYS = ("plain", "scan", "scan+remat", "unrolled+remat", "unrolled+chain")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ways", default=",".join(WAYS), help=f"some of {WAYS}")
+    ways = parser.parse_args().ways.split(",")
+    if not set(ways) <= set(WAYS):
+        raise ValueError(f"`--ways` must name some of {WAYS}, got {ways}")
     config = models.default_encoder_config()
     config.width = 0.5
     encoder = models.create_encoder(config, rngs=nnx.Rngs(0))
@@ -60,7 +67,7 @@ def main() -> None:
 
     print("| way | temp MiB | s/call |")
     print("|---|---|---|")
-    for way in ("plain", "scan", "scan+remat", "unrolled+remat", "unrolled+chain"):
+    for way in ways:
         step = jax.jit(jax.grad(lambda p, r, x, way=way: loss(p, r, x, way)))
         compiled = step.lower(params, rest, x).compile()
         seconds = []
