@@ -22,9 +22,10 @@ subsets drawn once with ``config.data.data_seed`` (for a split streamed from TFD
 its first examples), so every evaluation of a run sees the same images. Labels are the
 clean labels of the evaluation pipeline.
 
-Every process runs the whole evaluation on its own devices (the encoder's replicated
-parameters, its own copy of the bank and queries), so no collective is needed and every
-process count gets the same numbers; only process 0 writes the logs.
+Embedding is :func:`contrastive_jax.embed.embed_split` (one cached jit, shared with
+evaluation). Every process runs the whole evaluation on its own devices (its copy of the
+encoder's replicated parameters, its own copy of the bank and queries), so no collective
+is needed and every process count gets the same numbers; only process 0 writes the logs.
 
 References:
   Zhirong Wu, Yuanjun Xiong, Stella X. Yu and Dahua Lin (2018). Unsupervised Feature
@@ -35,8 +36,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
 import time
 from typing import Any
 
@@ -44,13 +43,10 @@ import jax
 import ml_collections
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import data as data_lib
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.eval.knn import knn_scores
-from contrastive_jax.parallel import DATA_AXIS
 
 #: Names of the scalars a :class:`KnnMonitor` returns.
 METRICS = ("knn_top1", "knn_seconds")
@@ -68,14 +64,6 @@ def _subset(split: data_lib.Split, size: int, seed: int, option: str,
         rows = rows[data_lib.class_balanced_subset(split.labels[rows], size, seed,
                                                    option=option)]
     return split.take(rows)
-
-
-def _features(graphdef, params, batch_stats, rest, images):
-    """Encoder features float32 [B, F] of ``images`` in evaluation mode."""
-    model = nnx.merge(graphdef, params, batch_stats, rest)
-    model.eval()
-    features, _ = model.network(images)
-    return features.astype(np.float32)
 
 
 class KnnMonitor:
@@ -164,10 +152,7 @@ class KnnMonitor:
         self._source = dataclasses.replace(
             source, splits={"bank": self.bank_split, "query": self.query_split}
         )
-        self._mesh = Mesh(np.asarray(jax.local_devices()), (DATA_AXIS,))
-        per_process = -(-int(config.data.global_batch_size) // jax.process_count())
-        self._batch_size = -(-per_process // self._mesh.size) * self._mesh.size
-        self._forward = jax.jit(_features, static_argnums=0)
+        self._batch_size = -(-int(config.data.global_batch_size) // jax.process_count())
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -178,33 +163,6 @@ class KnnMonitor:
         """Whether step ``step`` (1-based) is an evaluation step (``eval_every``, and the last)."""
         return bool(self.every) and (step % self.every == 0 or step == self.total_steps)
 
-    def _local(self, tree: Any) -> Any:
-        """A replicated tree's leaves on this process's devices (one copy per local device)."""
-        sharding = NamedSharding(self._mesh, P())
-        return jax.tree.map(
-            lambda a: jax.device_put(
-                a.addressable_data(0) if isinstance(a, jax.Array) else a, sharding
-            ),
-            tree,
-        )
-
-    def _embed(self, split: str, graphdef, params, batch_stats,
-               rest) -> tuple[np.ndarray, np.ndarray]:
-        batches = data_lib.make_eval_iterator(
-            self.config.data, split, self._batch_size, process_index=0, process_count=1,
-            source=self._source,
-        )
-        wanted = self._sizes[split]
-        sharding = NamedSharding(self._mesh, P(DATA_AXIS))
-        rows, labels = [], []
-        for batch in itertools.islice(batches, math.ceil(wanted / self._batch_size)):
-            features = self._forward(graphdef, params, batch_stats, rest,
-                                     jax.device_put(batch["image"], sharding))
-            keep = np.asarray(batch["valid"], bool)
-            rows.append(np.asarray(features)[keep])
-            labels.append(np.asarray(batch["label"])[keep])
-        return np.concatenate(rows)[:wanted], np.concatenate(labels)[:wanted].astype(np.int32)
-
     def __call__(self, state, graphdef: Any, rest: Any) -> dict[str, float]:
         """``{"knn_top1", "knn_seconds"}`` of the encoder of ``state`` (blocks until computed).
 
@@ -213,11 +171,19 @@ class KnnMonitor:
           graphdef, rest: the model's graph and other state
             (:func:`contrastive_jax.train.step.split_model`).
         """
+        # Here, not at the top: the trainer imports this module and runs without TensorFlow,
+        # which contrastive_jax.embed (the evaluation pipeline) needs.
+        from contrastive_jax.embed import embed_split
+
         started = time.perf_counter()
-        params, batch_stats, rest = self._local((state.params, state.batch_stats, rest))
-        bank_x, bank_y = self._embed("bank", graphdef, params, batch_stats, rest)
-        query_x, query_y = self._embed("query", graphdef, params, batch_stats, rest)
-        scores = knn_scores(bank_x, bank_y, query_x, num_classes=self.num_classes, k=self.k,
-                            temperature=self.temperature)
-        top1 = float(np.mean(np.argmax(scores, axis=1) == query_y))
+        model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
+        model.eval()
+        bank, query = (
+            embed_split(model.network, self.config.data, split, batch_size=self._batch_size,
+                        source=self._source, max_examples=self._sizes[split])
+            for split in ("bank", "query")
+        )
+        scores = knn_scores(bank.features, bank.labels, query.features,
+                            num_classes=self.num_classes, k=self.k, temperature=self.temperature)
+        top1 = float(np.mean(np.argmax(scores, axis=1) == query.labels))
         return {"knn_top1": top1, "knn_seconds": time.perf_counter() - started}

@@ -135,7 +135,8 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 "model": _model_fingerprint(config), "state_signature": signature}
 
         step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh,
-                                  micro_batch_size=config.train.micro_batch_size)
+                                  micro_batch_size=config.train.micro_batch_size,
+                                  micro_batch_loop=config.train.micro_batch_loop)
         guard = _NonFiniteGuard(terms, mesh, checkpointer, skipped,
                                 skip=config.train.skip_nonfinite)
         logger = MetricLogger(directory, total_steps=plan.total_steps, start_step=start_step,
@@ -243,6 +244,7 @@ class _Plan:
         # A bad micro_batch_size fails here, before the work directory exists.
         grad_cache.num_micro_batches(self.global_batch // jax.device_count(),
                                      config.train.micro_batch_size)
+        grad_cache.check_loop(config.train.micro_batch_loop)
         if config.train.prefetch < 0:
             raise ConfigError(
                 f"config.train.prefetch must be >= 0 batches, got {config.train.prefetch}"

@@ -170,6 +170,7 @@ def make_train_step(
     mesh: Mesh,
     *,
     micro_batch_size: int | None = None,
+    micro_batch_loop: str = "unrolled",
 ) -> jax.stages.Wrapped:
     """Builds ``step(state, batch[, nonfinite]) -> (state, metrics[, nonfinite])``, jitted.
 
@@ -216,9 +217,12 @@ def make_train_step(
     pass, so the step's activation memory is that of one micro-batch while the loss still
     sees the global batch. The gradient is the plain step's for networks without batch
     statistics; batch norm normalises each micro-batch with its own statistics.
+    ``micro_batch_loop`` (``config.train.micro_batch_loop``) is the form of the loop over
+    micro-batches, ``"unrolled"`` or ``"scan"`` (:func:`grad_cache.embed`).
     """
     batch_keys = ("views", "label", "index", "metadata")
     mix = objective.batch_mixing(terms)
+    grad_cache.check_loop(micro_batch_loop)
 
     def per_device(params, batch_stats, key_data, step, local):
         # copy=True: fresh variables of this trace, so the RNG streams can be reseeded.
@@ -247,7 +251,8 @@ def make_train_step(
         micro = grad_cache.num_micro_batches(b, micro_batch_size)
         if micro:
             features, projections = grad_cache.embed(
-                model.network, rows, num_micro_batches=micro, key=device_key
+                model.network, rows, num_micro_batches=micro, key=device_key,
+                loop=micro_batch_loop,
             )
         else:
             features, projections = model.network(rows)

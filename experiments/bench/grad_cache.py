@@ -2,12 +2,13 @@
 
     XLA_FLAGS= python experiments/bench/grad_cache.py
     XLA_FLAGS= python experiments/bench/grad_cache.py --models resnet18 --batches 32,128 \
-        --micro 8 --repeats 2
+        --micro 8 --repeats 2 --modes plain,unrolled
 
 For each encoder (``resnet18``: the CIFAR-stem ResNet-18; ``vit_ti``: ViT-Ti/4 at the
 image side ``--image_size``, both with the SimCLR-v2 head, SINCERE, LARS, one device),
-each global batch of ``--batches`` (examples of 2 views) and each mode (``plain``:
-``config.train.micro_batch_size = 0``; ``cached``: ``--micro`` examples per micro-batch),
+each global batch of ``--batches`` (examples of 2 views) and each mode of ``--modes``
+(``plain``: ``config.train.micro_batch_size = 0``; ``unrolled`` and ``scan``: ``--micro``
+examples per micro-batch with that ``config.train.micro_batch_loop``),
 the jitted train step of ``contrastive_jax.train.step`` is lowered and compiled once and
 reports:
 
@@ -19,9 +20,10 @@ reports:
 * ``s/step`` and ``ms/image``: the median of ``--repeats`` timed steps after one untimed
   step (an image is one view).
 
-Each model's last line prints the plain-to-cached temp-memory ratio at the largest batch,
-the cached step's temp-memory growth as the batch grows from the first to the last of
-``--batches``, and the cached-to-plain time per image at each batch.
+For each micro-batched mode, each model's last lines print the plain-to-micro-batched
+temp-memory ratio at the largest batch, the micro-batched step's temp-memory growth as the
+batch grows from the first to the last of ``--batches``, and the micro-batched-to-plain
+time per image at each batch.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ MODELS = {"resnet18": {"name": "resnet18"}, "vit_ti": {"name": "vit_ti4"}}
 MIB = 2**20
 
 
-def measure(model: str, batch: int, micro: int, image_size: int, repeats: int) -> dict:
+def measure(model: str, batch: int, mode: str, micro: int, image_size: int,
+            repeats: int) -> dict:
     """Compiles and times one step; returns its memory analysis and time."""
     import jax
 
@@ -63,7 +66,8 @@ def measure(model: str, batch: int, micro: int, image_size: int, repeats: int) -
         "index": np.arange(batch, dtype=np.int32),
     }, mesh)
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
-                           mesh, micro_batch_size=micro)
+                           mesh, micro_batch_size=0 if mode == "plain" else micro,
+                           micro_batch_loop="unrolled" if mode == "plain" else mode)
     started = time.perf_counter()
     compiled = step.lower(state, arrays).compile()
     compile_s = time.perf_counter() - started
@@ -76,8 +80,7 @@ def measure(model: str, batch: int, micro: int, image_size: int, repeats: int) -
         seconds.append(time.perf_counter() - started)
     step_s = statistics.median(seconds[1:])
     return {
-        "model": model, "batch": batch, "mode": "cached" if micro else "plain",
-        "micro": micro, "temp_mib": analysis.temp_size_in_bytes / MIB,
+        "model": model, "batch": batch, "mode": mode, "micro": micro, "temp_mib": analysis.temp_size_in_bytes / MIB,
         "args_mib": analysis.argument_size_in_bytes / MIB, "compile_s": compile_s,
         "step_s": step_s, "ms_per_image": 1e3 * step_s / (2 * batch),
     }
@@ -90,33 +93,38 @@ def main() -> None:
     parser.add_argument("--micro", type=int, default=8, help="examples per micro-batch")
     parser.add_argument("--image_size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--modes", default="plain,unrolled,scan",
+                        help="plain and micro-batch loop forms (unrolled, scan); plain first")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
+    modes = args.modes.split(",")
+    if modes[0] != "plain" or not set(modes) <= {"plain", "unrolled", "scan"}:
+        raise ValueError(f"`--modes` must start with plain and name unrolled/scan, got {modes}")
     print("| model | batch | mode | temp MiB | args MiB | compile s | s/step | ms/image |")
     print("|---|---|---|---|---|---|---|---|")
     for model in args.models.split(","):
         rows = {}
         for batch in batches:
-            for micro in (0, args.micro):
-                r = measure(model, batch, micro, args.image_size, args.repeats)
-                rows[batch, r["mode"]] = r
-                print(f"| {model} | {batch} | {r['mode']}"
-                      f"{f' (m={micro})' if micro else ''} | {r['temp_mib']:.0f} | "
+            for mode in modes:
+                r = measure(model, batch, mode, args.micro, args.image_size, args.repeats)
+                rows[batch, mode] = r
+                print(f"| {model} | {batch} | {mode}"
+                      f"{'' if mode == 'plain' else f' (m={args.micro})'} | {r['temp_mib']:.0f} | "
                       f"{r['args_mib']:.0f} | {r['compile_s']:.1f} | {r['step_s']:.2f} | "
                       f"{r['ms_per_image']:.1f} |", flush=True)
         first, last = batches[0], batches[-1]
-        time_ratios = ", ".join(
-            f"B={b}: {rows[b, 'cached']['ms_per_image'] / rows[b, 'plain']['ms_per_image']:.2f}x"
-            for b in batches
-        )
-        print(f"{model}: plain/cached temp memory at B={last}: "
-              f"{rows[last, 'plain']['temp_mib'] / rows[last, 'cached']['temp_mib']:.1f}x; "
-              f"cached temp memory B={first} -> B={last}: "
-              f"{rows[first, 'cached']['temp_mib']:.0f} -> {rows[last, 'cached']['temp_mib']:.0f}"
-              f" MiB ({rows[last, 'cached']['temp_mib'] / rows[first, 'cached']['temp_mib']:.2f}x;"
-              f" plain {rows[last, 'plain']['temp_mib'] / rows[first, 'plain']['temp_mib']:.2f}x);"
-              f" cached/plain time per image: {time_ratios}", flush=True)
-
+        for mode in modes[1:]:
+            time_ratios = ", ".join(
+                f"B={b}: {rows[b, mode]['ms_per_image'] / rows[b, 'plain']['ms_per_image']:.2f}x"
+                for b in batches
+            )
+            print(f"{model} {mode}: plain/{mode} temp memory at B={last}: "
+                  f"{rows[last, 'plain']['temp_mib'] / rows[last, mode]['temp_mib']:.1f}x; "
+                  f"{mode} temp memory B={first} -> B={last}: "
+                  f"{rows[first, mode]['temp_mib']:.0f} -> {rows[last, mode]['temp_mib']:.0f} MiB"
+                  f" ({rows[last, mode]['temp_mib'] / rows[first, mode]['temp_mib']:.2f}x;"
+                  f" plain {rows[last, 'plain']['temp_mib'] / rows[first, 'plain']['temp_mib']:.2f}x);"
+                  f" {mode}/plain time per image: {time_ratios}", flush=True)
 
 if __name__ == "__main__":
     main()

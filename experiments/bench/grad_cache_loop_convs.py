@@ -1,17 +1,21 @@
 """Why the micro-batched ResNet step is slow on the CPU: convolutions inside a loop.
 
-    XLA_FLAGS= python experiments/bench/grad_cache_loop_convs.py
+    XLA_FLAGS= python experiments/bench/grad_cache_loop_convs.py [--ways plain,unrolled+chain]
 
 The gradient of ``sum(tanh(projections))`` of a CIFAR-stem ResNet-18 (width 0.5, linear
 head, train mode) on 32 images of 32 px, one device, four ways: ``plain`` (one forward
 pass); ``scan`` (4 micro-batches in a ``lax.scan``, activations kept); ``scan+remat`` (the
 same under ``jax.checkpoint``, what :func:`contrastive_jax.train.grad_cache.embed` does);
-``unrolled+remat`` (the 4 micro-batches as 4 calls under ``jax.checkpoint``, no loop).
+``unrolled+remat`` (the 4 micro-batches as 4 calls under ``jax.checkpoint``, no loop);
+``unrolled+chain`` (``contrastive_jax.train.grad_cache.embed`` with ``loop="unrolled"``:
+4 calls chained by data dependencies so that XLA runs them one at a time, what the trainer
+does by default).
 Prints each one's compiled temp memory and the median of 3 timed calls after one untimed.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -20,11 +24,18 @@ import jax.numpy as jnp
 from flax import nnx
 
 from contrastive_jax import models
+from contrastive_jax.train import grad_cache
 
 MICRO = 4
+WAYS = ("plain", "scan", "scan+remat", "unrolled+remat", "unrolled+chain")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ways", default=",".join(WAYS), help=f"some of {WAYS}")
+    ways = parser.parse_args().ways.split(",")
+    if not set(ways) <= set(WAYS):
+        raise ValueError(f"`--ways` must name some of {WAYS}, got {ways}")
     config = models.default_encoder_config()
     config.width = 0.5
     encoder = models.create_encoder(config, rngs=nnx.Rngs(0))
@@ -44,6 +55,9 @@ def main() -> None:
         xs = x.reshape(MICRO, -1, *x.shape[1:])
         if way == "plain":
             z = forward(params, rest, x)
+        elif way == "unrolled+chain":
+            network = nnx.merge(graphdef, params, rest, copy=True)
+            _, z = grad_cache.embed(network, x, num_micro_batches=MICRO, key=jax.random.key(0))
         elif way == "unrolled+remat":
             z = jnp.stack([remat(params, rest, xs[i]) for i in range(MICRO)])
         else:
@@ -53,7 +67,7 @@ def main() -> None:
 
     print("| way | temp MiB | s/call |")
     print("|---|---|---|")
-    for way in ("plain", "scan", "scan+remat", "unrolled+remat"):
+    for way in ways:
         step = jax.jit(jax.grad(lambda p, r, x, way=way: loss(p, r, x, way)))
         compiled = step.lower(params, rest, x).compile()
         seconds = []

@@ -34,14 +34,14 @@ def _vit_config(loss: str):
     return config
 
 
-def _steps(config, micro_batch_size, batch_np, num_steps=1):
+def _steps(config, micro_batch_size, batch_np, num_steps=1, form="unrolled"):
     mesh = make_mesh(8)
     graphdef, rest, tx, schedule, state = loop.init_state(
         config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
     )
     state = jax.device_put(state, replicated(mesh))
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
-                           mesh, micro_batch_size=micro_batch_size)
+                           mesh, micro_batch_size=micro_batch_size, micro_batch_loop=form)
     losses = []
     for _ in range(num_steps):
         state, logged = step(state, data.make_global_batch(batch_np, mesh))
@@ -54,12 +54,13 @@ def _batch(config):
     return {k: batch[k] for k in ("views", "label", "index")}
 
 
-@pytest.mark.parametrize("loss", ["sincere", "nt_xent+supcon"])
-def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss):
+@pytest.mark.parametrize("loss, form", [("sincere", "unrolled"), ("nt_xent+supcon", "unrolled"),
+                                        ("sincere", "scan")])
+def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss, form):
     config = _vit_config(loss)
     batch = _batch(config)
     plain, logged_plain, _ = _steps(config, None, batch)
-    cached, logged_cached, _ = _steps(config, 2, batch)  # 4 micro-batches of 2 examples
+    cached, logged_cached, _ = _steps(config, 2, batch, form=form)  # 4 micro-batches of 2
     for key in ("loss", "probe_loss", "grad_norm", "alignment"):
         np.testing.assert_allclose(logged_cached[key], logged_plain[key], rtol=1e-5, atol=1e-6)
     assert logged_plain["grad_norm"] > 1e-3  # the step moves the parameters
@@ -83,7 +84,8 @@ def test_micro_batched_step_trains_a_batch_norm_resnet_in_bfloat16_with_lars():
     assert min(moved) > 0  # every running statistic was updated
 
 
-def test_embed_matches_the_network_and_its_gradient():
+@pytest.mark.parametrize("loop", grad_cache.LOOPS)
+def test_embed_matches_the_network_and_its_gradient(loop):
     net = ContrastiveModel(MLP(3, (8, 4), rngs=nnx.Rngs(0)), LinearHead(4, 2, rngs=nnx.Rngs(1)))
     graphdef, params = nnx.split(net)
     x = jax.random.normal(jax.random.key(2), (12, 3))
@@ -92,7 +94,8 @@ def test_embed_matches_the_network_and_its_gradient():
     def loss(params, micro):
         net = nnx.merge(graphdef, params)
         if micro:
-            _, z = grad_cache.embed(net, x, num_micro_batches=micro, key=jax.random.key(0))
+            _, z = grad_cache.embed(net, x, num_micro_batches=micro, key=jax.random.key(0),
+                                    loop=loop)
         else:
             _, z = net(x)
         return jnp.sum(jnp.tanh(z) * w) + jnp.sum(z) ** 2  # couples all rows
@@ -104,6 +107,63 @@ def test_embed_matches_the_network_and_its_gradient():
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def _conv_net():
+    """A 3-stage CNN (no batch norm) with a linear head: activations dominate its memory."""
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.convs = nnx.List([nnx.Conv(c_in, c_out, (3, 3), rngs=rngs)
+                                   for c_in, c_out in ((3, 16), (16, 16), (16, 16))])
+            self.head = nnx.Linear(16, 8, rngs=rngs)
+
+        def __call__(self, x):
+            for conv in self.convs:
+                x = jax.nn.relu(conv(x))
+            features = x.mean(axis=(1, 2))
+            return features, self.head(features)
+
+    return Net(nnx.Rngs(0))
+
+
+def _temp_bytes(rows, micro, loop):
+    """Compiled temp memory of the gradient of a coupling loss of ``embed`` on ``rows`` images."""
+    graphdef, params = nnx.split(_conv_net())
+
+    def loss(params, x):
+        net = nnx.merge(graphdef, params)
+        if micro:
+            _, z = grad_cache.embed(net, x, num_micro_batches=micro, key=jax.random.key(0),
+                                    loop=loop)
+        else:
+            _, z = net(x)
+        return jnp.sum(jax.nn.logsumexp(z @ z.T, axis=1))
+
+    x = jax.ShapeDtypeStruct((rows, 16, 16, 3), jnp.float32)
+    compiled = jax.jit(jax.grad(loss)).lower(params, x).compile()
+    return compiled.memory_analysis().temp_size_in_bytes
+
+
+@pytest.mark.parametrize("loop", grad_cache.LOOPS)
+def test_embed_memory_stays_flat_as_the_batch_grows(loop):
+    """4x the rows in 4x the micro-batches of 8: temp memory grows < 1.3x; plain grows > 3x."""
+    small, large = _temp_bytes(32, 4, loop), _temp_bytes(128, 16, loop)
+    plain_small, plain_large = _temp_bytes(32, 0, loop), _temp_bytes(128, 0, loop)
+    assert plain_large > 3 * plain_small
+    assert large < 1.3 * small, (small, large)
+    assert large < plain_large / 2.5, (large, plain_large)
+
+
+def test_a_bad_micro_batch_loop_names_the_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"config\.train\.micro_batch_loop.*'while'"):
+        grad_cache.embed(_conv_net(), jnp.zeros((4, 8, 8, 3)), num_micro_batches=2,
+                         key=jax.random.key(0), loop="while")
+    config = tiny_config()
+    config.train.micro_batch_loop = "while"
+    with pytest.raises(ConfigError, match=r"micro_batch_loop"):
+        loop.train(config, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run")
+
+
 @pytest.mark.parametrize("size, message", [(3, "must divide"), (-2, "positive int"),
                                            (2.5, "positive int")])
 def test_bad_micro_batch_size_names_the_field(size, message):
@@ -112,10 +172,12 @@ def test_bad_micro_batch_size_names_the_field(size, message):
     assert grad_cache.num_micro_batches(8, 0) == grad_cache.num_micro_batches(8, None) == 0
 
 
-def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path):
+@pytest.mark.parametrize("micro_batch_loop", grad_cache.LOOPS)
+def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path, micro_batch_loop):
     """BN and dropout (the tiny conv encoder), 2 micro-batches per device: exact resume."""
     config = runs.tiny_config(total_steps=4, checkpoint_every=2)
     config.train.micro_batch_size = 2  # 32 examples over 8 devices: 2 micro-batches of 2
+    config.train.micro_batch_loop = micro_batch_loop
     reference, resumed = str(tmp_path / "reference"), str(tmp_path / "resumed")
     with runs.tiny_encoder():
         loop.train(config, reference)
