@@ -38,8 +38,11 @@ from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 
-LOSS_TESTS = ("--doctest-modules", "tests/losses", "contrastive_jax/losses")
-TRAIN_TESTS = ("tests/train",)
+# The quick, direct tests first, so that with -x a caught mutation stops early; a pattern
+# expands (sorted) to the files it matches that are not named before it.
+LOSS_TESTS = ("--doctest-modules", "contrastive_jax/losses", "tests/losses")
+TRAIN_TESTS = ("tests/train/test_step.py", "tests/train/test_objective.py",
+               "tests/train/test_optim.py", "tests/train/test_*.py")
 
 
 class Mutation(NamedTuple):
@@ -223,8 +226,12 @@ def apply(root: Path, mutation: Mutation) -> str:
 def run_tests(root: Path, tests: tuple[str, ...], timeout: float, workers: int) -> Outcome:
     env = dict(os.environ, PYTHONPATH=str(root), TF_CPP_MIN_LOG_LEVEL="2",
                XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    paths: list[str] = []
+    for entry in tests:
+        matches = sorted(str(p.relative_to(root)) for p in root.glob(entry)) if "*" in entry else [entry]
+        paths += [m for m in matches if m not in paths]
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-n", str(workers), "-m", "not slow",
-               "-p", "no:cacheprovider", *tests]
+               "-p", "no:cacheprovider", *paths]
     start = time.perf_counter()
     # A session of its own, so a timeout ends pytest and its xdist workers together.
     process = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE,
@@ -299,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a working tree (default: this checkout)")
     parser.add_argument("--only", type=lambda s: s.split(","), help="comma-separated names")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers")
-    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per mutation")
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="seconds per mutation (then: timeout, not caught in time)")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
                         help="skip the check that the unmutated tests pass")
     parser.add_argument("--json", help="write the outcomes to this file")
