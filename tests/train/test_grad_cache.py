@@ -68,6 +68,7 @@ def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # five steps of a ResNet-18; the equivalence above runs in make test
 def test_micro_batched_step_trains_a_batch_norm_resnet_in_bfloat16_with_lars():
     config = tiny_config(name="sincere")  # ResNet-18 (width 1/8) with BN in encoder and head
     config.model.encoder.dtype = "bfloat16"
