@@ -5,7 +5,7 @@ exchange ...) compiles once per combination. :func:`all_pairs` returns every com
 a ``pytest.param``; a subset in which every pair of values of any two parameters occurs at
 least once runs unmarked, the other combinations are marked ``slow``. So `make test` still
 sees each value next to each value of every other parameter, and `make test-all` the whole
-product.
+product. :func:`only_in_make_test` keeps chosen values of a single parameter.
 """
 
 from __future__ import annotations
