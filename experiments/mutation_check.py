@@ -282,6 +282,8 @@ def check(args: argparse.Namespace) -> list[Outcome]:
                 (root / mutation.path).write_text(original)
             outcome = outcome._replace(name=mutation.name)
             outcomes.append(outcome)
+            if args.json:  # after each mutation, so an interrupted run keeps its results
+                Path(args.json).write_text(json.dumps([o._asdict() for o in outcomes], indent=1))
             print(f"{mutation.name:28s} {outcome.result:9s} {outcome.seconds:6.0f} s  "
                   f"{outcome.first_failure}", flush=True)
     return outcomes
@@ -329,8 +331,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"caught before, not after: {lost}")
         return 1 if lost else 0
     outcomes = check(args)
-    if args.json:
-        Path(args.json).write_text(json.dumps([o._asdict() for o in outcomes], indent=1))
     print()
     print(table({args.rev or "working tree": {o.name: o.result for o in outcomes}}))
     return 0
