@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-dev
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup quickstart test test-all notebooks lint typecheck docs bench clean
+.PHONY: setup quickstart test test-all mutations notebooks lint typecheck docs bench clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,11 @@ notebooks: $(STAMP)
 # the quickstart.
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 --doctest-modules tests $(DOCTESTS)
+
+# Small bugs put into the losses and the training step, one at a time, each against the
+# fast tests of its directory (docs/contributing.md); not part of `make test` (10-30 minutes).
+mutations: $(STAMP)
+	$(PY) -m experiments.mutation_check --tree .
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check contrastive_jax tests experiments notebooks docs/_griffe

@@ -8,6 +8,7 @@ from the wheel (tests/test_wheel.py).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -49,35 +50,49 @@ def test_losses_and_metrics_work_without_the_train_extra():
     assert len(lines) == 3 and lines[2] == "loaded: []"
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        "contrastive_jax.train",
-        "contrastive_jax.train.optim",
-        "contrastive_jax.models",
-        "contrastive_jax.data:load_source",  # the package loads its modules on first use
-        "contrastive_jax.eval",
-        "contrastive_jax.pretrain",
-        "contrastive_jax.quickstart",
-        "contrastive_jax.linear_eval",
-        "contrastive_jax.evaluate",
-        "contrastive_jax.embed",
-    ],
-)
-def test_a_part_that_needs_the_train_extra_names_it(module):
+#: The parts that need the ``train`` extra (``module:attribute`` for an attribute that loads its
+#: module on first use).
+TRAIN_PARTS = [
+    "contrastive_jax.train",
+    "contrastive_jax.train.optim",
+    "contrastive_jax.models",
+    "contrastive_jax.data:load_source",  # the package loads its modules on first use
+    "contrastive_jax.eval",
+    "contrastive_jax.pretrain",
+    "contrastive_jax.quickstart",
+    "contrastive_jax.linear_eval",
+    "contrastive_jax.evaluate",
+    "contrastive_jax.embed",
+]
+
+
+@pytest.fixture(scope="module")
+def import_errors() -> dict:
+    """What importing each of :data:`TRAIN_PARTS` prints, from one subprocess: every attempt
+    starts with no ``contrastive_jax`` module loaded, as in a fresh interpreter."""
     result = _run(
         f"""
-        import importlib
-        name, _, attribute = {module!r}.partition(":")
-        try:
-            imported = importlib.import_module(name)
-            if attribute:
-                getattr(imported, attribute)
-        except ModuleNotFoundError as err:
-            print(err)
-        else:
-            print("imported")
+        import importlib, json
+        printed = {{}}
+        for part in {TRAIN_PARTS!r}:
+            for loaded in [m for m in sys.modules if m.split(".")[0] == "contrastive_jax"]:
+                del sys.modules[loaded]
+            name, _, attribute = part.partition(":")
+            try:
+                imported = importlib.import_module(name)
+                if attribute:
+                    getattr(imported, attribute)
+            except ModuleNotFoundError as err:
+                printed[part] = str(err)
+            else:
+                printed[part] = "imported"
+        print(json.dumps(printed))
         """
     )
     assert result.returncode == 0, result.stderr
-    assert "pip install 'contrastive_jax[train]'" in result.stdout, result.stdout
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("module", TRAIN_PARTS)
+def test_a_part_that_needs_the_train_extra_names_it(module, import_errors):
+    assert "pip install 'contrastive_jax[train]'" in import_errors[module], import_errors[module]

@@ -67,6 +67,7 @@ def test_default_losses_cover_every_registered_loss(bench):
     assert "projnce:classes" in cases and "supcon:classes" not in cases
 
 
+@pytest.mark.slow  # a memory subprocess per case; test_peak_memory_subprocess runs one
 def test_memory_only_mode_reports_one_call_per_case(bench, capsys):
     bench.main(["--sizes", "64", "--losses", "projnce,global_uniformity", "--memory-only",
                 "--variants", "block,classes"])

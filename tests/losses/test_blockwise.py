@@ -21,6 +21,7 @@ from contrastive_jax.losses import _projection as proj
 from contrastive_jax.losses import _projnce_streamed as streamed
 from tests.losses import references
 from tests.losses.multidevice import assert_multidevice_matches
+from tests.pairwise import only_in_make_test
 
 N = 24
 
@@ -57,6 +58,13 @@ STREAMED = [
     "soft_supcon-l2", "soft_supcon-cosine", "soft_nce-l1", "soft_nce-cosine", "med_supcon",
     "med_nce", "conditional_alignment", "global_uniformity", "conditional_uniformity",
 ]
+#: One case of each streamed block function and distance path in `make test` (nt_xent is
+#: supcon over instance ids; the others differ from a kept case in a hyperparameter).
+STREAMED_FAST = [name for name in STREAMED
+                 if name not in ("nt_xent", "soft_supcon-l2", "soft_nce-cosine", "med_supcon")]
+#: On 8 devices the gather and the global self mask are shared by all: one loss per family.
+MULTIDEVICE_FAST = ["supcon", "sincere", "y_aware_infonce", "mio", "projnce",
+                    "soft_supcon-cosine", "soft_nce-l1", "conditional_uniformity"]
 HPARAMS = {
     "y_aware_infonce": {"sigma": 0.7},
     "conditional_alignment": {"sigma": 0.7},
@@ -75,7 +83,7 @@ HPARAMS = {
 CLASS_LOSSES = ("projnce", "soft_supcon", "soft_nce", "med_supcon", "med_nce")
 
 
-@pytest.mark.parametrize("name", STREAMED)
+@pytest.mark.parametrize("name", only_in_make_test(STREAMED, STREAMED_FAST))
 def test_streamed_matches_dense_value_and_gradient(name):
     """Blocks of 1 and 5 (not dividing N) rows = dense, also d/dtau."""
     z, second, valid = _labelled_batch(name)
@@ -118,7 +126,8 @@ def test_soft_target_infonce_streamed_matches_dense():
             np.testing.assert_allclose(g, dg, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", [name for name in STREAMED if name != "nt_xent"])
+@pytest.mark.parametrize("name", only_in_make_test(
+    [name for name in STREAMED if name != "nt_xent"], MULTIDEVICE_FAST))
 def test_streamed_multidevice_matches_single_device(name):
     """Local anchors streamed against the gathered batch on 8 devices = one device."""
     z, second, _ = _labelled_batch(name, seed=22)
@@ -299,7 +308,7 @@ def test_class_slot_branches_match_dense(name, monkeypatch):
         np.testing.assert_allclose(grad, dense_grad, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", CLASS_SLOT_CASES)
+@pytest.mark.parametrize("name", only_in_make_test(CLASS_SLOT_CASES, ["projnce", "soft_supcon-l1"]))
 def test_class_slot_branches_multidevice_matches_single_device(name, monkeypatch):
     """The branch is chosen from the gathered labels: 8 devices = one device."""
     monkeypatch.setattr(streamed, "CLASS_SLOTS_MIN", 2)

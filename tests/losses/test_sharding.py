@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import losses
 from tests.losses.multidevice import STYLES, run_style
+from tests.pairwise import pair_cover
 
 N, D, K = 16, 4, 4
 #: A block of 3 anchor rows: streamed, with a padded last block on every layout.
@@ -97,15 +98,18 @@ def reference(name: str, block_size: int | None):
 
 
 def _params():
-    for name in losses.names():
-        for block_size in (None, STREAMED):
-            if block_size and not _streams(name):
-                continue  # rows are independent (or pairs): nothing to stream
-            for style in STYLES[1:]:
-                marks = () if name in DEFAULT else (pytest.mark.slow,)
-                mode = "dense" if block_size is None else "streamed"
-                yield pytest.param(name, block_size, style, marks=marks,
-                                   id=f"{name}-{mode}-{style}")
+    cases = [(name, block_size, style) for name in losses.names()
+             for block_size in (None, STREAMED)
+             # rows are independent (or pairs): nothing to stream
+             if not (block_size and not _streams(name))
+             for style in STYLES[1:]]
+    # The default run: every (loss, layout), (loss, style) and (layout, style) pair of the
+    # DEFAULT losses once; `make test-all` runs the whole matrix.
+    fast = set(pair_cover([c for c in cases if c[0] in DEFAULT]))
+    for name, block_size, style in cases:
+        marks = () if (name, block_size, style) in fast else (pytest.mark.slow,)
+        mode = "dense" if block_size is None else "streamed"
+        yield pytest.param(name, block_size, style, marks=marks, id=f"{name}-{mode}-{style}")
 
 
 @pytest.mark.parametrize(("name", "block_size", "style"), list(_params()))

@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import losses
 from contrastive_jax.losses import _blockwise as blockwise
+from tests.pairwise import all_pairs
 
 TAU, BIAS = 0.3, -2.0
 
@@ -112,10 +113,8 @@ KINDS = ("clip", "siglip")
 # --------------------------------------------------------------------------- one device
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("block_size", [None, 3, 16])
-@pytest.mark.parametrize("pad", [0, 3])
-@pytest.mark.parametrize("exchange", ["gather", "ring"])
+@pytest.mark.parametrize(("kind", "block_size", "pad", "exchange"),
+                         all_pairs(KINDS, [None, 3, 16], [0, 3], ["gather", "ring"]))
 def test_value_and_gradients_match_the_float64_reference(kind, block_size, pad, exchange):
     a, b, valid = _data(16, pad=pad)
     got = _value_and_grads(kind, valid=jnp.asarray(valid), block_size=block_size,
@@ -249,11 +248,10 @@ MESHES = {
 }
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("block_size", [None, 3])
-@pytest.mark.parametrize("mesh_name", sorted(MESHES))
-@pytest.mark.parametrize("grad_inside", [False, True])
-@pytest.mark.parametrize("exchange", ["gather", "ring"])
+@pytest.mark.parametrize(
+    ("kind", "block_size", "mesh_name", "grad_inside", "exchange"),
+    all_pairs(KINDS, [None, 3], sorted(MESHES), [False, True], ["gather", "ring"]),
+)
 def test_shard_map_equals_one_device(kind, block_size, mesh_name, grad_inside, exchange):
     shape, names, axis_name = MESHES[mesh_name]
     mesh = _mesh(shape, names)
@@ -303,10 +301,8 @@ def test_pmap_equals_one_device(kind, exchange):
     np.testing.assert_allclose(np.asarray(g_b).reshape(b.shape), ref[2], rtol=2e-4, atol=2e-6)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("block_size", [None, 4])
-@pytest.mark.parametrize("mesh_name", sorted(MESHES))
-@pytest.mark.parametrize("exchange", ["gather", "ring"])
+@pytest.mark.parametrize(("kind", "block_size", "mesh_name", "exchange"),
+                         all_pairs(KINDS, [None, 4], sorted(MESHES), ["gather", "ring"]))
 def test_jit_on_sharded_arrays_equals_one_device(kind, block_size, mesh_name, exchange):
     shape, names, _ = MESHES[mesh_name]
     mesh = _mesh(shape, names)
@@ -318,9 +314,8 @@ def test_jit_on_sharded_arrays_equals_one_device(kind, block_size, mesh_name, ex
     _assert_matches(kind, got, _reference(kind, a, b, TAU, BIAS, valid))
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("block_size", [None, 4])
-@pytest.mark.parametrize("mesh_name", sorted(MESHES))
+@pytest.mark.parametrize(("kind", "block_size", "mesh_name"),
+                         all_pairs(KINDS, [None, 4], sorted(MESHES)))
 def test_jit_on_an_explicit_mesh_is_partitioned_and_equals_one_device(kind, block_size, mesh_name):
     """Rows sharded over Explicit axes: the loss runs per device (shard_map over those axes),
     its gradients keep the rows' sharding, and value and gradients are the reference's."""

@@ -18,6 +18,7 @@ from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import grad_cache, loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.step import make_train_step
+from tests.pairwise import only_in_make_test
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
@@ -54,8 +55,11 @@ def _batch(config):
     return {k: batch[k] for k in ("views", "label", "index")}
 
 
-@pytest.mark.parametrize("loss, form", [("sincere", "unrolled"), ("nt_xent+supcon", "unrolled"),
-                                        ("sincere", "scan")])
+@pytest.mark.parametrize(
+    "loss, form",
+    [("sincere", "unrolled"), ("sincere", "scan"),
+     pytest.param("nt_xent+supcon", "unrolled", marks=pytest.mark.slow)],
+)
 def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss, form):
     config = _vit_config(loss)
     batch = _batch(config)
@@ -68,6 +72,7 @@ def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # five steps of a ResNet-18; the equivalence above runs in make test
 def test_micro_batched_step_trains_a_batch_norm_resnet_in_bfloat16_with_lars():
     config = tiny_config(name="sincere")  # ResNet-18 (width 1/8) with BN in encoder and head
     config.model.encoder.dtype = "bfloat16"

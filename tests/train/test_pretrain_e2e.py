@@ -63,6 +63,7 @@ def test_rerun_of_a_finished_run_resumes_and_takes_no_step(run):
     assert summary["start_step"] == 6 and summary["final_step"] == 6
 
 
+@pytest.mark.slow  # a second ResNet-18 run; weighted sums: tests/train/test_objective.py
 def test_weighted_sum_of_losses_trains(tmp_path):
     config = tiny_config(name="nt_xent+supcon", weights=(1.0, 0.5))
     config.num_steps = 2
