@@ -18,7 +18,6 @@ from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import grad_cache, loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.step import make_train_step
-from tests.pairwise import only_in_make_test
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
