@@ -77,3 +77,24 @@ def test_bad_config_fails_at_start_naming_the_problem(tmp_path, override, messag
     with pytest.raises((ValueError, OSError), match=message):
         loop.train(config, str(tmp_path))
     assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_the_online_probe_does_not_train_the_encoder():
+    # SimCLR's probe trains on stop-gradient features: with or without it, the encoder and
+    # head take the same step.
+    runs = {}
+    for probe in (False, True):
+        config = tiny_config(name="sincere")
+        config.train.online_probe = probe
+        config.optimizer.name = "sgd"
+        config.optimizer.base_learning_rate = 0.1
+        config.optimizer.warmup_epochs = 0
+        batch = next(data.make_pretrain_iterator(config.data, seed=0, start_step=0))
+        batch = {k: batch[k] for k in ("views", "label", "index")}
+        initial, after, logged = _one_step(config, 1, batch)
+        runs[probe] = (initial.params["network"], after.params["network"], logged)
+    (initial, plain, _), (initial_probed, probed, logged) = runs[False], runs[True]
+    assert logged["probe_loss"] > 0
+    for a, b in zip(jax.tree.leaves(initial), jax.tree.leaves(initial_probed), strict=True):
+        np.testing.assert_array_equal(a, b)
+    _assert_same_update(initial, probed, plain)
