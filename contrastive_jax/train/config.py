@@ -90,8 +90,9 @@ def default_config() -> ml_collections.ConfigDict:
             "prefetch": 2,  # global batches put on the devices ahead of the running step
             # Gradient caching: examples/device per micro-batch (0: off); BN becomes ghost BN.
             "micro_batch_size": 0,
-            # Its loop: "unrolled" (fast; compile time grows with micro-batches) or "scan".
-            "micro_batch_loop": "unrolled",
+            # Its loop: "scan" (one encoder copy) or "unrolled" (fast convs on XLA:CPU; compile
+            # time grows with the micro-batches).
+            "micro_batch_loop": "scan",
             "eval_every": 0,  # steps between online kNN evaluations (a multiple of log_every); 0: off
             "knn_k": 20,  # neighbours of the online kNN monitor (Wu et al. 2018)
             "knn_temperature": 0.07,  # tau of the kNN monitor's neighbour weights exp(s / tau)

@@ -14,7 +14,7 @@ and computes the same gradient in three passes:
 
 the loop over micro-batches takes one of two forms (``config.train.micro_batch_loop``):
 
-* ``"unrolled"`` (the default): one call per micro-batch in the traced program, each a
+* ``"unrolled"``: one call per micro-batch in the traced program, each a
   :func:`jax.custom_vjp` whose forward keeps nothing but its inputs and whose backward
   re-runs the micro-batch's forward pass and its VJP with its slice of the cached
   gradient (pass 3). Data dependencies chain the micro-batches so that XLA runs them one
@@ -25,7 +25,7 @@ the loop over micro-batches takes one of two forms (``config.train.micro_batch_l
   favours concurrency) and their activations are live together. The compiled program
   holds one copy of the encoder's forward and backward pass per micro-batch: its compile
   time grows with ``k``.
-* ``"scan"``: the micro-batches run in a ``lax.scan`` whose body is under
+* ``"scan"`` (the default): the micro-batches run in a ``lax.scan`` whose body is under
   ``jax.checkpoint`` (nothing saved but the body's inputs), so differentiating the step's
   loss through it computes the loss's gradient w.r.t. all projections first (pass 2) and
   then, scanning the micro-batches in reverse, re-runs each one's forward pass and its VJP
@@ -203,7 +203,7 @@ def embed(
     *,
     num_micro_batches: int,
     key: Array,
-    loop: str = "unrolled",
+    loop: str = "scan",
 ) -> tuple[Array, Array]:
     """``network(rows)`` in micro-batches whose activations are recomputed for the gradient.
 

@@ -170,7 +170,7 @@ def make_train_step(
     mesh: Mesh,
     *,
     micro_batch_size: int | None = None,
-    micro_batch_loop: str = "unrolled",
+    micro_batch_loop: str = "scan",
 ) -> jax.stages.Wrapped:
     """Builds ``step(state, batch[, nonfinite]) -> (state, metrics[, nonfinite])``, jitted.
 
