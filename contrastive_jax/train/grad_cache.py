@@ -250,7 +250,8 @@ def embed(
             f"`num_micro_batches` must be >= 1 and divide the {n} rows, got {num_micro_batches}"
         )
     check_loop(loop)
-    graphdef, params, rest = nnx.split(network, nnx.Param, ...)
+    # Flax types split's result as a variadic tuple; with two filters it has three parts.
+    graphdef, params, rest = nnx.split(network, nnx.Param, ...)  # type: ignore[misc]
     slices = rows.reshape((num_micro_batches, n // num_micro_batches) + rows.shape[1:])
     keys = jax.vmap(lambda j: jax.random.fold_in(key, j))(jnp.arange(num_micro_batches))
 
