@@ -41,15 +41,21 @@ def _assert_same_update(initial, a, b):
         np.testing.assert_allclose(da, db, rtol=0, atol=0.01 * np.abs(db).max() + 1e-7)
 
 
-def test_eight_device_step_equals_one_device_step_with_global_bn():
+def _sgd_config_and_batch(**fields):
+    """The tiny SINCERE config with plain SGD (lr 0.1, no warm-up) and its first batch."""
     config = tiny_config(name="sincere")
-    config.model.encoder.bn_axis_name = "data"  # global BN: batch statistics over all devices
-    config.model.head.bn_axis_name = "data"
+    config.update_from_flattened_dict(fields)
     config.optimizer.name = "sgd"
     config.optimizer.base_learning_rate = 0.1
     config.optimizer.warmup_epochs = 0
     batch = next(data.make_pretrain_iterator(config.data, seed=0, start_step=0))
-    batch = {k: batch[k] for k in ("views", "label", "index")}
+    return config, {k: batch[k] for k in ("views", "label", "index")}
+
+
+def test_eight_device_step_equals_one_device_step_with_global_bn():
+    # Global BN: batch statistics over all devices.
+    config, batch = _sgd_config_and_batch(**{"model.encoder.bn_axis_name": "data",
+                                             "model.head.bn_axis_name": "data"})
     initial, one, logged_one = _one_step(config, 1, batch)
     _, eight, logged_eight = _one_step(config, 8, batch)
     np.testing.assert_allclose(logged_eight["loss"], logged_one["loss"], rtol=1e-5)
@@ -84,13 +90,7 @@ def test_the_online_probe_does_not_train_the_encoder():
     # head take the same step.
     runs = {}
     for probe in (False, True):
-        config = tiny_config(name="sincere")
-        config.train.online_probe = probe
-        config.optimizer.name = "sgd"
-        config.optimizer.base_learning_rate = 0.1
-        config.optimizer.warmup_epochs = 0
-        batch = next(data.make_pretrain_iterator(config.data, seed=0, start_step=0))
-        batch = {k: batch[k] for k in ("views", "label", "index")}
+        config, batch = _sgd_config_and_batch(**{"train.online_probe": probe})
         initial, after, logged = _one_step(config, 1, batch)
         runs[probe] = (initial.params["network"], after.params["network"], logged)
     (initial, plain, _), (initial_probed, probed, logged) = runs[False], runs[True]
