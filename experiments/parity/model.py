@@ -109,19 +109,25 @@ class SupConMLPHead(nnx.Module):
         return self.fc2(nnx.relu(self.fc1(h))).astype(jnp.float32)
 
 
+#: Our encoder's fields that express the reference ``SupConResNet`` encoder (the rest default).
+PARITY_ENCODER_FIELDS = {
+    "stem": "cifar",
+    "width": 1.0,
+    "bn_momentum": 0.9,
+    "zero_init_residual": False,
+    "dtype": "float32",
+}
+
+
 def parity_encoder_config(name: str = "resnet18") -> Any:
-    """Our encoder config that expresses the reference ``SupConResNet`` encoder.
+    """Our encoder config that expresses the reference ``SupConResNet`` encoder, as an
+    ``ml_collections.ConfigDict`` for a training config (needs ml_collections).
 
     CIFAR stem, width 1, BN running-average decay 0.9 (PyTorch ``momentum=0.1``), float32, no
     zero-initialised residual BN (the reference's ``zero_init_residual=False``), per-device BN.
     """
     config = models.default_encoder_config()
-    config.name = name
-    config.stem = "cifar"
-    config.width = 1.0
-    config.bn_momentum = 0.9
-    config.zero_init_residual = False
-    config.dtype = "float32"
+    config.update({"name": name, **PARITY_ENCODER_FIELDS})
     return config
 
 
@@ -133,7 +139,8 @@ def build_parity_model(
     ``model(x)``: x [B, H, W, 3] -> (features [B, 512], projections [B, feat_dim]).
     """
     rngs = nnx.Rngs(seed)
-    encoder = models.create_encoder(parity_encoder_config(name), rngs=rngs)
+    # A plain dict: the step harness runs where ml_collections is not installed (a GPU image).
+    encoder = models.create_encoder({"name": name, **PARITY_ENCODER_FIELDS}, rngs=rngs)
     head = SupConMLPHead(encoder.num_features, feat_dim, rngs=rngs)
     model = models.ContrastiveModel(encoder, head)
     model.train()

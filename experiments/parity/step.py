@@ -140,8 +140,9 @@ def _reference_model(resnet_big, torch, calibration: np.ndarray, seed: int):
 
 
 def _sgd_config(learning_rate: float, momentum: float, weight_decay: float, steps: int):
-    """Our optimiser config mirroring the reference SGD at a constant learning rate."""
-    config = optim.default_optimizer_config()
+    """Our optimiser config mirroring the reference SGD at a constant learning rate (a plain
+    namespace: the harness runs where ml_collections is not installed, e.g. a GPU image)."""
+    config = types.SimpleNamespace(**optim.OPTIMIZER_DEFAULTS)
     config.name = "sgd"
     config.base_learning_rate = learning_rate
     config.lr_scaling = "none"

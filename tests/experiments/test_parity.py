@@ -148,3 +148,26 @@ def test_step_parity_small_batch():
     assert train["running_mean"] < 1e-4
     # Running variances differ only by PyTorch's unbiased (n / (n - 1)) batch variance.
     assert train["running_var_unbiased_corrected"] < 1e-4
+
+
+def test_step_harness_builds_its_model_and_optimiser_without_ml_collections():
+    """The GPU image has no ml_collections or TensorFlow: the harness's model and optimiser
+    come from plain dicts there (an H200 run of the step harness stopped at that import)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['ml_collections'] = None; sys.modules['tensorflow'] = None\n"
+        "from experiments.parity import model, step\n"
+        "from contrastive_jax.train import optim\n"
+        "net = model.build_parity_model('resnet18', 16)\n"
+        "config = step._sgd_config(0.05, 0.9, 1e-4, steps=2)\n"
+        "from flax import nnx\n"
+        "params = nnx.state(net, nnx.Param)\n"
+        "optim.make_optimizer(config, params, steps_per_epoch=1, global_batch_size=8)\n"
+        "assert net.encoder.conv1.kernel.shape == (3, 3, 3, 64), net.encoder.conv1.kernel.shape\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
