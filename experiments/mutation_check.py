@@ -142,8 +142,9 @@ MUTATIONS = (
     ),
     Mutation(
         "loss_device_local", "contrastive_jax/train/step.py",
-        "objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS)",
-        "objective.evaluate(terms, projections, targets, axis_name=None)",
+        # No closing parenthesis: later code passes more arguments after this one.
+        "objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS",
+        "objective.evaluate(terms, projections, targets, axis_name=None",
         "loss on each device's rows alone: no cross-device negatives, no all-reduced loss",
         TRAIN_TESTS,
     ),
