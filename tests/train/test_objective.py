@@ -37,6 +37,18 @@ def test_a_loss_trains_at_its_own_default_temperature_unless_the_config_sets_one
     np.testing.assert_allclose(total, own, rtol=1e-6)
 
 
+def test_the_total_is_the_weighted_sum_of_the_terms():
+    terms = objective.parse_terms(_loss_config(name="sincere+nt_xent", weights=(1.0, 0.25)))
+    projections = jnp.asarray(np.random.default_rng(1).normal(size=(8, 4)), jnp.float32)
+    labels = jnp.array([0, 0, 1, 1, 2, 2, 3, 3])
+    ids = jnp.array([0, 0, 1, 1, 2, 2, 3, 3])
+    targets = objective.Targets(instance=ids, label=labels, metadata=None)
+    total, values = objective.evaluate(terms, projections, targets, axis_name=None)
+    assert set(values) == {"sincere", "nt_xent"}
+    np.testing.assert_allclose(total, values["sincere"] + 0.25 * values["nt_xent"], rtol=1e-6)
+    assert abs(float(values["nt_xent"])) > 1e-3  # the weight changes the total
+
+
 def test_mio_default_temperature_is_the_papers():
     assert _default_temperature("mio") == 0.5
     assert objective.parse_terms(_loss_config(name="mio"))[0].kwargs == {}
