@@ -23,7 +23,8 @@ over the first steps (:class:`TemperatureWarmup`): at a low temperature, a sprea
 projections that is not yet organised by label costs more than putting every row on one
 point, so training from a random initialisation first collapses the projections and
 leaves that state after a number of steps that varies with the seed; starting at a high
-temperature removes that pull (the quickstart's evidence: ``docs/collapse.md``).
+temperature weakens that pull over the warm-up, though it can return once the temperature
+is low (the quickstart's evidence: ``docs/collapse.md``).
 
 Each loss is fed the second argument it is defined on, as the registry records it
 (:func:`contrastive_jax.losses.second_argument`): instance ids for ``nt_xent``, class
