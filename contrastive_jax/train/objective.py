@@ -231,6 +231,13 @@ def parse_terms(loss_config) -> list[Term]:
     names = [n.strip() for n in str(loss_config["name"]).split("+") if n.strip()]
     if not names:
         raise ConfigError("config.loss.name is empty; give a loss name such as 'sincere'")
+    choices = objective_terms()
+    for name in names:  # a misspelt name first: the checks below count and name the terms
+        if name not in choices:
+            raise ConfigError(
+                f"config.loss.name: {name!r} is not a loss the objective can train on; "
+                f"choose from {choices}"
+            )
     weights = tuple(loss_config["weights"] or ())
     if weights and len(weights) != len(names):
         raise ConfigError(
@@ -280,14 +287,8 @@ def parse_terms(loss_config) -> list[Term]:
         )
     if initial is not None and not float(initial) > 0:
         raise ConfigError(f"config.loss.warmup_temperature must be > 0, got {initial!r}")
-    choices = objective_terms()
     terms = []
     for name, weight in zip(names, weights, strict=True):
-        if name not in choices:
-            raise ConfigError(
-                f"config.loss.name: {name!r} is not a loss the objective can train on; "
-                f"choose from {choices}"
-            )
         fn, target = losses.get(name), losses.second_argument(name)
         takes_temperature = "temperature" in inspect.signature(fn).parameters
         kwargs = {"temperature": float(temperature)} if (

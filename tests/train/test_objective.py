@@ -187,3 +187,8 @@ def test_a_term_with_a_warmup_trains_at_the_scheduled_temperature():
 def test_bad_temperature_warmups_are_refused(fields, match):
     with pytest.raises(ConfigError, match=match):
         objective.parse_terms(_loss_config(**fields))
+
+
+def test_a_misspelt_loss_name_is_reported_before_a_weight_count_that_no_longer_fits():
+    with pytest.raises(ConfigError, match="'supcn' is not a loss the objective can train on"):
+        objective.parse_terms(_loss_config(name="supcn", weights=(1.0, 0.5)))
