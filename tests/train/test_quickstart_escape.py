@@ -1,4 +1,4 @@
-"""The quickstart recipe leaves its collapsed start on every seed (docs/collapse.md).
+"""The quickstart recipe never gathers its projections at the start (docs/collapse.md).
 
 SINCERE runs from scratch drop the logged uniformity from about -2.3 towards 0 in their first
 steps (the projections gather near one point); what matters is that a run leaves that region
@@ -6,9 +6,10 @@ again, and early. With the plain digits' augmentation and temperature 0.1 (a rec
 the fix), seed 1 stayed at -0.05 until step 600 of 660. The shortened runs here keep the full
 recipe's schedule (``optimizer.total_steps`` = 660) and stop early.
 
-The second test checks the temperature warm-up (``config.loss.warmup_temperature`` 1.0,
-annealed over 100 steps) on SINCERE alone at the earlier recipe's width 0.125, where it was
-first measured: no logged step of the first 50 above -0.41 in 26 of 27 runs with the warm-up,
+The recipe adds half a global-uniformity term to SINCERE, which keeps the projections spread
+from the first step: the first test checks it over the first 200 steps. The second test
+checks the temperature warm-up (``config.loss.warmup_temperature`` 1.0, annealed over 100
+steps) on SINCERE alone at the earlier recipe's width 0.125, where it was first measured: no logged step of the first 50 above -0.41 in 26 of 27 runs with the warm-up,
 against every run without it (docs/collapse.md).
 """
 
@@ -25,9 +26,10 @@ from contrastive_jax import configs
 
 pytestmark = pytest.mark.slow
 
-#: The step by which each seed must have left the collapsed region, and the threshold.
-ESCAPE_STEP = 200
-ESCAPED_UNIFORMITY = -0.5
+#: The steps checked, and the uniformity no logged step of them may rise above: the recipe's
+#: eleven measured seeds stayed between -3.28 and -2.25 (SINCERE alone: up to -0.09).
+CHECKED_STEPS = 200
+SPREAD_UNIFORMITY = -1.5
 #: The full recipe's length: 60 epochs of 1,437 // 128 steps.
 FULL_LENGTH = 660
 
@@ -51,11 +53,12 @@ def _uniformity(workdir, seed: int, steps: int, *flags: str) -> dict[int, float]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_quickstart_recipe_leaves_the_collapse(tmp_path, seed):
-    uniformity = _uniformity(tmp_path, seed, ESCAPE_STEP)
-    assert uniformity[ESCAPE_STEP] < ESCAPED_UNIFORMITY, (
-        f"seed {seed}: uniformity {uniformity[ESCAPE_STEP]:.3f} at step {ESCAPE_STEP}, still "
-        f"collapsed (threshold {ESCAPED_UNIFORMITY})"
+def test_the_quickstart_recipe_never_gathers_its_projections(tmp_path, seed):
+    uniformity = _uniformity(tmp_path, seed, CHECKED_STEPS)
+    step, highest = max(uniformity.items(), key=lambda item: item[1])
+    assert highest < SPREAD_UNIFORMITY, (
+        f"seed {seed}: uniformity {highest:.3f} at step {step}, the projections gathered "
+        f"(threshold {SPREAD_UNIFORMITY})"
     )
 
 
