@@ -36,8 +36,8 @@ def test_packaged_config_lives_in_the_package_and_loads(name):
     assert path.is_file() and path.parent == Path(configs.__file__).resolve().parent
     config = configs.get(name)
     assert config.data.global_batch_size > 0
-    if name in EXPERIMENT_CONFIGS:
-        assert config.loss.name == "sincere"
+    if name in EXPERIMENT_CONFIGS:  # SINCERE, alone or beside the quickstart's uniformity term
+        assert config.loss.name.split("+")[0] == "sincere"
 
 
 @pytest.mark.parametrize("name", EXPERIMENT_CONFIGS)

@@ -80,16 +80,22 @@ SCRIPTS = dict(
 SCRIPT_MODULES = {name: f"contrastive_jax.{fn.replace('-', '_')}" for name, fn in SCRIPTS.items()}
 
 
+def _own_arguments(rest: str) -> str:
+    """The arguments before a lone ``--``: after it they go to the command the tool runs
+    (``experiments.quickstart_seeds ... -- --config.seed=3``)."""
+    return re.split(r"\s--(?=\s|$)", rest)[0]
+
+
 def _invocations(path: Path) -> list[tuple[str, str, list[str]]]:
     """(kind, name, flags) for every command of a page: kind is module, make or script."""
     found = []
     for line in _commands(_code(_text(path))):
         for module, rest in re.findall(r"python3? -m ([\w.]+)([^;&|)]*)", line):
-            found.append(("module", module, re.findall(r"--([\w-]+)", rest)))
+            found.append(("module", module, re.findall(r"--([\w-]+)", _own_arguments(rest))))
         for target in re.findall(r"(?:^|[;&|]\s*|\s)make ([a-z][\w-]*)", line):
             found.append(("make", target, []))
         for script, rest in re.findall(r"(contrastive-jax-[a-z-]+)([^;&|)]*)", line):
-            found.append(("script", script, re.findall(r"--([\w-]+)", rest)))
+            found.append(("script", script, re.findall(r"--([\w-]+)", _own_arguments(rest))))
     return found
 
 
