@@ -9,11 +9,10 @@ seed's uniformity over the first ``--plot_steps`` steps, one panel per work dire
 ``--compare`` and this one::
 
     python -m experiments.quickstart_seeds --seeds 3-12 --workdir runs/quickstart_seeds
-    python -m experiments.quickstart_seeds --seeds 0-4 --workdir runs/qs_tau02 \\
-        --label "temperature 0.2" -- --config.loss.warmup_temperature=None \\
-        --config.loss.temperature_warmup_steps=0
+    python -m experiments.quickstart_seeds --seeds 0-4 --workdir runs/qs_nowarmup \\
+        --label "no warm-up" -- --config.loss.temperature_warmup_steps=0
     python -m experiments.quickstart_seeds --seeds 3-12 --workdir runs/quickstart_seeds \\
-        --no_run --compare "temperature 0.2=runs/qs_tau02" --plot docs/img/uniformity.png
+        --no_run --compare "no warm-up=runs/qs_nowarmup" --plot docs/img/uniformity.png
 
 Arguments after ``--`` are passed to every quickstart run (config overrides).
 """

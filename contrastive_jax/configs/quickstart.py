@@ -38,7 +38,8 @@ def get_config():
     config.loss.name = "sincere+global_uniformity"
     config.loss.weights = (1.0, 0.5)
     # 0.2, not SINCERE's default 0.1, reached from 1.0 over the first 100 steps (geometric).
-    # A loss without a temperature needs --config.loss.warmup_temperature=None.
+    # --config.loss.temperature_warmup_steps=0 turns the warm-up off (a loss without a
+    # temperature needs that).
     config.loss.temperature = 0.2
     config.loss.warmup_temperature = 1.0
     config.loss.temperature_warmup_steps = 100

@@ -8,7 +8,7 @@ Config (``config.loss``, every field declared in :data:`LOSS_DEFAULTS`)::
     weights = ()                  # one weight per term; empty = all 1.0
     temperature = None            # None: each loss's own default; a number: every term's
     warmup_temperature = None     # tau at step 0, annealed to each term's (None: off)
-    temperature_warmup_steps = 0  # steps of that anneal
+    temperature_warmup_steps = 0  # steps of that anneal (0: off)
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
     targets = {}                  # per-term second argument, e.g. {"mio": "instance"}
     mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
@@ -65,6 +65,7 @@ class labels or instance ids would see images that are not theirs), and the smoo
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -73,6 +74,8 @@ import jax.numpy as jnp
 
 from contrastive_jax import losses
 from contrastive_jax.errors import ConfigError, check_fields
+
+logger = logging.getLogger(__name__)
 
 Array = jax.Array
 
@@ -96,7 +99,7 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "weights": (),  # one weight per term; empty: 1.0 each
     "temperature": None,  # None: each loss's own default; a number: every term's temperature
     "warmup_temperature": None,  # tau at step 0, annealed to each term's own; None: off
-    "temperature_warmup_steps": 0,  # steps of the geometric anneal from warmup_temperature
+    "temperature_warmup_steps": 0,  # steps of the anneal from warmup_temperature; 0: off
     "kwargs": {},  # per-term hyperparameters by term name, e.g. {"projnce": {"beta": 1.0}}
     "targets": {},  # per-term second argument (a Targets field), e.g. {"mio": "instance"}
     "mixing": {"num_classes": None, **Mixing._field_defaults},  # the soft-target stage (Mixing)
@@ -279,12 +282,18 @@ def parse_terms(loss_config) -> list[Term]:
         raise ConfigError(
             f"config.loss.temperature_warmup_steps must be an int >= 0, got {warmup_steps!r}"
         )
-    if (initial is None) != (warmup_steps == 0):
+    if initial is None and warmup_steps > 0:
         raise ConfigError(
-            "config.loss.warmup_temperature and config.loss.temperature_warmup_steps go "
-            f"together (a temperature > 0 and steps > 0, or None and 0); got {initial!r} and "
-            f"{warmup_steps!r}"
+            "config.loss.temperature_warmup_steps > 0 needs config.loss.warmup_temperature "
+            f"(the temperature at step 0); got {warmup_steps!r} steps and no temperature"
         )
+    if initial is not None and warmup_steps == 0:
+        # Off, with a word: the command line cannot set a float field to None, so steps=0 is
+        # how a run turns off a config's warm-up (e.g. the quickstart's).
+        logger.warning(
+            "config.loss.temperature_warmup_steps is 0: no temperature warm-up, "
+            "config.loss.warmup_temperature=%s is not used", initial)
+        initial = None
     if initial is not None and not float(initial) > 0:
         raise ConfigError(f"config.loss.warmup_temperature must be > 0, got {initial!r}")
     terms = []

@@ -177,8 +177,7 @@ def test_a_term_with_a_warmup_trains_at_the_scheduled_temperature():
 
 
 @pytest.mark.parametrize("fields, match", [
-    ({"warmup_temperature": 1.0}, "go together"),
-    ({"temperature_warmup_steps": 10}, "go together"),
+    ({"temperature_warmup_steps": 10}, "needs config.loss.warmup_temperature"),
     ({"warmup_temperature": -1.0, "temperature_warmup_steps": 10}, "must be > 0"),
     ({"warmup_temperature": 1.0, "temperature_warmup_steps": -3}, "int >= 0"),
     ({"name": "align_uniform", "warmup_temperature": 1.0, "temperature_warmup_steps": 5},
@@ -187,6 +186,15 @@ def test_a_term_with_a_warmup_trains_at_the_scheduled_temperature():
 def test_bad_temperature_warmups_are_refused(fields, match):
     with pytest.raises(ConfigError, match=match):
         objective.parse_terms(_loss_config(**fields))
+
+
+def test_zero_warmup_steps_turn_the_warmup_off_with_a_warning(caplog):
+    # The command line cannot set a float field to None: steps=0 turns a config's warm-up off.
+    with caplog.at_level("WARNING"):
+        (term,) = objective.parse_terms(
+            _loss_config(name="sincere", warmup_temperature=1.0, temperature_warmup_steps=0))
+    assert term.warmup is None
+    assert "no temperature warm-up" in caplog.text
 
 
 def test_a_misspelt_loss_name_is_reported_before_a_weight_count_that_no_longer_fits():

@@ -73,7 +73,6 @@ def test_a_temperature_warmup_removes_the_collapse(tmp_path, seed):
     sincere_alone = ("--config.model.encoder.width=0.125", "--config.loss.name=sincere",
                      "--config.loss.weights=()")
     plain = _uniformity(tmp_path / "plain", seed, WARMUP_STEPS_CHECKED, *sincere_alone,
-                        "--config.loss.warmup_temperature=None",
                         "--config.loss.temperature_warmup_steps=0")
     warmed = _uniformity(tmp_path / "warmup", seed, WARMUP_STEPS_CHECKED, *sincere_alone,
                          "--config.loss.warmup_temperature=1.0",
