@@ -86,7 +86,7 @@ def alignment(
     z2 = _core.check_embeddings(z2, "z2")
     if z1.shape != z2.shape:
         raise ValueError(f"`z1` and `z2` must have the same shape, got {z1.shape} and {z2.shape}")
-    _core.check_positive(alpha, "alpha")
+    alpha = _core.check_positive(alpha, "alpha")
     valid = _core.check_valid(valid, z1.shape[0])
     diff = _core.l2_normalize(z1) - _core.l2_normalize(z2)
     per_pair = _safe_power(jnp.sum(diff * diff, axis=1), 0.5 * alpha)
@@ -133,7 +133,7 @@ def alignment_from_labels(
     """
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
-    _core.check_positive(alpha, "alpha")
+    alpha = _core.check_positive(alpha, "alpha")
     batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
     same = batch.anchor_labels[:, None] == batch.candidate_labels[None, :]
     pairs = (
@@ -185,7 +185,7 @@ def uniformity(
       through alignment and uniformity on the hypersphere. ICML 2020, arXiv:2005.10242.
     """
     embeddings = _core.check_embeddings(embeddings)
-    _core.check_positive(t, "t")
+    t = _core.check_positive(t, "t")
     n = embeddings.shape[0]
     batch = _core.contrast_batch(embeddings, jnp.zeros((n,), jnp.int32), valid, axis_name)
     rows = _core.local_row_offset(n, axis_name) + jnp.arange(n)

@@ -28,12 +28,14 @@ Every embedding loss of :mod:`contrastive_jax.losses` follows one contract:
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
 
 #: Finite stand-in for -inf in masked logits. ``exp(-BIG - max)`` is exactly
 #: 0 in float32, and a fully masked row still has a finite log-sum-exp.
@@ -92,32 +94,70 @@ def check_valid(valid: Array | None, n: int, name: str = "valid") -> Array:
     return valid
 
 
-def check_positive(value: float | Array, name: str) -> None:
-    """Raises ValueError if a concrete hyperparameter is not finite and > 0.
+def _check_hyperparameter(value: float | Array, name: str, positive: bool) -> float | Array:
+    """``value`` checked to be a finite scalar, > 0 (``positive``) or >= 0.
 
-    Traced values (inside ``jit`` with the hyperparameter as an argument) cannot
-    be checked and are let through.
+    A concrete value (Python or NumPy number, a concrete ``jax.Array``) that fails
+    raises ``ValueError`` and is otherwise returned as given. A traced value (a ``jit``
+    argument) of the wrong shape raises ``ValueError`` (its shape is static); its
+    value is known only at run time, so a failing one becomes NaN (float32), which
+    makes the loss and every gradient NaN, and under ``jax.experimental.checkify``
+    (``errors=checkify.user_checks`` or wider) the check raises with the value.
     """
+    bound = "> 0" if positive else ">= 0"
+    shape = tuple(np.shape(value))
+    if shape:
+        raise ValueError(f"`{name}` must be a scalar, got shape {shape}")
     try:
         concrete = np.asarray(value, dtype=np.float64)
     except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
-        return
-    if concrete.ndim != 0:
-        raise ValueError(f"`{name}` must be a scalar, got shape {concrete.shape}")
-    if not np.isfinite(concrete) or concrete <= 0:
-        raise ValueError(f"`{name}` must be finite and > 0, got {float(concrete)}")
+        traced = jnp.asarray(value, jnp.float32)
+        ok = jnp.isfinite(traced) & ((traced > 0) if positive else (traced >= 0))
+        checkify.debug_check(ok, f"`{name}` must be finite and {bound}, got {{}}", traced)
+        # NaN, not a masked value: the hyperparameter's own gradient is NaN too.
+        return traced + jnp.where(ok, 0.0, jnp.nan)
+    if not np.isfinite(concrete) or (concrete <= 0 if positive else concrete < 0):
+        raise ValueError(f"`{name}` must be finite and {bound}, got {float(concrete)}")
+    return value
 
 
-def check_nonnegative(value: float | Array, name: str) -> None:
-    """Raises ValueError if a concrete hyperparameter is not finite and >= 0."""
-    try:
-        concrete = np.asarray(value, dtype=np.float64)
-    except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
-        return
-    if concrete.ndim != 0:
-        raise ValueError(f"`{name}` must be a scalar, got shape {concrete.shape}")
-    if not np.isfinite(concrete) or concrete < 0:
-        raise ValueError(f"`{name}` must be finite and >= 0, got {float(concrete)}")
+def check_positive(value: float | Array, name: str) -> float | Array:
+    """``value`` if it is a finite scalar > 0; see :func:`_check_hyperparameter`.
+
+    Raises:
+      ValueError: ``value`` is not a scalar, or is concrete and not finite and > 0.
+    """
+    return _check_hyperparameter(value, name, positive=True)
+
+
+def check_nonnegative(value: float | Array, name: str) -> float | Array:
+    """``value`` if it is a finite scalar >= 0; see :func:`_check_hyperparameter`.
+
+    Raises:
+      ValueError: ``value`` is not a scalar, or is concrete and not finite and >= 0.
+    """
+    return _check_hyperparameter(value, name, positive=False)
+
+
+def mask_padding(x: Any, valid: Any) -> Any:
+    """``x`` [N, ...] with the rows where ``valid`` [N] is False set to zero.
+
+    Applied to every row-wise floating argument before any arithmetic, so NaN or
+    inf in padded rows reaches neither the real rows' values nor any gradient
+    (the rows' gradient is exactly zero). Anything else (non-floating ``x``, no
+    or malformed ``valid``, mismatched rows) is returned as is, for the loss's own
+    checks to report.
+    """
+    if (
+        valid is None
+        or not hasattr(x, "dtype") or not hasattr(valid, "dtype")
+        or not jnp.issubdtype(x.dtype, jnp.floating)
+        or valid.dtype != jnp.bool_ or valid.ndim != 1 or x.ndim < 1
+        or x.shape[0] != valid.shape[0]
+    ):
+        return x
+    keep = jnp.reshape(valid, (-1,) + (1,) * (x.ndim - 1))
+    return jnp.where(keep, x, jnp.zeros((), x.dtype))
 
 
 # --------------------------------------------------------------------------- numerics
@@ -379,6 +419,45 @@ def _check_bound(axis_name: AxisName) -> None:
         ) from None
 
 
+def check_rows_vary(rowwise: dict[str, Any], axis_name: AxisName) -> None:
+    """Raises ValueError if a row-wise argument is replicated over an axis of ``axis_name``.
+
+    With ``axis_name`` each device passes its own rows; an argument typed as
+    replicated over the axis (``jax.shard_map(..., in_specs=P())``, or an array
+    made inside the map) would be gathered into as many stacked copies as there
+    are devices, a silently wrong loss. Read from the varying-axis type
+    (``jax.typeof(x).vma``) at trace time; under ``jax.pmap`` and
+    ``shard_map(check_vma=False)`` there is no such type and nothing is checked.
+
+    Args:
+      rowwise: argument name -> [N, ...] array (None entries are skipped).
+      axis_name: the loss's ``axis_name``, bound by an enclosing map.
+    """
+    names = axis_names(axis_name)
+    if not names or not _varying_axes(jax.lax.axis_index(names)):
+        return
+    for arg, x in rowwise.items():
+        if not isinstance(x, jax.Array):
+            continue
+        replicated = [a for a in names if a not in _varying_axes(x)]
+        if replicated:
+            raise ValueError(
+                f"`{arg}` is replicated over mesh axis {', '.join(map(repr, replicated))} "
+                f"but `axis_name={axis_name!r}` says each device holds its own rows: the loss "
+                "would gather every device's identical copy. Shard its rows over the axis "
+                f"(`in_specs=P({names[0]!r})`), or call the loss with `axis_name=None` on the "
+                "whole batch."
+            )
+
+
+def _positional_names(loss: Callable[..., Array]) -> tuple[str, ...]:
+    """The names of ``loss``'s positional (row-wise array) parameters, in order."""
+    return tuple(
+        name for name, p in inspect.signature(loss).parameters.items()
+        if p.kind is p.POSITIONAL_OR_KEYWORD
+    )
+
+
 def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
     """Makes ``loss`` accept arrays sharded over Explicit mesh axes.
 
@@ -405,10 +484,23 @@ def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
     input's type, the mesh makes a ``shard_map`` instead.
     """
 
+    rowwise_names = _positional_names(loss)
+
+    def masked(first, second, valid, axis_name, hparams):
+        """``loss`` on the arguments with their padded rows zeroed (:func:`mask_padding`)."""
+        return loss(
+            mask_padding(first, valid), *(mask_padding(x, valid) for x in second),
+            axis_name=axis_name, valid=valid, **hparams,
+        )
+
     @functools.wraps(loss)
     def wrapped(first, *second, axis_name: AxisName = None, valid: Array | None = None,
                 **hparams):
+        # Row-wise arguments passed by keyword join the positional ones.
+        keyed = rowwise_names[1 + len(second):]
+        second = second + tuple(hparams.pop(k) for k in keyed if k in hparams)
         _check_bound(axis_name)
+        check_rows_vary(dict(zip(rowwise_names, (first, *second), strict=False)), axis_name)
         leaves, treedef = jax.tree.flatten(hparams)
         is_array = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
         typed = [_type_spec(x) for x in (first, *second, valid, *leaves)]
@@ -419,7 +511,7 @@ def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
             getattr(x, "ndim", 0) < 1 or x.shape[0] != n for x in rowwise
         ):
             # Nothing sharded, or a shape error that the loss's own checks report.
-            return loss(first, *second, axis_name=axis_name, valid=valid, **hparams)
+            return masked(first, second, valid, axis_name, hparams)
         mesh = meshes[0]
         row_axes = () if typed[0] is None or axis_name is not None else _spec_names(
             typed[0][1][0]
@@ -436,13 +528,12 @@ def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
         second = tuple(_replicated(x, mesh, row_axes) for x in second)
         valid = _replicated(valid, mesh, row_axes)
         if not row_axes:
-            return loss(first, *second, axis_name=axis_name, valid=valid,
-                        **with_hparams(hp_arrays))
+            return masked(first, second, valid, axis_name, with_hparams(hp_arrays))
         name = row_axes[0] if len(row_axes) == 1 else row_axes
         rows = jax.sharding.PartitionSpec(row_axes)
 
         def local(first, second, valid, arrays):
-            return loss(first, *second, axis_name=name, valid=valid, **with_hparams(arrays))
+            return masked(first, second, valid, name, with_hparams(arrays))
 
         return jax.shard_map(
             local,

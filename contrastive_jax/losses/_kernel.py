@@ -85,11 +85,11 @@ def _kernel_batch(
     """
     embeddings = _core.check_embeddings(embeddings)
     n = embeddings.shape[0]
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     if metadata is not None:
         metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
         assert sigma is not None  # the metadata losses always pass one
-        _core.check_positive(sigma, "sigma")
+        sigma = _core.check_positive(sigma, "sigma")
     batch = _core.contrast_batch(
         embeddings, jnp.zeros((n,), jnp.int32) if metadata is None else metadata, valid, axis_name
     )

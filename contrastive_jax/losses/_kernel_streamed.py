@@ -66,14 +66,14 @@ def _streamed_inputs(embeddings, metadata, temperature, sigma, valid, axis_name)
     column."""
     embeddings = _core.check_embeddings(embeddings)
     n = embeddings.shape[0]
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     if metadata is None:
         # An integer placeholder: not differentiated (global uniformity ignores it).
         metadata, sigma = jnp.zeros((n, 1), jnp.int32), 1.0
     else:
         metadata = jax.lax.stop_gradient(check_metadata(metadata, n))
         assert sigma is not None  # the metadata losses always pass one
-        _core.check_positive(sigma, "sigma")
+        sigma = _core.check_positive(sigma, "sigma")
     rows = blockwise.gather_rows(embeddings, metadata, valid, axis_name)
     params = (
         blockwise.like_anchors(temperature, rows.anchors),

@@ -102,8 +102,8 @@ def mio(
     """
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
-    _core.check_positive(temperature, "temperature")
-    _core.check_nonnegative(l2_weight, "l2_weight")
+    temperature = _core.check_positive(temperature, "temperature")
+    l2_weight = _core.check_nonnegative(l2_weight, "l2_weight")
     num_devices = _core.num_devices(axis_name)
     block = blockwise.choose_block(block_size, embeddings.shape[0] * num_devices)
     if block is not None:

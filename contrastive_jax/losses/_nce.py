@@ -132,7 +132,7 @@ def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_s
     """SupCon or SINCERE, dense or streamed, reduced over valid anchors."""
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     n = embeddings.shape[0]
     num_devices = _core.num_devices(axis_name)
     block = blockwise.choose_block(block_size, n * num_devices)

@@ -61,7 +61,7 @@ def labelled_batch(
     """Checks the inputs, gathers the batch and builds masks and class indices."""
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
     n, m = batch.is_self.shape
     logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)

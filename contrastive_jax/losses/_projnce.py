@@ -166,15 +166,15 @@ def _projection_loss(
     ``soft_supcon``, ``soft_nce``, ``med_supcon`` or ``med_nce``; only the
     hyperparameters of that kind are checked and used."""
     if kind == "projnce":
-        _core.check_nonnegative(beta, "beta")
+        beta = _core.check_nonnegative(beta, "beta")
     elif kind.startswith("soft"):
         _check_choice(distance, _DISTANCES, "distance")
-        _core.check_positive(bandwidth, "bandwidth")
+        bandwidth = _core.check_positive(bandwidth, "bandwidth")
     else:
         _check_choice(median_mode, _MEDIAN_MODES, "median_mode")
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     _check_num_classes(num_classes, labels)
     n = embeddings.shape[0]
     num_devices = _core.num_devices(axis_name)

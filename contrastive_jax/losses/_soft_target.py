@@ -155,7 +155,7 @@ def soft_target_infonce(
       (hard InfoNCE), Figure 2 (the reference implementation on class scores).
     """
     logits, targets = _check_logits_and_targets(logits, targets)
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     log_prior = _log_class_prior(class_prior, logits.shape[1])
     anchor_ok = _anchor_rows(targets, valid)
 
@@ -244,7 +244,7 @@ def soft_target_cross_entropy(
       Eq. (1) (NLL).
     """
     logits, targets = _check_logits_and_targets(logits, targets)
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     anchor_ok = _anchor_rows(targets, valid)
     log_q = jax.nn.log_softmax(logits / jnp.asarray(temperature, jnp.float32), axis=1)
     per_anchor = -jnp.sum(targets * log_q, axis=1)

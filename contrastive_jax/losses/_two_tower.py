@@ -424,7 +424,7 @@ def clip(
       Aaron van den Oord, Yazhe Li and Oriol Vinyals (2018). Representation Learning with
       Contrastive Predictive Coding. arXiv:1807.03748, Eq. (4) (InfoNCE).
     """
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     axis_name = _axis_tuple(axis_name)
     t = _Towers(image_embeddings, text_embeddings, valid, axis_name, block_size, exchange)
     tau = blockwise.like_anchors(temperature, t.a)
@@ -511,7 +511,7 @@ def siglip(
       Algorithm 1 (the loss, its normalisation and the initialisation t' = log 10,
       b = -10); Sec. 3.3 (the chunked multi-device form).
     """
-    _core.check_positive(temperature, "temperature")
+    temperature = _core.check_positive(temperature, "temperature")
     _check_finite(bias, "bias")
     axis_name = _axis_tuple(axis_name)
     t = _Towers(image_embeddings, text_embeddings, valid, axis_name, block_size, exchange)

@@ -16,7 +16,6 @@ mesh set with ``jax.set_mesh`` and a sharded feature axis, and the errors of a b
 from __future__ import annotations
 
 import functools
-import inspect
 
 import jax
 import jax.numpy as jnp
@@ -26,19 +25,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import losses
+from tests.losses.cases import STREAMED, case, loss_kwargs, streams
 from tests.losses.multidevice import STYLES, run_style
 from tests.pairwise import pair_cover
 
-N, D, K = 16, 4, 4
-#: A block of 3 anchor rows: streamed, with a padded last block on every layout.
-STREAMED = 3
-#: Hyperparameters per loss (tau = 0.5 keeps the ProjNCE-type R term well inside float32).
-HPARAMS = {
-    "soft_supcon": {"distance": "cosine", "bandwidth": 1.5},  # the fused Gram path (nw_gram)
-    "soft_nce": {"bandwidth": 1.5},
-    "med_nce": {"median_mode": "average"},
-    "mio": {"l2_weight": 1.0},
-}
 #: Run in the default test run: the NCE losses and one loss of each other family.
 #: (``nt_xent`` is ``supcon`` over instance ids.)
 DEFAULT = ("supcon", "sincere", "soft_supcon", "mio", "conditional_uniformity",
@@ -48,52 +38,11 @@ DEFAULT = ("supcon", "sincere", "soft_supcon", "mio", "conditional_uniformity",
 VMAP_DEFAULT = ("supcon", "soft_supcon", "conditional_uniformity")
 
 
-def _without_second(loss_fn):
-    @functools.wraps(loss_fn)
-    def call(first, second, **kwargs):
-        del second
-        return loss_fn(first, **kwargs)
-
-    return call
-
-
-def case(name: str):
-    """``(loss taking (first, second), first, second, valid)`` for the loss ``name``."""
-    rng = np.random.default_rng(sum(map(ord, name)))
-    kind = losses.second_argument(name)
-    logits = losses.first_argument(name) == "logits"
-    first = jnp.asarray(rng.normal(size=(N, K if logits else D)), jnp.float32)
-    labels = np.repeat(np.arange(N // 4), 4)[rng.permutation(N)]
-    second = {
-        "instance": jnp.asarray(labels, jnp.int32),
-        "label": jnp.asarray(labels, jnp.int32),
-        "metadata": jnp.asarray(rng.normal(size=(N,)), jnp.float32),
-        "paired_embeddings": jnp.asarray(rng.normal(size=(N, D)), jnp.float32),
-        "soft_targets": jax.nn.softmax(jnp.asarray(rng.normal(size=(N, K)), jnp.float32) * 3),
-        None: jnp.zeros((N,), jnp.int32),
-    }[kind]
-    valid = jnp.asarray(np.arange(N) % 7 != 3)  # two padded rows
-    loss_fn = losses.get(name)
-    return (loss_fn if kind is not None else _without_second(loss_fn)), first, second, valid
-
-
-def _streams(name: str) -> bool:
-    return "block_size" in inspect.signature(losses.get(name)).parameters
-
-
-def _kwargs(name: str, block_size: int | None) -> dict:
-    parameters = inspect.signature(losses.get(name)).parameters
-    kwargs = {"temperature": 0.5} if "temperature" in parameters else {}
-    kwargs.update(HPARAMS.get(name, {}))
-    if _streams(name):
-        kwargs["block_size"] = block_size
-    return kwargs
-
-
 @functools.cache
 def reference(name: str, block_size: int | None):
     loss_fn, first, second, valid = case(name)
-    value, grad = run_style("single", loss_fn, first, second, valid, **_kwargs(name, block_size))
+    kwargs = loss_kwargs(name, block_size)
+    value, grad = run_style("single", loss_fn, first, second, valid, **kwargs)
     return float(value), np.asarray(grad)
 
 
@@ -101,7 +50,7 @@ def _params():
     cases = [(name, block_size, style) for name in losses.names()
              for block_size in (None, STREAMED)
              # rows are independent (or pairs): nothing to stream
-             if not (block_size and not _streams(name))
+             if not (block_size and not streams(name))
              for style in STYLES[1:]]
     # The default run: every (loss, layout), (loss, style) and (layout, style) pair of the
     # DEFAULT losses once; `make test-all` runs the whole matrix.
@@ -117,7 +66,7 @@ def test_every_style_equals_one_device(name, block_size, style):
     loss_fn, first, second, valid = case(name)
     ref_value, ref_grad = reference(name, block_size)
     assert np.isfinite(ref_value) and np.all(np.isfinite(ref_grad))
-    value, grad = run_style(style, loss_fn, first, second, valid, **_kwargs(name, block_size))
+    value, grad = run_style(style, loss_fn, first, second, valid, **loss_kwargs(name, block_size))
     value = np.asarray(value).reshape(-1)
     np.testing.assert_allclose(value, np.full_like(value, ref_value), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(grad), ref_grad, rtol=1e-5, atol=1e-6)
@@ -136,7 +85,7 @@ def test_bfloat16_accumulates_in_float32(style, block_size):
     nothing is accumulated in bf16, whichever way the batch is sharded."""
     loss_fn, first, second, valid = case("supcon")
     first = first.astype(jnp.bfloat16)
-    kwargs = _kwargs("supcon", block_size)
+    kwargs = loss_kwargs("supcon", block_size)
     value, grad = run_style(style, loss_fn, first, second, valid, **kwargs)
     exact, exact_grad = run_style(
         "single", loss_fn, first.astype(jnp.float32), second, valid, **kwargs
@@ -165,7 +114,7 @@ def test_checkpoint_and_vmap_over_heads(name, block_size):
     """``jax.vmap`` over a leading axis of several heads, each loss under
     ``jax.checkpoint``, equals one call per head."""
     loss_fn, first, second, valid = case(name)
-    kwargs = _kwargs(name, block_size)
+    kwargs = loss_kwargs(name, block_size)
     heads = jnp.stack([first, 0.5 * first[::-1] + 0.1])
 
     def per_head(x):
