@@ -43,7 +43,7 @@ def _pair_sq_distances(batch: _core.ContrastBatch) -> Array:
     return jnp.maximum(sq_a[:, None] + sq_c[None, :] - 2.0 * dots, 0.0)
 
 
-def _pair_mean(values: Array, mask: Array, axis_name: str | None) -> Array:
+def _pair_mean(values: Array, mask: Array, axis_name: _core.AxisName) -> Array:
     """Mean of ``values`` over the True entries of ``mask`` of all devices (0 if none)."""
     total = _core.differentiable_psum(jnp.sum(jnp.where(mask, values, 0.0)), axis_name)
     count = _core.psum_if(jnp.sum(mask.astype(jnp.float32)), axis_name)
@@ -160,7 +160,7 @@ def alignment(
     z1: Array,
     z2: Array,
     *,
-    alpha: float = 2.0,
+    alpha: float | Array = 2.0,
     axis_name: str | None = None,
     valid: Array | None = None,
 ) -> Array:
@@ -209,7 +209,7 @@ def alignment_from_labels(
     embeddings: Array,
     labels: Array,
     *,
-    alpha: float = 2.0,
+    alpha: float | Array = 2.0,
     axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
@@ -265,7 +265,7 @@ def alignment_from_labels(
 def uniformity(
     embeddings: Array,
     *,
-    t: float = 2.0,
+    t: float | Array = 2.0,
     axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
@@ -341,8 +341,8 @@ def align_uniform(
     embeddings: Array,
     instance: Array,
     *,
-    alpha: float = 2.0,
-    t: float = 2.0,
+    alpha: float | Array = 2.0,
+    t: float | Array = 2.0,
     uniformity_weight: float = 1.0,
     axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,

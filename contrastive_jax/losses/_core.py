@@ -20,7 +20,14 @@ Every embedding loss of :mod:`contrastive_jax.losses` follows one contract:
   (``out_specs=P()`` passes shard_map's checks). Value and gradient then equal
   a single-device call on the concatenated batch.
 * ``valid`` bool [N] marks padded rows: they are neither anchors nor
-  candidates (positives, negatives, denominators).
+  candidates (positives, negatives, denominators), and every floating row-wise
+  argument is zeroed there before any arithmetic (:func:`mask_padding`), so NaN or
+  inf padding changes no value or gradient.
+* With ``axis_name`` a row-wise argument typed as replicated over one of its
+  axes is a ``ValueError`` (:func:`check_rows_vary`).
+* Hyperparameters are finite scalars: a concrete bad one raises ``ValueError``,
+  a traced one of the wrong shape too, a traced bad value makes the loss NaN
+  (and fails ``checkify``'s user checks) (:func:`check_positive`).
 * Similarities and reductions run in float32 (bfloat16 embeddings included);
   masks use finite large negatives and ``where`` so no NaN reaches a gradient.
 """
@@ -475,6 +482,11 @@ def explicit_sharding(loss: Callable[..., Array]) -> Callable[..., Array]:
     arguments still sharded over the remaining Explicit axes are replicated over
     them. Any other call (GSPMD/Auto axes, one device, ``pmap``) goes straight to
     ``loss``.
+
+    Every call also checks the contract's edges before running ``loss``: an unbound
+    ``axis_name`` (:func:`_check_bound`), replicated rows under ``axis_name``
+    (:func:`check_rows_vary`), and it zeroes the padded rows of the row-wise
+    arguments (:func:`mask_padding`), positional or passed by keyword.
 
     Why not Explicit sharding rules throughout: the code slices single entries of
     sharded rows (the streamed forms' scalars), for which JAX has no Explicit rule,

@@ -46,7 +46,10 @@ ARGS = {
     # The ProjNCE family (projnce, soft_supcon, soft_nce, med_supcon, med_nce).
     "class_embeddings": "embeddings: float [N, D] rows on this device (normalised inside).",
     "class_labels": "labels: int [N] class labels.",
-    "projnce_temperature": "temperature: tau > 0 (0.07 in the paper).",
+    "projnce_temperature": (
+        "temperature: tau > 0 (0.07 in the paper). Traced, a value that is not (or not "
+        "finite) gives a NaN loss: see ``_core``."
+    ),
     "projnce_valid": (
         "valid: optional bool [N]; False rows are padding (neither anchors nor candidates "
         "nor class statistics)."

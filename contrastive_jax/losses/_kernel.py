@@ -154,6 +154,7 @@ def y_aware_infonce(
       metadata: float [N] or [N, p] continuous proxy labels (both views of an
         image share them); constant, never differentiated.
       temperature: tau > 0 (0.1 in the official code).
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       sigma: RBF bandwidth > 0 in metadata units (5 years of age in the official code).
       {axis_name}
       {valid}
@@ -223,6 +224,7 @@ def conditional_alignment(
       embeddings: float [N, D] rows on this device (normalised inside).
       metadata: float [N] or [N, p] proxy labels; constant.
       temperature: tau > 0.
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       sigma: RBF bandwidth > 0.
       {axis_name}
       {valid}
@@ -278,6 +280,7 @@ def global_uniformity(
     Args:
       embeddings: float [N, D] rows on this device (normalised inside).
       temperature: tau > 0.
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       {axis_name}
       {valid}
       {block_size}
@@ -347,6 +350,7 @@ def conditional_uniformity(
       embeddings: float [N, D] rows on this device (normalised inside).
       metadata: float [N] or [N, p] proxy labels; constant.
       temperature: tau > 0.
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       sigma: RBF bandwidth > 0.
       {axis_name}
       {valid}

@@ -77,6 +77,7 @@ def mio(
       labels: int [N] instance ids (both views of an image share the id); more
         than two rows per id act as several positives.
       temperature: tau > 0 (0.5 in the paper, for positives and negatives).
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       l2_weight: lambda >= 0 of the L2 regulariser.
       {axis_name}
       {valid}

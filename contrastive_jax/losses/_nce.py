@@ -184,6 +184,7 @@ def supcon(
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels (both views of an image share the label).
       temperature: tau > 0.
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       {axis_name}
       {valid}
       {block_size}
@@ -240,6 +241,7 @@ def nt_xent(
       embeddings: float [N, D], both views of each image as separate rows.
       labels: int [N] instance ids, one per source image.
       temperature: tau > 0 (SimCLR: 0.5 on CIFAR, 0.1 on ImageNet).
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       {axis_name}
       {valid}
       {block_size}
@@ -297,6 +299,7 @@ def sincere(
       embeddings: float [N, D] rows on this device (normalised inside).
       labels: int [N] class labels.
       temperature: tau > 0 (0.1 in the paper).
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       {axis_name}
       {valid}
       {block_size}

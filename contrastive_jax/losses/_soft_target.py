@@ -124,6 +124,7 @@ def soft_target_infonce(
       logits: float [B, K] class scores of the local rows ("not true logits").
       targets: float [B, K] soft targets; rows should lie on the simplex.
       temperature: tau > 0 (may be traced).
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       class_prior: optional float [K] noise distribution eta (>= 0).
       {axis_name}
       {valid}
@@ -220,6 +221,7 @@ def soft_target_cross_entropy(
       logits: float [B, K] class scores of the local rows.
       targets: float [B, K] soft targets; rows should lie on the simplex.
       temperature: tau > 0 (may be traced).
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       {axis_name_split}
       {valid}
 
@@ -320,6 +322,7 @@ def label_cross_entropy(
       label: int [B] class labels in [0, K), or float [B, K] soft targets (eps must be 0).
       label_smoothing: eps in [0, 1].
       temperature: tau > 0.
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       {axis_name_split}
       {valid}
 
@@ -369,6 +372,7 @@ def label_soft_target_infonce(
       label: int [B] class labels in [0, K), or float [B, K] soft targets (eps must be 0).
       label_smoothing: eps in [0, 1].
       temperature: tau > 0.
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       class_prior: eta, float [K] or a tuple of K floats; None: uniform.
       {axis_name}
       {valid}

@@ -386,6 +386,7 @@ def clip(
         ``image_embeddings``.
       temperature: tau > 0, a number or a (traced) scalar array; it divides the cosine
         similarities once.
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       {axis_name}
         With ``exchange="gather"`` both towers are all-gathered.
       valid: optional bool [N]; False marks a padded pair (neither a positive nor a
@@ -472,6 +473,7 @@ def siglip(
       text_embeddings: float [N, D], the other tower; row i pairs with row i of
         ``image_embeddings``.
       temperature: ``1 / t > 0``, a number or a (traced) scalar array.
+        Traced, a value that is not (or not finite) gives a NaN loss: see ``_core``.
       bias: ``b``, a finite number or (traced) scalar array.
       {axis_name}
         With ``exchange="gather"`` both towers are all-gathered (each device scores its

@@ -52,7 +52,7 @@ LOSSES = (
     "supcon", "sincere", "nt_xent", "projnce", "soft_supcon", "soft_nce", "med_supcon",
     "med_nce", "y_aware_infonce", "conditional_alignment", "conditional_uniformity",
     "global_uniformity", "mio", "soft_target_infonce", "soft_target_cross_entropy",
-    "soft_supcon_cosine", "soft_nce_cosine",
+    "soft_supcon_cosine", "soft_nce_cosine", "align_uniform",
 )
 #: Losses with class projections: they take ``num_classes`` (the ``classes`` variant).
 CLASS_LOSSES = ("projnce", "soft_supcon", "soft_nce", "med_supcon", "med_nce")
@@ -89,7 +89,7 @@ def _inputs(name: str, n: int):
     z = jax.random.normal(key_z, (n, D), jnp.float32)
     if name in METADATA_LOSSES or name == "global_uniformity":
         return z, jax.random.uniform(key_second, (n,), jnp.float32, 20.0, 80.0)
-    if name in ("nt_xent", "mio", "optax_ntxent"):
+    if name in ("nt_xent", "mio", "optax_ntxent", "align_uniform"):
         return z, jnp.arange(n) // 2
     labels = jax.random.randint(key_second, (n,), 0, NUM_CLASSES)
     if name.startswith(("soft_supcon", "soft_nce")):
@@ -152,7 +152,9 @@ def case_fn(case: str, n: int) -> tuple[Callable, tuple]:
             block = int(variant.removeprefix("block"))
         loss_name, _, distance = name.partition("_cosine")
         loss = losses.get(loss_name)
-        kwargs = {} if name.startswith("soft_target") else {"temperature": TEMPERATURE}
+        # Wang & Isola's loss has no temperature (its t and alpha keep their defaults, 2).
+        no_temperature = name.startswith("soft_target") or name == "align_uniform"
+        kwargs = {} if no_temperature else {"temperature": TEMPERATURE}
         if name not in NOT_STREAMED:
             kwargs["block_size"] = block
         if name.endswith("_cosine"):

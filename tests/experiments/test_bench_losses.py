@@ -52,8 +52,8 @@ def test_default_losses_cover_every_registered_loss(bench):
     cases = bench.cases_for(list(bench.LOSSES))
     names = {case.split(":")[0].removesuffix("_cosine") for case in cases}
     # The two-tower losses have their own benchmark, experiments/bench/two_tower.py; the
-    # losses without a streamed form (no block_size: align_uniform, the per-row label losses
-    # on class scores) are not contrastive [N, N] costs to compare with a matrix product.
+    # losses without a streamed form (no block_size: the per-row label losses on class
+    # scores) are not contrastive [N, N] costs to compare with a matrix product.
     one_tower = {
         n for n in losses.names()
         if losses.second_argument(n) != "paired_embeddings"
