@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from contrastive_jax.losses import _precision
+
 #: Finite stand-in for -inf in masked logits. ``exp(-BIG - max)`` is exactly
 #: 0 in float32, and a fully masked row still has a finite log-sum-exp.
 BIG = 1e9
@@ -133,15 +135,16 @@ def l2_normalize(x: Array, eps: float = 1e-6) -> Array:
     return x * jax.lax.rsqrt(jnp.maximum(sq, eps * eps))
 
 
-def similarity_logits(anchors: Array, candidates: Array, temperature: float | Array) -> Array:
-    """``anchors @ candidates.T / temperature`` in float32 at full precision.
+def similarity_logits(
+    anchors: Array, candidates: Array, temperature: float | Array, precision: str = "float32"
+) -> Array:
+    """``anchors @ candidates.T / temperature``, float32, the product at ``precision``
+    (one of ``_precision.PRECISIONS``; the default is float32 at full precision).
 
     Shapes: [n, D] x [m, D] -> [n, m].
     """
-    dots = jnp.matmul(
-        anchors.astype(jnp.float32),
-        candidates.astype(jnp.float32).T,
-        precision=jax.lax.Precision.HIGHEST,
+    dots = _precision.dot_t(
+        anchors.astype(jnp.float32), candidates.astype(jnp.float32), precision
     )
     return dots / jnp.asarray(temperature, jnp.float32)
 
