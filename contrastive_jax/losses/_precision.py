@@ -15,9 +15,10 @@ Every product of the NCE losses (``S = A Cᵀ`` and, under differentiation, ``G 
   XLA emulates the bfloat16 product (same rounding of the operands, no speed-up).
 
 The rows are L2-normalised in float32 before any of these (``_core.l2_normalize``), so
-bfloat16 embeddings are not rounded twice. Errors against float64 of each choice are
-measured in ``experiments/bench/accelerator.py``'s numerics part (``docs/losses.md``,
-"Precision of the similarity products").
+bfloat16 embeddings are not rounded twice. The errors of each choice against float64 are
+measured by ``experiments/bench/accelerator.py``'s numerics part and recorded in
+``experiments/bench/README.md`` ("Similarity precision"); ``tests/losses/test_precision.py``
+bounds them on the CPU.
 """
 
 from __future__ import annotations
