@@ -60,8 +60,8 @@ Parts (``--parts``, all by default), each printed as a table as it runs:
   on the reference step is recorded beside it as a cross-check. ``--profile-dir``: a
   ``jax.profiler`` trace of a few steps of each configuration.
 * ``numerics``: value and gradient of ``supcon``, ``sincere`` and ``nt_xent`` (float32
-  inputs, N = 8192) at each ``--precisions``, and a plain ``z @ z.T`` at each, against the
-  same formulas in float64 (relative L2 errors).
+  inputs, N = 8192 or ``--numerics-n``) at each ``--precisions``, and a plain ``z @ z.T``
+  at each, against the same formulas in float64 (relative L2 errors).
 
 A global budget (``--budget`` seconds, 400 by default) is split between the selected parts
 only (and their PyTorch halves), in proportion to :data:`SHARES`; time a part leaves
@@ -1110,7 +1110,7 @@ def _rel(a, ref) -> float:
     return float(np.linalg.norm(a - ref) / max(np.linalg.norm(ref), 1e-300))
 
 
-def part_numerics(sizes: dict, precisions: list[str], deadline: float, rows: Rows) -> dict:
+def part_numerics(n: int, precisions: list[str], deadline: float, rows: Rows) -> dict:
     """Relative errors (L2 over the whole array) of value and gradient against float64, at
     each precision of the losses' products; and of a plain ``z @ z.T`` at JAX's default
     precision, at each precision and with bfloat16 inputs."""
@@ -1119,7 +1119,6 @@ def part_numerics(sizes: dict, precisions: list[str], deadline: float, rows: Row
 
     from contrastive_jax.losses import _precision
 
-    n = sizes["numerics_n"]
     z_np, _ = unit_rows(n)
     z_np = z_np * 3.0  # the losses normalise; not unit on input
     rng = np.random.default_rng(1)
@@ -1221,6 +1220,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile-dir", default=None,
                         help="write a jax.profiler trace of a few steps of each step "
                              "configuration under this folder")
+    parser.add_argument("--numerics-n", type=int, default=None,
+                        help="rows of the numerics part (default 8192; --smoke 64)")
     parser.add_argument("--longest-call", type=float, default=LONGEST_CALL,
                         help="largest: do not run an N whose call is predicted longer (s)")
     parser.add_argument("--budget", type=float, default=None,
@@ -1308,8 +1309,8 @@ def main(argv: list[str] | None = None) -> dict:
         "peers": lambda: part_peers(sizes, largest, budget.part("peers"), rows),
         "step": lambda: part_step(args, sizes, reference_step.get("rows", []),
                                   budget.part("step"), rows),
-        "numerics": lambda: part_numerics(sizes, args.precisions, budget.part("numerics"),
-                                          rows),
+        "numerics": lambda: part_numerics(args.numerics_n or sizes["numerics_n"],
+                                          args.precisions, budget.part("numerics"), rows),
     }
     for name in ("losses", "peers", "step", "numerics"):
         if name in args.parts:

@@ -13,7 +13,7 @@ measured.
 
 Each stage gets the time left times its share over the shares of the stages not run yet
 (a stage that ends early leaves its time to the later ones), as the script's ``--budget``,
-and is killed 30 s past it. ``<out>/rows.jsonl`` holds every row (``session`` rows mark
+and is killed 20 s past it. ``<out>/rows.jsonl`` holds every row (``session`` rows mark
 each stage's start and end); ``--profile`` also writes a ``jax.profiler`` trace of the
 step, packed as ``<out>/profile.tar.gz`` (the device tool brings back files at most two
 folders deep).
@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Seconds a stage may run past its budget before it is killed.
-GRACE = 30.0
+GRACE = 20.0
 
 
 class Stage(NamedTuple):
@@ -52,13 +52,13 @@ class Stage(NamedTuple):
 #: the other NCE losses and the errors against float64; then our step beside PyTorch's;
 #: last the largest executed batch of ours and both references.
 STAGES = (
-    Stage("loss_sweep", 0.36,
+    Stage("loss_sweep", 0.32,
           ("--parts", "losses", "--losses", "supcon", "--dtypes", "float32",
            "--precisions", "float32,tf32,bf16", "--block-sizes", "auto,128,512,2048",
            "--loss-sizes", "65536,8192,262144"),
           ("--parts", "losses", "--losses", "supcon", "--dtypes", "float32",
            "--precisions", "float32,bf16", "--block-sizes", "auto,16")),
-    Stage("losses_numerics", 0.12,
+    Stage("losses_numerics", 0.10,
           ("--parts", "losses,numerics", "--losses", "sincere,nt_xent", "--dtypes",
            "float32,bfloat16", "--precisions", "float32,tf32,bf16", "--loss-sizes", "65536"),
           ("--parts", "losses,numerics", "--losses", "sincere", "--dtypes", "bfloat16",
@@ -66,7 +66,7 @@ STAGES = (
     Stage("step", 0.38,
           ("--parts", "step", "--step-configs", "supcon:128,supcon:256"),
           ("--parts", "step", "--step-configs", "supcon:2")),
-    Stage("largest", 0.14, ("--parts", "largest,peers"), ("--parts", "largest,peers")),
+    Stage("largest", 0.20, ("--parts", "largest,peers"), ("--parts", "largest,peers")),
 )
 
 
