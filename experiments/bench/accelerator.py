@@ -447,20 +447,27 @@ def child_reference_step(args, sizes: dict, rows: Rows) -> dict:
     return {"rows": out}
 
 
+def reference_model(torch, resnet_big, name: str):
+    """``SupConResNet(name)`` with the ImageNet stem: the CIFAR stem's 3x3 stride-1
+    convolution replaced by a 7x7 stride-2 one, and a 3x3 stride-2 max-pool after its
+    BatchNorm (``relu(maxpool(bn(x))) == maxpool(relu(bn(x)))``); the files unchanged."""
+    nn = torch.nn
+    model = resnet_big.SupConResNet(name=name, head="mlp", feat_dim=128)
+    encoder = model.encoder
+    encoder.conv1 = nn.Conv2d(3, encoder.conv1.out_channels, 7, 2, 3, bias=False)
+    encoder.bn1 = nn.Sequential(encoder.bn1, nn.MaxPool2d(3, 2, 1))
+    return model
+
+
 def _torch_step(torch, dev, resnet_big, supcon_losses, util, sizes, batch: int) -> dict:
     """One configuration of the reference step, timed over ``step_repeats`` steps."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    nn = torch.nn
     torch.manual_seed(0)
     if dev.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    model = resnet_big.SupConResNet(name=sizes["reference_encoder"], head="mlp", feat_dim=128)
-    encoder = model.encoder
-    encoder.conv1 = nn.Conv2d(3, encoder.conv1.out_channels, 7, 2, 3, bias=False)
-    # relu(maxpool(bn(x))) == maxpool(relu(bn(x))): the ImageNet stem's max-pool.
-    encoder.bn1 = nn.Sequential(encoder.bn1, nn.MaxPool2d(3, 2, 1))
+    model = reference_model(torch, resnet_big, sizes["reference_encoder"])
     model = model.to(dev, memory_format=torch.channels_last)
     criterion = supcon_losses.SupConLoss(temperature=TEMPERATURE, base_temperature=TEMPERATURE)
     optimizer = util.set_optimizer(

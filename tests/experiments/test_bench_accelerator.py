@@ -191,6 +191,32 @@ def test_flop_count_agrees_with_pytorch_on_the_same_work():
     assert ours.while_loops == 0
 
 
+def test_our_resnet_and_the_reference_resnet_have_the_same_flop_count(bench):
+    """The step's premise: our ResNet (ImageNet stem) and the reference ``ResNet`` with its
+    stem swapped as the step part swaps it are the same network, by the two counters."""
+    _need_reference()
+    import jax.numpy as jnp
+    import torch
+    from flax import nnx
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from contrastive_jax import models
+    from experiments.parity import reference
+
+    flop_count = load_script("flop_count", EXPERIMENTS / "bench")
+    ours = models.create_encoder({"name": "resnet18", "stem": "imagenet"}, rngs=nnx.Rngs(0))
+    ours.eval()
+    graphdef, state = nnx.split(ours)
+    counted = flop_count.count(lambda s, x: nnx.merge(graphdef, s)(x), state,
+                               jnp.ones((2, 64, 64, 3)))
+    resnet_big, _ = reference.load_supcon(SUPCON_DIR)
+    theirs = bench.reference_model(torch, resnet_big, "resnet18").encoder
+    theirs.eval()
+    with FlopCounterMode(display=False) as counter:
+        theirs(torch.ones(2, 3, 64, 64))
+    assert counted.flops == counter.get_total_flops() > 0
+
+
 def test_flop_count_multiplies_scan_bodies():
     import jax
     import jax.numpy as jnp
