@@ -21,7 +21,8 @@ Every embedding loss of :mod:`contrastive_jax.losses` follows one contract:
   a single-device call on the concatenated batch.
 * ``valid`` bool [N] marks padded rows: they are neither anchors nor
   candidates (positives, negatives, denominators).
-* Similarities and reductions run in float32 (bfloat16 embeddings included);
+* Similarities and reductions run in float32 (bfloat16 embeddings included; the NCE
+  losses' ``precision`` option runs their products in TF32 or bfloat16, ``_precision``);
   masks use finite large negatives and ``where`` so no NaN reaches a gradient.
 """
 
