@@ -416,10 +416,11 @@ def test_smoke_without_pytorch_or_reference_files(tmp_path):
 def test_session_budgets_share_the_limit():
     session = load_script("gpu_session", EXPERIMENTS / "bench")
     stages = session.STAGES
-    assert [s.name for s in stages] == ["loss_sweep", "losses_numerics", "step", "largest"]
+    assert [s.name for s in stages] == ["loss_sweep", "numerics", "other_losses", "step",
+                                        "largest"]
     assert sum(s.share for s in stages) == pytest.approx(1.0)
     first = session.stage_budget(470, stages[0], stages[1:])
-    assert first == pytest.approx((470 - 4 * session.GRACE) * stages[0].share)
+    assert first == pytest.approx((470 - 5 * session.GRACE) * stages[0].share)
     # The last stage gets all that is left, less its grace.
     assert session.stage_budget(100, stages[-1], ()) == 100 - session.GRACE
 
@@ -432,8 +433,8 @@ def test_smoke_every_loss(bench, library_without_tensorflow, tmp_path):
 
 @pytest.mark.slow
 def test_gpu_session_end_to_end_on_the_cpu(tmp_path, library_without_tensorflow):
-    """The prepared device call, at tiny sizes: the loss sweep, the other losses and the
-    numerics, the step beside the reference, the largest batch; every stage's rows in one
+    """The prepared device call, at tiny sizes: the loss sweep, the numerics, the other
+    losses, the step beside the reference, the largest batch; every stage's rows in one
     JSON-lines file, in that order, and the profile packed into one file."""
     _need_reference()
     block = [] if library_without_tensorflow else ["--block-imports", BLOCKED]
@@ -444,7 +445,7 @@ def test_gpu_session_end_to_end_on_the_cpu(tmp_path, library_without_tensorflow)
     out = tmp_path / "rows.jsonl"
     ends = _rows(out, "session", event="end")
     assert [(r["stage"], r["returncode"]) for r in ends] == [
-        ("loss_sweep", 0), ("losses_numerics", 0), ("step", 0), ("largest", 0)]
+        ("loss_sweep", 0), ("numerics", 0), ("other_losses", 0), ("step", 0), ("largest", 0)]
     parts = [r["part"] for r in _rows(out) if r["part"] not in ("session", "run", "device",
                                                                   "summary")]
     order = list(dict.fromkeys(parts))
