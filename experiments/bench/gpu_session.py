@@ -68,7 +68,7 @@ STAGES = (
           ("--parts", "losses", "--losses", "sincere", "--dtypes", "bfloat16",
            "--precisions", "float32,bf16")),
     Stage("step", 0.36,
-          ("--parts", "step", "--step-configs", "supcon:128,supcon:256"),
+          ("--parts", "step", "--step-configs", "supcon:128,supcon:256,supcon:128:bn_one_pass"),
           ("--parts", "step", "--step-configs", "supcon:2")),
     Stage("largest", 0.20, ("--parts", "largest,peers"), ("--parts", "largest,peers")),
 )
