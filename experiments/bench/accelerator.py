@@ -66,9 +66,9 @@ Parts (``--parts``, all by default), each printed as a table as it runs:
 A global budget (``--budget`` seconds, 400 by default) is split between the selected parts
 only (and their PyTorch halves), in proportion to :data:`SHARES`; time a part leaves
 unused goes to the parts after it. A case that would start past its part's share is
-recorded as ``skipped (budget)``. The PyTorch halves run first, each in a child process
-that exits before JAX starts in this one (so neither allocator holds memory the other
-needs), and so do the fresh processes of ``largest``.
+recorded as ``skipped (budget)``. The PyTorch halves (:mod:`experiments.bench.accelerator_torch`)
+run first, each in a child process that exits before JAX starts in this one (so neither
+allocator holds memory the other needs), and so do the fresh processes of ``largest``.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def is_oom(err: BaseException) -> bool:
                                    "can't allocate memory", "memoryerror"))
 
 
-def _error(err: BaseException) -> str:
+def describe_error(err: BaseException) -> str:
     kind = "oom" if is_oom(err) else "error"
     return f"{kind}: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
 
@@ -333,182 +333,6 @@ def run_child(args, child: list[str], seconds: float, echo: bool = True) -> dict
     return result
 
 
-# --------------------------------------------------------------------------- PyTorch children
-
-
-def _torch_sync(torch, dev) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _torch_peak(torch, dev) -> dict:
-    """The measured peak: ``max_memory_allocated`` on a GPU, host ``ru_maxrss`` on the CPU."""
-    if dev.type == "cuda":
-        return {"peak_bytes": int(torch.cuda.max_memory_allocated()),
-                "peak_source": "torch.cuda.max_memory_allocated"}
-    return {"peak_bytes": host_max_rss(), "peak_source": "host ru_maxrss (CPU)"}
-
-
-def _torch_device(torch):
-    cuda = torch.cuda.is_available()
-    return torch.device("cuda" if cuda else "cpu"), (torch.cuda.get_device_name() if cuda
-                                                     else "cpu")
-
-
-def child_reference_loss(args, sizes: dict, rows: Rows) -> dict:
-    """One N of a reference loss (``--loss supcon|sincere``) in this fresh process:
-    value + gradient time, the value and the measured peak, or the out-of-memory error."""
-    from experiments.parity import reference
-
-    torch = reference.require_torch()
-    dev, device_name = _torch_device(torch)
-    n = args.n
-    record: dict[str, Any] = {"who": f"reference_{args.loss}", "n": n, "device": device_name}
-    try:
-        if args.loss == "supcon":
-            _, losses_mod = reference.load_supcon(args.supcon_dir)
-            fn = losses_mod.SupConLoss(temperature=TEMPERATURE, base_temperature=TEMPERATURE)
-
-            def loss_of(z, labels):
-                features = torch.stack([z[: n // 2], z[n // 2:]], dim=1)  # [N/2, 2, D]
-                return fn(features, labels[: n // 2])
-        else:
-            fn = reference.load_sincere(args.sincere_dir).SINCERELoss(temperature=TEMPERATURE)
-
-            def loss_of(z, labels):
-                return fn(z, labels)
-
-        def call(z, labels):
-            loss = loss_of(z, labels)
-            (grad,) = torch.autograd.grad(loss, z)
-            return loss, grad
-
-        z_np, labels_np = unit_rows(n)
-        z = torch.from_numpy(z_np).to(dev).requires_grad_(True)
-        labels = torch.from_numpy(labels_np.astype(np.int64)).to(dev)
-        loss, grad = call(z, labels)  # warm-up
-        _torch_sync(torch, dev)
-        times = []
-        for _ in range(sizes["repeats"]):
-            start = time.perf_counter()
-            loss, grad = call(z, labels)
-            _torch_sync(torch, dev)
-            times.append(time.perf_counter() - start)
-            if times[-1] > 2.0:
-                break
-        record.update(seconds=float(np.median(times)), value=float(loss),
-                      **_torch_peak(torch, dev))
-    except (RuntimeError, MemoryError) as err:
-        if not is_oom(err):
-            raise
-        record["status"] = _error(err)
-    return rows("largest", record)
-
-
-def child_reference_step(args, sizes: dict, rows: Rows) -> dict:
-    """The reference pretraining step at each SupCon batch of the step configurations."""
-    from experiments.parity import reference
-
-    torch = reference.require_torch()
-    dev, device_name = _torch_device(torch)
-    if dev.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # as main_supcon.py
-    resnet_big, supcon_losses = reference.load_supcon(args.supcon_dir)
-    util = reference.load_module(Path(args.supcon_dir) / "util.py", "_bench_ref_util")
-    deadline = time.monotonic() + args.budget
-    batches = sorted({b for loss, b, variant in args.step_configs
-                      if loss == "supcon" and not variant})
-    emit(f"\n# reference PyTorch step: SupConResNet('{sizes['reference_encoder']}') with the "
-         f"ImageNet stem, SupConLoss, SGD, bf16 autocast, channels-last, "
-         f"{sizes['image_size']} px ({device_name})")
-    emit("| batch (images) | step s | images/s | FLOPs/step (PyTorch's counter) | "
-         "peak bytes |\n|---|---|---|---|---|")
-    out = []
-    for batch in batches:
-        record: dict[str, Any] = {"who": "reference", "batch_per_device": batch,
-                                  "device": device_name}
-        if time.monotonic() > deadline:
-            record["status"] = "skipped (budget)"
-        else:
-            try:
-                record.update(_torch_step(torch, dev, resnet_big, supcon_losses, util, sizes,
-                                          batch))
-            except (RuntimeError, MemoryError) as err:
-                if not is_oom(err):
-                    raise
-                record["status"] = _error(err)
-            finally:
-                if dev.type == "cuda":
-                    torch.cuda.empty_cache()
-        out.append(rows("reference_step", record))
-        emit(row([batch, record.get("step_s", record.get("status")),
-                  record.get("images_per_s"), record.get("flop_counter_flops"),
-                  record.get("peak_bytes")]))
-    return {"rows": out}
-
-
-def reference_model(torch, resnet_big, name: str):
-    """``SupConResNet(name)`` with the ImageNet stem: the CIFAR stem's 3x3 stride-1
-    convolution replaced by a 7x7 stride-2 one, and a 3x3 stride-2 max-pool after its
-    BatchNorm (``relu(maxpool(bn(x))) == maxpool(relu(bn(x)))``); the files unchanged."""
-    nn = torch.nn
-    model = resnet_big.SupConResNet(name=name, head="mlp", feat_dim=128)
-    encoder = model.encoder
-    encoder.conv1 = nn.Conv2d(3, encoder.conv1.out_channels, 7, 2, 3, bias=False)
-    encoder.bn1 = nn.Sequential(encoder.bn1, nn.MaxPool2d(3, 2, 1))
-    return model
-
-
-def _torch_step(torch, dev, resnet_big, supcon_losses, util, sizes, batch: int) -> dict:
-    """One configuration of the reference step, timed over ``step_repeats`` steps."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    torch.manual_seed(0)
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    model = reference_model(torch, resnet_big, sizes["reference_encoder"])
-    model = model.to(dev, memory_format=torch.channels_last)
-    criterion = supcon_losses.SupConLoss(temperature=TEMPERATURE, base_temperature=TEMPERATURE)
-    optimizer = util.set_optimizer(
-        types.SimpleNamespace(learning_rate=0.5, momentum=0.9, weight_decay=1e-4), model)
-    size = sizes["image_size"]
-    images = torch.randn(2 * batch, 3, size, size, device=dev).contiguous(
-        memory_format=torch.channels_last)
-    labels = torch.randint(0, 1000, (batch,), device=dev)
-
-    # bf16 autocast on the GPU; float32 on the CPU (--smoke), where PyTorch's bf16
-    # convolution backward took 13 s for 4 rows of 32 px.
-    autocast = torch.autocast(device_type=dev.type, dtype=torch.bfloat16,
-                              enabled=dev.type == "cuda")
-
-    def step():
-        # main_supcon.py's train(): both views in one forward, [B, 2, 128] to the loss.
-        with autocast:
-            features = model(images)
-            f1, f2 = torch.split(features, [batch, batch], dim=0)
-            loss = criterion(torch.cat([f1.unsqueeze(1), f2.unsqueeze(1)], dim=1), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    with FlopCounterMode(display=False) as counter:
-        step()
-    flops = float(counter.get_total_flops())
-    for _ in range(sizes["step_warmup"]):
-        step()
-    _torch_sync(torch, dev)
-    start = time.perf_counter()
-    for _ in range(sizes["step_repeats"]):
-        loss = step()
-    _torch_sync(torch, dev)
-    seconds = (time.perf_counter() - start) / sizes["step_repeats"]
-    return {"step_s": seconds, "images_per_s": batch / seconds,
-            "flop_counter_flops": flops, **_torch_peak(torch, dev), "loss": float(loss),
-            "autocast": "bfloat16" if dev.type == "cuda" else None}
-
-
 # --------------------------------------------------------------------------- JAX: helpers
 
 
@@ -660,7 +484,7 @@ def _matmul_rows(n, dtype_name, dtype, precisions, plan, sizes, deadline, rows) 
         except TimeoutError as err:
             record["status"] = str(err)
         except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-            record["status"] = _error(err)
+            record["status"] = describe_error(err)
         rows("losses", record)
         emit(row([n, dtype_name, f"z @ z.T ({label}, {record.get('kind', '-')})", "-", "-",
                   record.get("compile_s"), record.get("seconds", record.get("status")),
@@ -719,7 +543,7 @@ def part_losses(sizes: dict, args, deadline: float, rows: Rows) -> list[dict]:
                         except TimeoutError as err:
                             record["status"] = str(err)
                         except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-                            record["status"] = _error(err)
+                            record["status"] = describe_error(err)
                         records.append(rows("losses", record))
                         emit(row([n, dtype_name, name, precision, record["block_rows"],
                                   record.get("compile_s"),
@@ -799,7 +623,7 @@ def child_ours_loss(args, sizes: dict, rows: Rows) -> dict:
                       if peak is not None else
                       {"peak_bytes": host_max_rss(), "peak_source": "host ru_maxrss (CPU)"})
     except Exception as err:  # noqa: BLE001 - an out-of-memory error is the answer
-        record["status"] = _error(err)
+        record["status"] = describe_error(err)
     return rows("largest", record)
 
 
@@ -894,7 +718,7 @@ def part_peers(sizes: dict, largest: dict, deadline: float, rows: Rows) -> list[
             except TimeoutError as err:
                 record["status"] = str(err)
             except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-                record["status"] = _error(err)
+                record["status"] = describe_error(err)
             records.append(rows("peers", record))
             emit(row([name, n, record.get("ours_s", record.get("status")), ref["seconds"],
                       record.get("ratio"), record.get("value_rel_diff")]))
@@ -1043,7 +867,7 @@ def part_step(args, sizes: dict, reference_rows: list[dict], deadline: float,
         except TimeoutError as err:
             record["status"] = str(err)
         except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-            record["status"] = _error(err)
+            record["status"] = describe_error(err)
         records.append(rows("step", record))
         emit(row([loss + (f" {variant}" if variant else ""), batch, record.get("lower_s"),
                   record.get("compile_s"), record.get("step_s", record.get("status")),
@@ -1156,7 +980,7 @@ def part_numerics(n: int, precisions: list[str], deadline: float, rows: Rows) ->
         except TimeoutError as err:
             entry["status"] = str(err)
         except Exception as err:  # noqa: BLE001 - e.g. TF32 on the CPU
-            entry["status"] = _error(err)
+            entry["status"] = describe_error(err)
         result[f"{quantity}_{precision}"] = entry.get("rel_error", entry.get("status"))
         rows("numerics", entry)
         emit(row([quantity, precision, entry.get("rel_error", entry.get("status"))]))
@@ -1269,10 +1093,12 @@ def main(argv: list[str] | None = None) -> dict:
     block_imports([m for m in args.block_imports.split(",") if m])
     sizes = SMOKE if args.smoke else FULL
     rows = Rows(args.json_out)
-    if args.child == "reference-step":
-        out = child_reference_step(args, sizes, rows)
-    elif args.child == "reference-loss":
-        out = child_reference_loss(args, sizes, rows)
+    if args.child in ("reference-step", "reference-loss"):
+        from experiments.bench import accelerator_torch
+
+        child = (accelerator_torch.child_reference_step if args.child == "reference-step"
+                 else accelerator_torch.child_reference_loss)
+        out = child(args, sizes, rows)
     elif args.child == "ours-loss":
         out = child_ours_loss(args, sizes, rows)
     if args.child:
@@ -1325,9 +1151,9 @@ def main(argv: list[str] | None = None) -> dict:
             try:
                 result[name] = parts[name]()
             except Exception as err:  # noqa: BLE001 - one part failing keeps the others
-                result[name] = {"status": _error(err)}
+                result[name] = {"status": describe_error(err)}
                 rows(name, result[name])
-                emit(f"part {name} failed: {_error(err)}")
+                emit(f"part {name} failed: {describe_error(err)}")
             result[f"{name}_s"] = time.monotonic() - start
     result["elapsed_s"] = time.monotonic() - budget.start
     result["tensorflow_imported"] = sys.modules.get("tensorflow") is not None

@@ -191,7 +191,7 @@ def test_flop_count_agrees_with_pytorch_on_the_same_work():
     assert ours.while_loops == 0
 
 
-def test_our_resnet_and_the_reference_resnet_have_the_same_flop_count(bench):
+def test_our_resnet_and_the_reference_resnet_have_the_same_flop_count():
     """The step's premise: our ResNet (ImageNet stem) and the reference ``ResNet`` with its
     stem swapped as the step part swaps it are the same network, by the two counters."""
     _need_reference()
@@ -210,7 +210,8 @@ def test_our_resnet_and_the_reference_resnet_have_the_same_flop_count(bench):
     counted = flop_count.count(lambda s, x: nnx.merge(graphdef, s)(x), state,
                                jnp.ones((2, 64, 64, 3)))
     resnet_big, _ = reference.load_supcon(SUPCON_DIR)
-    theirs = bench.reference_model(torch, resnet_big, "resnet18").encoder
+    reference_side = load_script("accelerator_torch", EXPERIMENTS / "bench")
+    theirs = reference_side.reference_model(torch, resnet_big, "resnet18").encoder
     theirs.eval()
     with FlopCounterMode(display=False) as counter:
         theirs(torch.ones(2, 3, 64, 64))
