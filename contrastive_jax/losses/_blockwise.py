@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, _precision
 
 Array = jax.Array
 #: ``block_fn(dots [b, m], params, rows, cols) -> (contributions [b], aux)``.
@@ -51,11 +51,51 @@ RowBlockFn = Callable[[Array, Any, Any, Any], tuple[Array, Any]]
 #: to ``z @ z.T``): streaming is faster than the dense form from N = 2048 on and
 #: level with it at 1024.
 BLOCKWISE_THRESHOLD = 1024
-#: Automatic block height: rows such that a [block, m] slab has about this many
-#: entries (8 MiB in float32; 256 rows at m = 8192). Smaller slabs stay in cache
-#: across the several passes of the row function: 256 rows beat 512 by 10-15 %
-#: at N = 2048-8192 in the same benchmark.
+#: Automatic block height on the CPU: rows such that a [block, m] slab has about
+#: this many entries (8 MiB in float32; 256 rows at m = 8192). Smaller slabs stay
+#: in cache across the several passes of the row function: 256 rows beat 512 by
+#: 10-15 % at N = 2048-8192 in the same benchmark.
 BLOCK_ELEMENTS = 1 << 21
+
+
+class BlockRule(NamedTuple):
+    """Automatic anchor rows per block on one platform for m candidates:
+    ``min(max_rows, max(min_rows, elements // m))`` (``elements`` None:
+    :data:`BLOCK_ELEMENTS`; ``max_rows`` None: no cap), with where it comes from."""
+
+    elements: int | None
+    min_rows: int
+    max_rows: int | None
+    provenance: str
+
+
+_NOT_MEASURED = (
+    "to be measured: experiments/bench/accelerator.py --parts losses --block-sizes ... "
+    "prints the rule measured on the card (experiments/bench/README.md, 'How to spend the "
+    "next GPU session'); until then the CPU rule"
+)
+
+#: The automatic block rule of each platform (``jax.default_backend()``); a platform
+#: not listed gets the CPU rule.
+BLOCK_RULES: dict[str, BlockRule] = {
+    "cpu": BlockRule(
+        None, 8, None,
+        "measured: experiments/bench/losses.py on 2 CPU cores, N = 2048-8192 "
+        "(256-row blocks beat 512 by 10-15 %)",
+    ),
+    "gpu": BlockRule(None, 8, None, _NOT_MEASURED),
+    "tpu": BlockRule(None, 8, None, _NOT_MEASURED),
+}
+
+
+def automatic_block(num_candidates: int, platform: str | None = None) -> int:
+    """Anchor rows per block for m = ``num_candidates`` by the rule of ``platform``
+    (None: ``jax.default_backend()``) in :data:`BLOCK_RULES`."""
+    platform = jax.default_backend() if platform is None else platform
+    rule = BLOCK_RULES.get(platform, BLOCK_RULES["cpu"])
+    elements = BLOCK_ELEMENTS if rule.elements is None else rule.elements
+    rows = max(rule.min_rows, elements // num_candidates)
+    return rows if rule.max_rows is None else min(rule.max_rows, rows)
 
 
 def choose_block(block_size: int | None, num_candidates: int) -> int | None:
@@ -63,7 +103,8 @@ def choose_block(block_size: int | None, num_candidates: int) -> int | None:
 
     Args:
       block_size: user choice; None picks the dense form up to
-        ``BLOCKWISE_THRESHOLD`` candidates and ``BLOCK_ELEMENTS // m`` rows above.
+        ``BLOCKWISE_THRESHOLD`` candidates and :func:`automatic_block` rows above
+        (``BLOCK_ELEMENTS // m`` on the CPU).
       num_candidates: m, the rows of the (global) batch scored against.
 
     Raises:
@@ -72,7 +113,7 @@ def choose_block(block_size: int | None, num_candidates: int) -> int | None:
     if block_size is None:
         if num_candidates <= BLOCKWISE_THRESHOLD:
             return None
-        return max(8, BLOCK_ELEMENTS // num_candidates)
+        return automatic_block(num_candidates)
     if isinstance(block_size, bool) or int(block_size) != block_size or block_size < 1:
         raise ValueError(f"`block_size` must be a positive integer or None, got {block_size!r}")
     return int(block_size)
@@ -91,9 +132,9 @@ def _to_blocks(tree: Any, block: int, num_blocks: int) -> Any:
     )
 
 
-def _dot(x: Array, y: Array) -> Array:
-    """``x @ y.T`` in float32 at full precision: [p, D] x [q, D] -> [p, q]."""
-    return jnp.matmul(x, y.T, precision=jax.lax.Precision.HIGHEST)
+def _dot(x: Array, y: Array, precision: str = "float32") -> Array:
+    """``x @ y.T`` at ``precision`` (``_precision``), float32: [p, D] x [q, D] -> [p, q]."""
+    return _precision.dot_t(x, y, precision)
 
 
 def _blocked_inputs(anchors, row_data, block):
@@ -119,14 +160,14 @@ def _as_tuple(candidates: Any) -> tuple[Array, ...]:
     return tuple(candidates) if isinstance(candidates, (tuple, list)) else (candidates,)
 
 
-def _block_dots(a: Array, candidates: Any) -> Any:
+def _block_dots(a: Array, candidates: Any, precision: str) -> Any:
     """``a @ c.T`` for the candidate matrix, or a tuple of them for a tuple of matrices."""
     if isinstance(candidates, (tuple, list)):
-        return tuple(_dot(a, c) for c in candidates)
-    return _dot(a, candidates)
+        return tuple(_dot(a, c, precision) for c in candidates)
+    return _dot(a, candidates, precision)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 6))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 6, 7))
 def stream_rows(
     block_fn: RowBlockFn,
     anchors: Array,
@@ -135,6 +176,7 @@ def stream_rows(
     row_data: Any,
     col_data: Any,
     block: int,
+    precision: str = "float32",
 ) -> tuple[Array, Any]:
     """``sum_i contributions_i`` of a row-wise loss, streamed over blocks of anchor rows.
 
@@ -156,6 +198,8 @@ def stream_rows(
         squared norms); floating-point leaves are differentiated, others constant.
       col_data: pytree of per-candidate (or any whole-batch) arrays, likewise.
       block: anchor rows per block (static); n need not be a multiple.
+      precision: arithmetic of the three products (static), one of
+        ``_precision.PRECISIONS``.
 
     Returns:
       ``(total, aux)``: float32 scalar and ``aux`` with leading dimension n.
@@ -165,7 +209,7 @@ def stream_rows(
     def body(total, x):
         a, rows, row_live = x
         value, aux = _block_total(
-            block_fn, _block_dots(a, candidates), params, rows, col_data, row_live
+            block_fn, _block_dots(a, candidates, precision), params, rows, col_data, row_live
         )
         return total + value, aux
 
@@ -188,7 +232,7 @@ def _split_floats(tree: Any) -> tuple[list[Array], Callable[[list[Array]], Any]]
 
 
 def _fused_block(block_fn, a, candidates, params, rows, col_floats, merge_cols, row_live,
-                 cotangent_of, reduce=_block_total):
+                 cotangent_of, precision, reduce=_block_total):
     """Value, aux and gradients of one block: ``(value, aux, d_a, d_cands, d_params,
     d_rows, d_cols)``. ``reduce(block_fn, dots, params, rows, cols, live)`` gives the
     block's value (its total, or its masked per-row values) and aux;
@@ -202,20 +246,16 @@ def _fused_block(block_fn, a, candidates, params, rows, col_floats, merge_cols, 
             block_fn, dots if is_tuple else dots[0], p, merge_rows(rf), merge_cols(cf), row_live
         )
 
-    dots = tuple(_dot(a, c) for c in cands)
+    dots = tuple(_dot(a, c, precision) for c in cands)
     value, vjp, aux = jax.vjp(block_total, dots, params, row_floats, col_floats, has_aux=True)
     g_dots, g_params, g_rows, g_cols = vjp(cotangent_of(value))
-    d_a = sum(
-        jnp.matmul(g, c, precision=jax.lax.Precision.HIGHEST)
-        for g, c in zip(g_dots, cands, strict=True)
-    )
-    d_cands = tuple(
-        jnp.matmul(g.T, a, precision=jax.lax.Precision.HIGHEST) for g in g_dots
-    )
+    d_a = sum(_precision.matmul(g, c, precision) for g, c in zip(g_dots, cands, strict=True))
+    d_cands = tuple(_precision.matmul(g.T, a, precision) for g in g_dots)
     return value, aux, d_a, d_cands, g_params, g_rows, g_cols
 
 
-def _stream_rows_fwd(block_fn, anchors, candidates, params, row_data, col_data, block):
+def _stream_rows_fwd(block_fn, anchors, candidates, params, row_data, col_data, block,
+                     precision="float32"):
     a_blocks, r_blocks, live = _blocked_inputs(anchors, row_data, block)
     col_floats, merge_cols = _split_floats(col_data)
     cands = _as_tuple(candidates)
@@ -225,7 +265,7 @@ def _stream_rows_fwd(block_fn, anchors, candidates, params, row_data, col_data, 
         a, rows, row_live = x
         value, aux, d_a, g_cands, g_params, g_rows, g_cols = _fused_block(
             block_fn, a, candidates, params, rows, col_floats, merge_cols, row_live,
-            jnp.ones_like,
+            jnp.ones_like, precision,
         )
         carry = (
             total + value,
@@ -255,7 +295,7 @@ def _float0_like(x: Array) -> Array:
     return jnp.zeros(x.shape, jax.dtypes.float0)
 
 
-def _stream_rows_bwd(block_fn, block, residuals, cotangents):
+def _stream_rows_bwd(block_fn, block, precision, residuals, cotangents):
     (d_anchors, d_candidates, d_params, d_rows, d_cols), row_data, col_data = residuals
     ct = cotangents[0]
 
@@ -280,7 +320,7 @@ def _block_rows(block_fn, dots, params, rows, cols, live):
     return jnp.where(live, values, -_core.BIG), aux
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 6))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 6, 7))
 def stream_rows_logsumexp(
     block_fn: RowBlockFn,
     anchors: Array,
@@ -289,6 +329,7 @@ def stream_rows_logsumexp(
     row_data: Any,
     col_data: Any,
     block: int,
+    precision: str = "float32",
 ) -> tuple[Array, Any]:
     """``log sum_i exp(r_i)`` over the rows of a row-wise function, streamed over row blocks.
 
@@ -311,7 +352,7 @@ def stream_rows_logsumexp(
         shift, total = carry
         a, rows, row_live = x
         r, aux = _block_rows(
-            block_fn, _block_dots(a, candidates), params, rows, col_data, row_live
+            block_fn, _block_dots(a, candidates, precision), params, rows, col_data, row_live
         )
         new = jnp.maximum(shift, jnp.max(r))
         return (new, total * jnp.exp(shift - new) + jnp.sum(jnp.exp(r - new))), aux
@@ -321,7 +362,8 @@ def stream_rows_logsumexp(
     return shift + jnp.log(total), _unblock(aux, anchors.shape[0])
 
 
-def _stream_lse_fwd(block_fn, anchors, candidates, params, row_data, col_data, block):
+def _stream_lse_fwd(block_fn, anchors, candidates, params, row_data, col_data, block,
+                    precision="float32"):
     a_blocks, r_blocks, live = _blocked_inputs(anchors, row_data, block)
     col_floats, merge_cols = _split_floats(col_data)
     cands = _as_tuple(candidates)
@@ -331,7 +373,7 @@ def _stream_lse_fwd(block_fn, anchors, candidates, params, row_data, col_data, b
         a, rows, row_live = x
         r, aux, d_a, g_cands, g_params, g_rows, g_cols = _fused_block(
             block_fn, a, candidates, params, rows, col_floats, merge_cols, row_live,
-            lambda rv: jnp.exp(rv - jnp.maximum(shift, jnp.max(rv))), _block_rows,
+            lambda rv: jnp.exp(rv - jnp.maximum(shift, jnp.max(rv))), precision, _block_rows,
         )
         new = jnp.maximum(shift, jnp.max(r))
         decay = jnp.exp(shift - new)

@@ -28,7 +28,8 @@ Every embedding loss of :mod:`contrastive_jax.losses` follows one contract:
 * Hyperparameters are finite scalars: a concrete bad one raises ``ValueError``,
   a traced one of the wrong shape too, a traced bad value makes the loss NaN
   (and fails ``checkify``'s user checks) (:func:`check_positive`).
-* Similarities and reductions run in float32 (bfloat16 embeddings included);
+* Similarities and reductions run in float32 (bfloat16 embeddings included; the NCE
+  losses' ``precision`` option runs their products in TF32 or bfloat16, ``_precision``);
   masks use finite large negatives and ``where`` so no NaN reaches a gradient.
 """
 
@@ -43,6 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
+
+from contrastive_jax.losses import _precision
 
 #: Finite stand-in for -inf in masked logits. ``exp(-BIG - max)`` is exactly
 #: 0 in float32, and a fully masked row still has a finite log-sum-exp.
@@ -180,15 +183,16 @@ def l2_normalize(x: Array, eps: float = 1e-6) -> Array:
     return x * jax.lax.rsqrt(jnp.maximum(sq, eps * eps))
 
 
-def similarity_logits(anchors: Array, candidates: Array, temperature: float | Array) -> Array:
-    """``anchors @ candidates.T / temperature`` in float32 at full precision.
+def similarity_logits(
+    anchors: Array, candidates: Array, temperature: float | Array, precision: str = "float32"
+) -> Array:
+    """``anchors @ candidates.T / temperature``, float32, the product at ``precision``
+    (one of ``_precision.PRECISIONS``; the default is float32 at full precision).
 
     Shapes: [n, D] x [m, D] -> [n, m].
     """
-    dots = jnp.matmul(
-        anchors.astype(jnp.float32),
-        candidates.astype(jnp.float32).T,
-        precision=jax.lax.Precision.HIGHEST,
+    dots = _precision.dot_t(
+        anchors.astype(jnp.float32), candidates.astype(jnp.float32), precision
     )
     return dots / jnp.asarray(temperature, jnp.float32)
 

@@ -43,6 +43,13 @@ ARGS = {
         "the forward pass (see ``blockwise``); None chooses the dense form up to "
         f"{_blockwise.BLOCKWISE_THRESHOLD} global rows and streams above."
     ),
+    "precision": (
+        "precision: arithmetic of the similarity products (the forward one and, under "
+        "differentiation, the two of the gradient): ``\"float32\"`` (default) float32 at "
+        "``Precision.HIGHEST``; ``\"tf32\"`` the TF32 tensor-core algorithm (GPU only); "
+        "``\"bf16\"`` bfloat16 operands with float32 accumulation (``_precision``). "
+        "Everything else stays float32."
+    ),
     # The ProjNCE family (projnce, soft_supcon, soft_nce, med_supcon, med_nce).
     "class_embeddings": "embeddings: float [N, D] rows on this device (normalised inside).",
     "class_labels": "labels: int [N] class labels.",

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core, _docs
+from contrastive_jax.losses import _core, _docs, _precision
 
 Array = jax.Array
 
@@ -128,8 +128,10 @@ def _label_block(kind: str):
     return block_fn
 
 
-def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_size) -> Array:
+def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_size,
+                precision="float32") -> Array:
     """SupCon or SINCERE, dense or streamed, reduced over valid anchors."""
+    precision = _precision.check_precision(precision)
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
     temperature = _core.check_positive(temperature, "temperature")
@@ -138,7 +140,7 @@ def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_s
     block = blockwise.choose_block(block_size, n * num_devices)
     if block is None:
         batch = _core.contrast_batch(embeddings, labels, valid, axis_name)
-        logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature)
+        logits = _core.similarity_logits(batch.anchors, batch.candidates, temperature, precision)
         positives, negatives, candidates = _label_masks(
             batch.anchor_labels, batch.is_self, batch.candidate_labels, batch.candidate_valid
         )
@@ -154,6 +156,7 @@ def _label_loss(kind, embeddings, labels, temperature, valid, axis_name, block_s
         (labels, rows.index, rows.anchor_valid),
         (rows.candidate_data, rows.candidate_valid),
         block,
+        precision,
     )
     return blockwise.global_mean(total, anchor_ok, axis_name)
 
@@ -168,6 +171,7 @@ def supcon(
     axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
+    precision: str = "float32",
 ) -> Array:
     """Supervised contrastive loss, L_out form: mean over positives outside the log.
 
@@ -188,6 +192,7 @@ def supcon(
       {axis_name}
       {valid}
       {block_size}
+      {precision}
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
@@ -208,7 +213,7 @@ def supcon(
       Eq. (3) (the form used here); Tables 1-2 (SupCon baseline).
     """
     return _label_loss(
-        "supcon", embeddings, labels, temperature, valid, axis_name, block_size
+        "supcon", embeddings, labels, temperature, valid, axis_name, block_size, precision
     )
 
 
@@ -222,6 +227,7 @@ def nt_xent(
     axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
+    precision: str = "float32",
 ) -> Array:
     """NT-Xent / InfoNCE in SimCLR's two-view form: each view's positive is its other view.
 
@@ -245,6 +251,7 @@ def nt_xent(
       {axis_name}
       {valid}
       {block_size}
+      {precision}
 
     Returns:
       float32 scalar. (SimCLR's TF code reports twice this value: the sum of
@@ -270,6 +277,7 @@ def nt_xent(
         axis_name=axis_name,
         valid=valid,
         block_size=block_size,
+        precision=precision,
     )
 
 
@@ -283,6 +291,7 @@ def sincere(
     axis_name: str | tuple[str, ...] | None = None,
     valid: Array | None = None,
     block_size: int | None = None,
+    precision: str = "float32",
 ) -> Array:
     """SINCERE: supervised InfoNCE whose denominators hold one positive and the negatives.
 
@@ -303,6 +312,7 @@ def sincere(
       {axis_name}
       {valid}
       {block_size}
+      {precision}
 
     Returns:
       float32 scalar, the mean over valid anchors of the global batch.
@@ -323,5 +333,5 @@ def sincere(
       Eq. (12) (the loss), Eq. (13) (its gradient); Tables 1-2.
     """
     return _label_loss(
-        "sincere", embeddings, labels, temperature, valid, axis_name, block_size
+        "sincere", embeddings, labels, temperature, valid, axis_name, block_size, precision
     )

@@ -1,73 +1,83 @@
-"""Accelerator benchmark: losses against their matrix product, largest batch, the reference
-PyTorch losses and pretraining step side by side, numerics; one GPU, at most 8 minutes.
+"""Accelerator benchmark: losses against their matrix product, largest executed batch, the
+reference PyTorch losses and pretraining step side by side, numerics; one GPU, short leases.
 
     # on a GPU machine, from the checkout root, after copying the reference files into the
-    # git-ignored .device/peers/ (experiments/bench/README.md, "On an accelerator"):
-    python -m experiments.bench.accelerator \
+    # git-ignored .device/peers/ (experiments/bench/README.md, "How to spend the next GPU
+    # session", runs this script in three stages within 8 minutes):
+    python -m experiments.bench.accelerator --json-out rows.jsonl \
         --supcon-dir .device/peers/HobbitLong-SupContrast \
         --sincere-dir .device/peers/tufts-ml-SupContrast
     # every part at tiny sizes on the CPU (what the test suite runs):
-    python -m experiments.bench.accelerator --smoke \
+    python -m experiments.bench.accelerator --smoke --json-out rows.jsonl \
         --supcon-dir ../shared/peers/HobbitLong-SupContrast \
         --sincere-dir ../shared/peers/tufts-ml-SupContrast
 
+Every row is appended to ``--json-out`` as one JSON line (``{"part": ..., ...}``) and
+flushed the moment it exists, by this process and by each child process, so a run stopped
+by ``timeout`` keeps everything it measured; the last line is the ``summary`` row.
+
 Parts (``--parts``, all by default), each printed as a table as it runs:
 
-* ``losses``: ``jax.value_and_grad`` of ``supcon``, ``sincere``, ``nt_xent`` and one loss of
-  each other family (``projnce``, ``y_aware_infonce``, ``mio``, ``soft_target_infonce``) at
-  N = 8192, 65,536 and 262,144 rows, D = 128, float32 and bfloat16 inputs, each at the
-  library's default (``block_size=None``: dense up to the streaming threshold, streamed
-  above); its time over that of one ``z @ z.T`` of the same shape and dtype timed in the
-  same run, at JAX's default matmul precision and, for float32, at ``HIGHEST`` (where the
-  [N, N] product does not fit in a quarter of the device's memory it is computed in row
-  blocks, each summed over its columns: the same FLOPs, ``matmul_kind = "blocked"``); XLA's
-  buffer assignment (arguments + outputs + temporaries) and the device's peak memory
-  (``Device.memory_stats()["peak_bytes_in_use"]``, recorded when the case raised it; None
-  where the backend keeps no statistics, e.g. the CPU).
-* ``largest``: for ``supcon`` (float32), the largest N, doubling, whose value and gradient
-  fit in device memory: ours by XLA's buffer assignment of the compiled program against the
-  device's memory limit, run while a call stays short; the reference PyTorch ``SupConLoss``
-  (HobbitLong/SupContrast ``losses.py``) and tufts-ml ``SINCERELoss``
-  (``revised_losses.py``), loaded from their files at run time (``--supcon-dir``,
-  ``--sincere-dir``), by running each N until PyTorch runs out of memory.
-* ``peers``: at every N where a PyTorch loss fitted, ours timed on the same inputs (unit
-  rows, the two views of an example at rows i and i + N/2), time ratio ours/theirs and the
-  relative difference of the loss values.
+* ``losses``: ``jax.value_and_grad`` of the losses (``--losses``; ``supcon``, ``sincere``,
+  ``nt_xent`` and one loss of each other family by default) at ``--loss-sizes`` rows (8192,
+  65,536, 262,144), D = 128, ``--dtypes`` inputs, for each ``--precisions`` (the losses'
+  ``precision`` option: float32 at ``HIGHEST``, TF32, bfloat16 products; only the NCE
+  losses have it) and each ``--block-sizes`` (``auto``: the library's choice). Beside each,
+  one ``z @ z.T`` of the same shape timed in the same run at JAX's default precision and at
+  each precision asked (where [N, N] does not fit in a quarter of the device's memory, in
+  row blocks each summed over its columns: the same FLOPs, ``kind = "blocked"``): ratios
+  to the default product, to the float32 ``HIGHEST`` product, and ``floor_multiple``, the
+  time over three products at the loss's own precision (value + gradient need three
+  [N, N, D] products, ``losses/_blockwise.py``). XLA's compile-time memory estimate
+  (``xla_estimate_bytes``, buffer assignment: an estimate, not a measurement) and the
+  process's device peak so far. With several block sizes, the fastest per N and the
+  block rule they suggest for ``losses/_blockwise.py`` ``BLOCK_RULES`` (a ``block_rule``
+  row, printed as the Python line to paste).
+* ``largest``: the largest SupCon batch (float32, D = 128) whose value and gradient were
+  *executed*, doubling N, each N in a fresh process, for ours and for the reference
+  ``SupConLoss`` (HobbitLong/SupContrast ``losses.py``) and tufts-ml ``SINCERELoss``
+  (``revised_losses.py``), loaded from their files (``--supcon-dir``, ``--sincere-dir``);
+  each with its measured peak: ``memory_stats()["peak_bytes_in_use"]`` for JAX,
+  ``torch.cuda.max_memory_allocated()`` for PyTorch (on the CPU neither exists: the child's
+  host ``ru_maxrss`` is recorded instead, labelled so). Doubling stops at out-of-memory, the
+  size cap, the budget, or where the next call is predicted (4.5x the last) over
+  ``--longest-call`` seconds. Ours also reports XLA's compile-time estimate, labelled.
+* ``peers``: ours on the reference's inputs at every N where a reference loss ran in
+  ``largest`` (which then runs its reference half): time ratio ours/theirs and the relative
+  difference of the values. At N <= 4096 the times are sub-millisecond with three repeats,
+  and ours is one XLA program against PyTorch's eager kernel launches: launch overhead,
+  not arithmetic.
 * ``step``: the pretraining step of :mod:`contrastive_jax.train.step` (ResNet-50, ImageNet
-  stem, 224 px, SimCLR-v2 head, SupCon and SINCERE, LARS, bfloat16 compute, synthetic views
-  already on the device, per-device batch 128 and 256 images x 2 views): images/s and model
-  FLOPs utilisation (FLOPs of XLA's cost analysis of the compiled step / step time / the
-  card's stated bf16 dense peak, :data:`PEAK_BF16_FLOPS`); beside it the reference step
-  (``SupConResNet('resnet50')`` + ``SupConLoss`` + ``util.set_optimizer``'s SGD, bfloat16
-  autocast, channels-last; its FLOPs from ``torch.utils.flop_counter``). The reference
-  ``ResNet`` has a CIFAR stem (3x3 stride-1, no max-pool), which at 224 px needs about 16x
-  the FLOPs and activation memory of the ResNet-50 everyone means; its stem is swapped at
-  run time for the ImageNet one (7x7 stride 2 + 3x3 max-pool; the files are not changed),
-  so both steps compute the same network. Last, SupCon at batch 128 once more with every
-  BatchNorm's variance in Flax's one pass (``use_fast_variance=True``) instead of the
-  library's two: what the formula that divides our first-step gradient error by two to three
-  costs (``experiments/parity/README.md``, "Where the float32 gradient error comes from").
+  stem, 224 px, SimCLR-v2 head, LARS, bfloat16 compute, synthetic views on the device), for
+  each ``--step-configs`` entry ``loss:batch[:variant]`` (SupCon at 128 and 256 images x 2
+  views per device, SINCERE, and ``bn_one_pass``: Flax's one-pass BatchNorm variance),
+  beside the reference step (``SupConResNet('resnet50')`` + ``SupConLoss`` + the SGD of
+  ``util.set_optimizer``, bfloat16 autocast, channels-last, the CIFAR stem swapped for the
+  ImageNet one at run time). Images/s, and MFU for both from ONE FLOP count: the
+  analytic count of our traced step (:mod:`experiments.bench.flop_count`: products and
+  convolutions, what ``torch.utils.flop_counter`` counts), divided by each side's step time
+  and the card's stated dense bf16 peak (:data:`PEAK_BF16_FLOPS`); PyTorch's own counter
+  on the reference step is recorded beside it as a cross-check. ``--profile-dir``: a
+  ``jax.profiler`` trace of a few steps of each configuration.
 * ``numerics``: value and gradient of ``supcon``, ``sincere`` and ``nt_xent`` (float32
-  inputs) at JAX's default matmul precision and under ``jax.default_matmul_precision
-  ("highest")``, against the same formula in float64; and the relative error of a plain
-  ``z @ z.T`` at both precisions (and of bfloat16 inputs) against float64, the error the
-  losses' ``precision=HIGHEST`` similarity products avoid.
+  inputs, N = 8192 or ``--numerics-n``) at each ``--precisions``, and a plain ``z @ z.T``
+  at each, against the same formulas in float64 (relative L2 errors).
 
-The PyTorch parts run first, in a child process that exits before JAX starts (so neither
-framework's allocator holds memory the other needs). Every case catches an out-of-memory
-error and records it. A global time budget (``--budget`` seconds, 400 by default) is split
-between the parts; a case that would start past its part's share is recorded as
-``skipped (budget)``. With start-up and the last case of a part running past its share,
-a full run takes about 7 minutes. The last line printed is one JSON object with every
-figure.
+A global budget (``--budget`` seconds, 400 by default) is split between the selected parts
+only (and their PyTorch halves), in proportion to :data:`SHARES`; time a part leaves
+unused goes to the parts after it. A case that would start past its part's share is
+recorded as ``skipped (budget)``. The PyTorch halves (:mod:`experiments.bench.accelerator_torch`)
+run first, each in a child process that exits before JAX starts in this one (so neither
+allocator holds memory the other needs), and so do the fresh processes of ``largest``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import datetime
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -87,8 +97,13 @@ NUM_CLASSES = 100
 #: ``_kernel``, ``_mio``, ``_soft_target``.
 LOSSES = ("supcon", "sincere", "nt_xent", "projnce", "y_aware_infonce", "mio",
           "soft_target_infonce")
+#: The losses with a ``precision`` option (``losses/_precision.py``).
+PRECISION_LOSSES = ("supcon", "sincere", "nt_xent")
+PRECISIONS = ("float32", "tf32", "bf16")
+DTYPES = ("float32", "bfloat16")
 NUMERICS_LOSSES = ("supcon", "sincere", "nt_xent")
 PARTS = ("losses", "largest", "peers", "step", "numerics")
+VARIANTS = ("", "bn_one_pass")
 
 #: Dense (no sparsity) bfloat16 tensor-core peaks in FLOP/s, matched in this order as a
 #: substring of ``device_kind``. Sources: NVIDIA H100 Tensor Core GPU datasheet (BF16
@@ -107,19 +122,22 @@ PEAK_BF16_FLOPS = (
 #: Sizes of the full run and of ``--smoke``.
 FULL = dict(
     loss_sizes=(8192, 65536, 262144), largest_start=65536, largest_cap=1 << 24,
-    torch_start=1024, torch_cap=1 << 20, batches=(128, 256), image_size=224,
+    torch_start=8192, torch_cap=1 << 20, batches=(128, 256), image_size=224,
     encoder="resnet50", reference_encoder="resnet50", step_warmup=3, step_repeats=10, repeats=3,
-    numerics_n=4096, budget=400.0,
+    numerics_n=8192, budget=400.0, profile_steps=3,
 )
 SMOKE = dict(
-    loss_sizes=(64,), largest_start=64, largest_cap=256, torch_start=32, torch_cap=128,
+    loss_sizes=(64,), largest_start=64, largest_cap=128, torch_start=32, torch_cap=64,
     batches=(2,), image_size=32, encoder="small_cnn", reference_encoder="resnet18",
-    step_warmup=0, step_repeats=1, repeats=1, numerics_n=64, budget=1200.0,
+    step_warmup=0, step_repeats=1, repeats=1, numerics_n=64, budget=1200.0, profile_steps=1,
 )
-#: Share of the budget of each part (the PyTorch child gets ``torch``).
-SHARES = {"torch": 0.2, "losses": 0.25, "largest": 0.08, "peers": 0.06, "step": 0.35,
-          "numerics": 0.06}
-#: A call predicted to take longer than this is not run by ``largest`` (seconds).
+#: Relative shares of the budget; only the selected parts (and the PyTorch halves they
+#: need: ``reference_step`` for ``step``, ``reference_losses`` for ``largest``/``peers``)
+#: take part, normalised to the whole budget.
+SHARES = {"reference_step": 0.11, "reference_losses": 0.06, "largest": 0.08, "losses": 0.25,
+          "peers": 0.05, "step": 0.35, "numerics": 0.06}
+#: A call predicted to take longer than this is not run by ``largest`` (seconds, default
+#: of ``--longest-call``).
 LONGEST_CALL = 20.0
 
 
@@ -138,27 +156,71 @@ def is_oom(err: BaseException) -> bool:
                                    "can't allocate memory", "memoryerror"))
 
 
-def _error(err: BaseException) -> str:
+def describe_error(err: BaseException) -> str:
     kind = "oom" if is_oom(err) else "error"
     return f"{kind}: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
 
 
 class Budget:
-    """Wall-clock shares of the global budget: ``part(name)`` starts a part's clock."""
+    """The global budget split between the selected parts in proportion to their shares.
+
+    ``part(name)`` starts a part's clock: it gets the time left times its share over the
+    shares of the parts not started yet (itself included), so the parts selected share the
+    whole budget and time an earlier part left unused goes to the later ones.
+    """
 
     def __init__(self, total: float, shares: dict[str, float]):
+        if not shares:
+            raise ValueError("`shares`: no part selected")
         self.start = time.monotonic()
         self.total = total
-        self.shares = shares
         self.deadline = self.start + total
+        self.pending = dict(shares)
 
     def part(self, name: str) -> float:
-        """The monotonic time by which ``name`` should end: its share from now, capped at
-        the global deadline."""
-        return min(self.deadline, time.monotonic() + self.shares[name] * self.total)
+        """The monotonic time by which ``name`` should end."""
+        share = self.pending.pop(name)
+        return time.monotonic() + self.left() * share / (share + sum(self.pending.values()))
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        return max(0.0, self.deadline - time.monotonic())
+
+
+def budget_shares(parts: list[str], reference: bool) -> dict[str, float]:
+    """The entries of :data:`SHARES` that a run of ``parts`` uses (``reference``: the
+    PyTorch halves run)."""
+    names = [p for p in PARTS if p in parts]
+    if reference and "step" in parts:
+        names.append("reference_step")
+    if reference and {"largest", "peers"} & set(parts):
+        names.append("reference_losses")
+    return {name: SHARES[name] for name in names}
+
+
+class Rows:
+    """Appends each row as one JSON line to a file and flushes it at once (None: no file)."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+
+    def __call__(self, part: str, row: dict) -> dict:
+        if self.path:
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"part": part, **row}, default=_jsonable) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        return row
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, (np.generic,)):
+        return x.item()
+    return str(x)
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """The JSON lines of ``path`` (a ``--json-out`` file)."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def unit_rows(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -183,224 +245,95 @@ def emit(line: str) -> None:
     print(line, flush=True)
 
 
-# --------------------------------------------------------------------------- PyTorch child
+def host_max_rss() -> int:
+    """This process's peak resident host memory in bytes (Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def torch_child(args, sizes: dict) -> dict:
-    """The PyTorch parts (largest batch and per-N times of both reference losses; the
-    reference step), in this process."""
-    from experiments.parity import reference
+def parse_step_configs(text: str) -> list[tuple[str, int, str]]:
+    """``"supcon:128,sincere:256,supcon:128:bn_one_pass"`` -> [(loss, batch, variant)].
 
-    torch = reference.require_torch()
-    cuda = torch.cuda.is_available()
-    dev = torch.device("cuda" if cuda else "cpu")
-    if cuda:
-        torch.backends.cudnn.benchmark = True  # as main_supcon.py
-    resnet_big, supcon_losses = reference.load_supcon(args.supcon_dir)
-    util = reference.load_module(Path(args.supcon_dir) / "util.py", "_bench_ref_util")
-    sincere_losses = reference.load_sincere(args.sincere_dir)
-    budget = Budget(args.budget, {"losses": 0.45, "step": 0.55})
-    out: dict[str, Any] = {
-        "torch": torch.__version__,
-        "device": torch.cuda.get_device_name() if cuda else "cpu",
-    }
-    if {"largest", "peers"} & set(args.parts):
-        out["losses"] = _torch_losses(torch, dev, supcon_losses, sincere_losses, sizes,
-                                      budget.part("losses"))
-    if "step" in args.parts:
-        out["step"] = _torch_steps(torch, dev, resnet_big, supcon_losses, util, sizes,
-                                   budget.part("step"))
+    Raises:
+      ValueError: an entry that is not ``loss:batch[:variant]`` with a loss of
+        supcon/sincere, a positive batch and a variant of :data:`VARIANTS`.
+    """
+    configs = []
+    for entry in filter(None, text.split(",")):
+        fields = entry.split(":")
+        if len(fields) not in (2, 3) or fields[0] not in ("supcon", "sincere") \
+                or not fields[1].isdigit() or int(fields[1]) < 1 \
+                or (len(fields) == 3 and fields[2] not in VARIANTS):
+            raise ValueError(f"--step-configs: bad entry {entry!r}; want loss:batch[:variant] "
+                             f"with loss supcon|sincere and variant in {VARIANTS[1:]}")
+        configs.append((fields[0], int(fields[1]), fields[2] if len(fields) == 3 else ""))
+    return configs
+
+
+def step_configs(batches: tuple[int, ...]) -> list[tuple[str, int, str]]:
+    """The default (loss, per-device batch, variant) in the order they run: SupCon (the loss
+    of the reference step) at every batch first, then SINCERE from the largest batch down,
+    then SupCon at the smallest batch with one-pass BatchNorm variance (``bn_one_pass``)."""
+    return ([("supcon", b, "") for b in batches]
+            + [("sincere", b, "") for b in sorted(batches)[::-1]]
+            + [("supcon", min(batches), "bn_one_pass")])
+
+
+def parse_block_sizes(text: str) -> list[int | None]:
+    """``"auto,64,256"`` -> [None, 64, 256] (None: the library's automatic choice)."""
+    out: list[int | None] = []
+    for entry in filter(None, text.split(",")):
+        if entry == "auto":
+            out.append(None)
+        elif entry.isdigit() and int(entry) > 0:
+            out.append(int(entry))
+        else:
+            raise ValueError(f"--block-sizes: bad entry {entry!r}; want auto or a positive int")
     return out
 
 
-def _torch_sync(torch, dev) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+def _child_env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
-def _torch_peak(torch, dev) -> int | None:
-    return int(torch.cuda.max_memory_allocated()) if dev.type == "cuda" else None
-
-
-def _torch_losses(torch, dev, supcon_losses, sincere_losses, sizes, deadline) -> dict:
-    """For SupConLoss and SINCERELoss: value + gradient time and peak memory at N =
-    torch_start, doubling, until out of memory, the size cap or the deadline."""
-    supcon = supcon_losses.SupConLoss(temperature=TEMPERATURE, base_temperature=TEMPERATURE)
-    sincere = sincere_losses.SINCERELoss(temperature=TEMPERATURE)
-
-    def call(name, z, labels):
-        n = z.shape[0]
-        if name == "supcon":
-            features = torch.stack([z[: n // 2], z[n // 2:]], dim=1)  # [N/2, 2, D]
-            loss = supcon(features, labels[: n // 2])
-        else:
-            loss = sincere(z, labels)
-        (grad,) = torch.autograd.grad(loss, z)
-        return loss, grad
-
-    results = {}
-    for name in ("supcon", "sincere"):
-        rows, stopped = [], "cap"
-        n = sizes["torch_start"]
-        emit(f"\n# reference PyTorch {name}, value + gradient (float32, {dev.type})")
-        emit("| N | s | peak device bytes | loss value |\n|---|---|---|---|")
-        while n <= sizes["torch_cap"]:
-            if time.monotonic() > deadline:
-                stopped = "budget"
-                break
-            z_np, labels_np = unit_rows(n)
-            try:
-                if dev.type == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
-                z = torch.from_numpy(z_np).to(dev).requires_grad_(True)
-                labels = torch.from_numpy(labels_np.astype(np.int64)).to(dev)
-                loss, grad = call(name, z, labels)  # warm-up
-                _torch_sync(torch, dev)
-                times = []
-                for _ in range(sizes["repeats"]):
-                    start = time.perf_counter()
-                    loss, grad = call(name, z, labels)
-                    _torch_sync(torch, dev)
-                    times.append(time.perf_counter() - start)
-                    if times[-1] > 2.0:
-                        break
-                record = {"n": n, "seconds": float(np.median(times)),
-                          "peak_bytes": _torch_peak(torch, dev), "value": float(loss)}
-                del loss, grad, z
-            except (RuntimeError, MemoryError) as err:
-                if not is_oom(err):
-                    raise
-                rows.append({"n": n, "status": _error(err)})
-                emit(row([n, "out of memory", None, None]))
-                stopped = "oom"
-                break
-            rows.append(record)
-            emit(row([n, record["seconds"], record["peak_bytes"], record["value"]]))
-            n *= 2
-        fitted = [r["n"] for r in rows if "seconds" in r]
-        results[name] = {"rows": rows, "largest_n": max(fitted) if fitted else None,
-                         "stopped": stopped}
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-    return results
-
-
-def _torch_steps(torch, dev, resnet_big, supcon_losses, util, sizes, deadline) -> list[dict]:
-    """The reference pretraining step at each per-device batch: images/s, FLOPs, MFU."""
-    emit(f"\n# reference PyTorch step: SupConResNet('{sizes['reference_encoder']}') with the "
-         f"ImageNet stem, SupConLoss, SGD, bf16 autocast, channels-last, "
-         f"{sizes['image_size']} px ({dev.type})")
-    emit("| batch (images) | step s | images/s | FLOPs/step | MFU | peak device bytes |\n"
-         "|---|---|---|---|---|---|")
-    rows = []
-    for batch in sizes["batches"]:
-        if time.monotonic() > deadline:
-            rows.append({"batch": batch, "status": "skipped (budget)"})
-            emit(row([batch, "skipped (budget)"]))
-            continue
-        try:
-            record = _torch_step(torch, dev, resnet_big, supcon_losses, util, sizes, batch)
-        except (RuntimeError, MemoryError) as err:
-            if not is_oom(err):
-                raise
-            record = {"batch": batch, "status": _error(err)}
-        finally:
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
-        rows.append(record)
-        emit(row([batch, record.get("step_s", record.get("status")), record.get("images_per_s"),
-                  record.get("flops_per_step"), record.get("mfu"), record.get("peak_bytes")]))
-    return rows
-
-
-def _torch_step(torch, dev, resnet_big, supcon_losses, util, sizes, batch: int) -> dict:
-    """One configuration of the reference step, timed over ``step_repeats`` steps."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    nn = torch.nn
-    torch.manual_seed(0)
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    model = resnet_big.SupConResNet(name=sizes["reference_encoder"], head="mlp", feat_dim=128)
-    encoder = model.encoder
-    encoder.conv1 = nn.Conv2d(3, encoder.conv1.out_channels, 7, 2, 3, bias=False)
-    # relu(maxpool(bn(x))) == maxpool(relu(bn(x))): the ImageNet stem's max-pool.
-    encoder.bn1 = nn.Sequential(encoder.bn1, nn.MaxPool2d(3, 2, 1))
-    model = model.to(dev, memory_format=torch.channels_last)
-    criterion = supcon_losses.SupConLoss(temperature=TEMPERATURE, base_temperature=TEMPERATURE)
-    optimizer = util.set_optimizer(
-        types.SimpleNamespace(learning_rate=0.5, momentum=0.9, weight_decay=1e-4), model)
-    size = sizes["image_size"]
-    images = torch.randn(2 * batch, 3, size, size, device=dev).contiguous(
-        memory_format=torch.channels_last)
-    labels = torch.randint(0, 1000, (batch,), device=dev)
-
-    # bf16 autocast on the GPU; float32 on the CPU (--smoke), where PyTorch's bf16
-    # convolution backward took 13 s for 4 rows of 32 px.
-    autocast = torch.autocast(device_type=dev.type, dtype=torch.bfloat16,
-                              enabled=dev.type == "cuda")
-
-    def step():
-        # main_supcon.py's train(): both views in one forward, [B, 2, 128] to the loss.
-        with autocast:
-            features = model(images)
-            f1, f2 = torch.split(features, [batch, batch], dim=0)
-            loss = criterion(torch.cat([f1.unsqueeze(1), f2.unsqueeze(1)], dim=1), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    with FlopCounterMode(display=False) as counter:
-        step()
-    flops = float(counter.get_total_flops())
-    for _ in range(sizes["step_warmup"]):
-        step()
-    _torch_sync(torch, dev)
-    start = time.perf_counter()
-    for _ in range(sizes["step_repeats"]):
-        loss = step()
-    _torch_sync(torch, dev)
-    seconds = (time.perf_counter() - start) / sizes["step_repeats"]
-    peak = peak_flops(torch.cuda.get_device_name()) if dev.type == "cuda" else None
-    return {"batch": batch, "step_s": seconds, "images_per_s": batch / seconds,
-            "flops_per_step": flops, "mfu": None if peak is None else flops / seconds / peak,
-            "peak_bytes": _torch_peak(torch, dev), "loss": float(loss),
-            "autocast": "bfloat16" if dev.type == "cuda" else None}
-
-
-def run_torch_child(args, seconds: float) -> dict:
-    """:func:`torch_child` in a fresh process (its table lines echoed as they come)."""
-    command = [sys.executable, "-m", "experiments.bench.accelerator", "--torch-child",
-               "--budget", f"{seconds:.0f}", "--parts", ",".join(args.parts),
-               "--supcon-dir", str(args.supcon_dir), "--sincere-dir", str(args.sincere_dir)]
+def run_child(args, child: list[str], seconds: float, echo: bool = True) -> dict:
+    """This script as ``--child ...`` in a fresh process: its table lines echoed as they
+    come, its last JSON line returned (``{"status": "failed ..."}`` if none or killed
+    after ``seconds``). The child appends its own rows to ``--json-out``."""
+    command = [sys.executable, "-m", "experiments.bench.accelerator", *child,
+               "--budget", f"{max(seconds, 1.0):.0f}"]
+    for flag in ("supcon_dir", "sincere_dir", "json_out"):
+        if getattr(args, flag):
+            command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.smoke:
         command.append("--smoke")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    if args.block_imports:
+        command += ["--block-imports", args.block_imports]
     with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: no deadlock on a full pipe
-        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=err, text=True)
+        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=_child_env(),
+                                stdout=subprocess.PIPE, stderr=err, text=True)
         result = None
+        killed = False
         try:
             for line in proc.stdout:
                 if line.startswith("{"):
                     result = json.loads(line)
-                else:
+                elif echo:
                     print(line, end="", flush=True)
-            proc.wait(timeout=seconds + 120)
+            proc.wait(timeout=seconds + 60)
         except subprocess.TimeoutExpired:
             proc.kill()
+            killed = True
         err.seek(0)
         stderr = err.read()
-    if proc.returncode != 0 or result is None:
+    if killed:
+        return {"status": f"killed after {seconds + 60:.0f} s"}
+    if result is None:
         return {"status": f"failed (exit {proc.returncode}): {stderr[-500:]}"}
     return result
 
 
-# --------------------------------------------------------------------------- JAX: losses
+# --------------------------------------------------------------------------- JAX: helpers
 
 
 def loss_inputs(name: str, n: int, dtype) -> tuple:
@@ -420,15 +353,37 @@ def loss_inputs(name: str, n: int, dtype) -> tuple:
     return z, jax.random.randint(k2, (n,), 0, NUM_CLASSES, jnp.int32)
 
 
-def loss_value_and_grad(name: str) -> Callable:
-    """``value_and_grad`` (w.r.t. the first argument) of the loss at its defaults."""
+def loss_value_and_grad(name: str, block_size: int | None = None,
+                        precision: str = "float32") -> Callable:
+    """``value_and_grad`` (w.r.t. the first argument) of the loss at its defaults, with
+    ``block_size`` and (the NCE losses) ``precision``.
+
+    Raises:
+      ValueError: a ``precision`` other than float32 for a loss without the option.
+    """
     import jax
 
     from contrastive_jax import losses
 
     fn = losses.get(name)
-    kwargs = {} if name == "soft_target_infonce" else {"temperature": TEMPERATURE}
+    kwargs: dict[str, Any] = {} if name == "soft_target_infonce" else {
+        "temperature": TEMPERATURE}
+    if block_size is not None:
+        kwargs["block_size"] = block_size
+    if name in PRECISION_LOSSES:
+        kwargs["precision"] = precision
+    elif precision != "float32":
+        raise ValueError(f"{name} has no `precision` option")
     return jax.value_and_grad(lambda x, y: fn(x, y, **kwargs))
+
+
+def _memory_stats() -> dict | None:
+    import jax
+
+    try:
+        return jax.devices()[0].memory_stats() or None
+    except Exception:  # noqa: BLE001 - backends without statistics
+        return None
 
 
 def _device_memory() -> tuple[int | None, int]:
@@ -444,22 +399,14 @@ def _device_memory() -> tuple[int | None, int]:
     return None, 1 << 32
 
 
-def _memory_stats() -> dict | None:
-    import jax
-
-    try:
-        return jax.devices()[0].memory_stats() or None
-    except Exception:  # noqa: BLE001 - backends without statistics
-        return None
-
-
 def _peak() -> int | None:
     stats = _memory_stats()
     return None if stats is None else int(stats.get("peak_bytes_in_use", 0))
 
 
-def compiled_bytes(compiled) -> int | None:
-    """Arguments + outputs + temporaries of a compiled program (XLA's buffer assignment)."""
+def xla_estimate_bytes(compiled) -> int | None:
+    """Arguments + outputs + temporaries of a compiled program: XLA's compile-time buffer
+    assignment, an estimate (nothing was run)."""
     try:
         m = compiled.memory_analysis()
         return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
@@ -469,10 +416,10 @@ def compiled_bytes(compiled) -> int | None:
 
 def time_compiled(compiled, args, repeats: int, deadline: float) -> dict:
     """Warm-up call, then up to ``repeats`` timed calls (fewer past ``deadline`` or when a call
-    takes over 2 s): median seconds, and the device peak if this case raised it."""
+    takes over 2 s): median seconds, and the process's device peak so far (``memory_stats``;
+    None where the backend keeps none, e.g. the CPU)."""
     import jax
 
-    before = _peak()
     jax.block_until_ready(compiled(*args))
     times = []
     for _ in range(repeats):
@@ -481,186 +428,279 @@ def time_compiled(compiled, args, repeats: int, deadline: float) -> dict:
         times.append(time.perf_counter() - start)
         if times[-1] > 2.0 or time.monotonic() > deadline:
             break
-    after = _peak()
-    raised = after if after is not None and before is not None and after > before else None
-    return {"seconds": float(np.median(times)), "device_peak_bytes": raised}
+    return {"seconds": float(np.median(times)), "process_peak_bytes": _peak()}
 
 
-def matmul_fn(n: int, itemsize: int, plan_bytes: int, precision) -> tuple[Callable, str]:
-    """One ``z @ z.T`` at ``precision``: dense when its [n, n] output fits in a quarter of
-    ``plan_bytes``, else in row blocks each summed over its columns (same FLOPs)."""
+def matmul_fn(n: int, itemsize: int, plan_bytes: int, precision: str | None) -> tuple[Callable, str]:
+    """One ``z @ z.T`` at ``precision`` (None: JAX's default; else one of
+    :data:`PRECISIONS`, through the losses' own product): dense when its [n, n] output fits
+    in a quarter of ``plan_bytes``, else in row blocks each summed over its columns (same
+    FLOPs)."""
     import jax
-    import jax.numpy as jnp
+
+    from contrastive_jax.losses import _precision
+
+    def product(x, y):
+        return x @ y.T if precision is None else _precision.dot_t(x, y, precision)
 
     if n * n * itemsize <= plan_bytes // 4:
-        return jax.jit(lambda z: jnp.matmul(z, z.T, precision=precision)), "dense"
+        return jax.jit(lambda z: product(z, z)), "dense"
     rows = max(1, (plan_bytes // 16) // (n * itemsize))
     rows = 1 << (rows.bit_length() - 1)  # a power of two, dividing n (a power of two)
     rows = min(rows, n)
 
     def blocked(z):
         blocks = z.reshape(n // rows, rows, z.shape[1])
-        return jax.lax.map(lambda b: jnp.matmul(b, z.T, precision=precision).sum(1), blocks)
+        return jax.lax.map(lambda b: product(b, z).sum(1), blocks)
 
     return jax.jit(blocked), "blocked"
 
 
-def part_losses(sizes: dict, names: list[str], deadline: float) -> list[dict]:
+# --------------------------------------------------------------------------- JAX: losses
+
+
+def _matmul_rows(n, dtype_name, dtype, precisions, plan, sizes, deadline, rows) -> dict:
+    """Times ``z @ z.T`` at JAX's default precision and at each precision: {label: s}."""
     import jax
     import jax.numpy as jnp
 
+    reference = {}
+    for label in dict.fromkeys(["default", "float32", *precisions]):
+        record: dict[str, Any] = {"case": "matmul", "n": n, "dtype": dtype_name,
+                                  "precision": label}
+        try:
+            if time.monotonic() > deadline:
+                raise TimeoutError("skipped (budget)")
+            fn, kind = matmul_fn(n, jnp.dtype(dtype).itemsize, plan,
+                                 None if label == "default" else label)
+            z = jax.random.normal(jax.random.PRNGKey(0), (n, D), jnp.float32).astype(dtype)
+            start = time.perf_counter()
+            compiled = fn.lower(z).compile()
+            record.update(kind=kind, compile_s=time.perf_counter() - start,
+                          xla_estimate_bytes=xla_estimate_bytes(compiled),
+                          **time_compiled(compiled, (z,), sizes["repeats"], deadline))
+            reference[label] = record["seconds"]
+            del z, compiled
+        except TimeoutError as err:
+            record["status"] = str(err)
+        except Exception as err:  # noqa: BLE001 - recorded, the run goes on
+            record["status"] = describe_error(err)
+        rows("losses", record)
+        emit(row([n, dtype_name, f"z @ z.T ({label}, {record.get('kind', '-')})", "-", "-",
+                  record.get("compile_s"), record.get("seconds", record.get("status")),
+                  None, None, None, record.get("xla_estimate_bytes"),
+                  record.get("process_peak_bytes")]))
+    return reference
+
+
+def part_losses(sizes: dict, args, deadline: float, rows: Rows) -> list[dict]:
+    """The loss sweep: every (N, dtype, loss, precision, block size), with the products."""
+    import jax
+    import jax.numpy as jnp
+
+    from contrastive_jax.losses import _blockwise
+
     _, plan = _device_memory()
-    emit("\n# losses: value + gradient (block_size=None), D = 128; ratio = time / time(z @ z.T)")
-    emit("| N | dtype | case | compile s | s | / z@z.T | / z@z.T HIGHEST | XLA bytes | "
-         "device peak bytes |\n|---|---|---|---|---|---|---|---|---|")
+    emit("\n# losses: value + gradient, D = 128; ratios = time / time(z @ z.T); floor = "
+         "time / (3 products at the loss's precision)")
+    emit("| N | dtype | case | precision | block rows | compile s | s | / z@z.T default | "
+         "/ z@z.T HIGHEST | / floor | XLA estimate bytes | process device peak |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|")
     records = []
-    for n in sizes["loss_sizes"]:
-        for dtype_name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16)):
-            reference = {}
-            precisions = [("default", None)]
-            if dtype_name == "float32":
-                precisions.append(("highest", jax.lax.Precision.HIGHEST))
-            for label, precision in precisions:
-                record = {"part": "matmul", "n": n, "dtype": dtype_name, "precision": label}
-                try:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("skipped (budget)")
-                    fn, kind = matmul_fn(n, jnp.dtype(dtype).itemsize, plan, precision)
-                    z = jax.random.normal(jax.random.PRNGKey(0), (n, D), jnp.float32).astype(dtype)
-                    start = time.perf_counter()
-                    compiled = fn.lower(z).compile()
-                    record.update(kind=kind, compile_s=time.perf_counter() - start,
-                                  xla_bytes=compiled_bytes(compiled),
-                                  **time_compiled(compiled, (z,), sizes["repeats"], deadline))
-                    reference[label] = record["seconds"]
-                    del z, compiled
-                except TimeoutError as err:
-                    record["status"] = str(err)
-                except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-                    record["status"] = _error(err)
-                records.append(record)
-                emit(row([n, dtype_name, f"z @ z.T ({label}, {record.get('kind', '-')})",
-                          record.get("compile_s"), record.get("seconds", record.get("status")),
-                          None, None, record.get("xla_bytes"), record.get("device_peak_bytes")]))
-            for name in names:
-                record = {"part": "loss", "loss": name, "n": n, "dtype": dtype_name}
-                try:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("skipped (budget)")
-                    args = loss_inputs(name, n, dtype)
-                    start = time.perf_counter()
-                    compiled = jax.jit(loss_value_and_grad(name)).lower(*args).compile()
-                    record.update(compile_s=time.perf_counter() - start,
-                                  xla_bytes=compiled_bytes(compiled),
-                                  **time_compiled(compiled, args, sizes["repeats"], deadline))
-                    for label in ("default", "highest"):
-                        if label in reference:
-                            record[f"ratio_{label}"] = record["seconds"] / reference[label]
-                    del args, compiled
-                except TimeoutError as err:
-                    record["status"] = str(err)
-                except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-                    record["status"] = _error(err)
-                records.append(record)
-                emit(row([n, dtype_name, name, record.get("compile_s"),
-                          record.get("seconds", record.get("status")),
-                          record.get("ratio_default"), record.get("ratio_highest"),
-                          record.get("xla_bytes"), record.get("device_peak_bytes")]))
+    for n in args.loss_sizes:
+        for dtype_name in args.dtypes:
+            dtype = jnp.dtype(dtype_name)
+            reference = _matmul_rows(n, dtype_name, dtype, args.precisions, plan, sizes,
+                                     deadline, rows)
+            for name in args.losses:
+                for precision in args.precisions:
+                    if precision != "float32" and name not in PRECISION_LOSSES:
+                        continue
+                    for block_size in args.block_sizes:
+                        record = {"case": "loss", "loss": name, "n": n, "dtype": dtype_name,
+                                  "precision": precision,
+                                  "block_size": "auto" if block_size is None else block_size,
+                                  "block_rows": _blockwise.choose_block(block_size, n)}
+                        try:
+                            if time.monotonic() > deadline:
+                                raise TimeoutError("skipped (budget)")
+                            inputs = loss_inputs(name, n, dtype)
+                            start = time.perf_counter()
+                            compiled = jax.jit(loss_value_and_grad(
+                                name, block_size, precision)).lower(*inputs).compile()
+                            record.update(compile_s=time.perf_counter() - start,
+                                          xla_estimate_bytes=xla_estimate_bytes(compiled),
+                                          **time_compiled(compiled, inputs, sizes["repeats"],
+                                                          deadline))
+                            for label in ("default", "float32"):
+                                if label in reference:
+                                    key = "highest" if label == "float32" else label
+                                    record[f"ratio_{key}"] = record["seconds"] / reference[label]
+                            if precision in reference:
+                                record["floor_multiple"] = (record["seconds"]
+                                                            / (3 * reference[precision]))
+                            del inputs, compiled
+                        except TimeoutError as err:
+                            record["status"] = str(err)
+                        except Exception as err:  # noqa: BLE001 - recorded, the run goes on
+                            record["status"] = describe_error(err)
+                        records.append(rows("losses", record))
+                        emit(row([n, dtype_name, name, precision, record["block_rows"],
+                                  record.get("compile_s"),
+                                  record.get("seconds", record.get("status")),
+                                  record.get("ratio_default"), record.get("ratio_highest"),
+                                  record.get("floor_multiple"),
+                                  record.get("xla_estimate_bytes"),
+                                  record.get("process_peak_bytes")]))
+    if len(args.block_sizes) > 1:
+        block_rule(records, rows)
     return records
 
 
-def time_ours(name: str, n: int, repeats: int, deadline: float,
-              inputs: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
-    """Value + gradient of our loss ``name`` (float32) on :func:`unit_rows` (or ``inputs``):
-    compile and call times, XLA bytes, the value."""
+def block_rule(records: list[dict], rows: Rows) -> dict | None:
+    """The fastest block per (loss, dtype, precision, N) of the sweep, and the rule they
+    suggest for ``_blockwise.BLOCK_RULES`` (from the float32-precision bests of the first
+    loss): ``elements`` the median of best rows x N, ``min_rows``/``max_rows`` the least and
+    most best rows. Printed as the Python line to paste, with its provenance."""
+    import jax
+
+    best: dict[tuple, dict] = {}
+    for r in records:
+        if "seconds" not in r:
+            continue
+        key = (r["loss"], r["dtype"], r["precision"], r["n"])
+        if key not in best or r["seconds"] < best[key]["seconds"]:
+            best[key] = r
+    emit("\n# fastest block per case\n| loss | dtype | precision | N | block rows | s | "
+         "/ floor |\n|---|---|---|---|---|---|---|")
+    for (loss, dtype, precision, n), r in sorted(best.items()):
+        emit(row([loss, dtype, precision, n, r["block_rows"], r["seconds"],
+                  r.get("floor_multiple")]))
+    points = {k[3]: v["block_rows"] for k, v in sorted(best.items())
+              if k[2] == "float32" and k[1] == "float32" and k[0] == records[0]["loss"]}
+    points = {n: b for n, b in points.items() if b is not None}
+    if not points:
+        return None
+    device = jax.devices()[0]
+    products = sorted(b * n for n, b in points.items())
+    rule = {"elements": int(products[len(products) // 2]), "min_rows": min(points.values()),
+            "max_rows": max(points.values())}
+    provenance = (f"measured: {device.device_kind}, jax {jax.__version__}, "
+                  f"{datetime.date.today().isoformat()}, experiments/bench/accelerator.py "
+                  f"--block-sizes, {records[0]['loss']} float32 value + gradient, fastest "
+                  f"rows by N {points}")
+    emit(f'\n# paste into contrastive_jax/losses/_blockwise.py BLOCK_RULES:\n    '
+         f'"{device.platform}": BlockRule({rule["elements"]}, {rule["min_rows"]}, '
+         f'{rule["max_rows"]}, "{provenance}"),')
+    return rows("block_rule", {"platform": device.platform, "best_rows_by_n": points,
+                               **rule, "provenance": provenance})
+
+
+# --------------------------------------------------------------------------- largest batch
+
+
+def child_ours_loss(args, sizes: dict, rows: Rows) -> dict:
+    """One N of our SupCon (float32, value + gradient) in this fresh process: compile,
+    one timed call after a warm-up, the measured peak and XLA's estimate."""
     import jax
     import jax.numpy as jnp
 
-    z, labels = unit_rows(n) if inputs is None else inputs
-    args = (jnp.asarray(z), jnp.asarray(labels))
-    start = time.perf_counter()
-    compiled = jax.jit(loss_value_and_grad(name)).lower(*args).compile()
-    record = {"n": n, "compile_s": time.perf_counter() - start,
-              "xla_bytes": compiled_bytes(compiled)}
-    record.update(time_compiled(compiled, args, repeats, deadline))
-    record["value"] = float(compiled(*args)[0])
-    return record
+    device = jax.devices()[0]
+    record: dict[str, Any] = {"who": "ours", "n": args.n, "device": device.device_kind}
+    try:
+        z, labels = unit_rows(args.n)
+        inputs = (jnp.asarray(z), jnp.asarray(labels))
+        start = time.perf_counter()
+        compiled = jax.jit(loss_value_and_grad("supcon")).lower(*inputs).compile()
+        record.update(compile_s=time.perf_counter() - start,
+                      xla_estimate_bytes=xla_estimate_bytes(compiled))
+        jax.block_until_ready(compiled(*inputs))
+        start = time.perf_counter()
+        value, _ = jax.block_until_ready(compiled(*inputs))
+        record.update(seconds=time.perf_counter() - start, value=float(value))
+        peak = _peak()
+        record.update({"peak_bytes": peak, "peak_source": "memory_stats peak_bytes_in_use"}
+                      if peak is not None else
+                      {"peak_bytes": host_max_rss(), "peak_source": "host ru_maxrss (CPU)"})
+    except Exception as err:  # noqa: BLE001 - an out-of-memory error is the answer
+        record["status"] = describe_error(err)
+    return rows("largest", record)
 
 
-def part_largest(sizes: dict, torch_result: dict | None, deadline: float) -> dict:
-    """Ours: doubling N while XLA's buffer assignment fits the device, run while a call is
-    predicted under LONGEST_CALL seconds; beside the PyTorch losses' largest N."""
-    import jax
-    import jax.numpy as jnp
-
-    limit, plan = _device_memory()
-    emit(f"\n# largest supcon batch (float32, D = 128); memory limit "
-         f"{limit if limit is not None else f'none reported (planning with {plan} host bytes)'}")
-    emit("| N | XLA bytes | fits | s (one call) |\n|---|---|---|---|")
-    rows, stopped, last_s = [], "cap", None
-    n = sizes["largest_start"]
-    while n <= sizes["largest_cap"]:
-        if time.monotonic() > deadline:
+def largest_executed(args, who: str, start_n: int, cap: int, deadline: float,
+                     longest_call: float) -> dict:
+    """Doubling N from ``start_n``, each in a fresh child process (``who``: ours,
+    reference_supcon, reference_sincere), until a call fails, the cap, the deadline or a
+    call predicted over ``longest_call`` seconds."""
+    child = (["--child", "ours-loss"] if who == "ours"
+             else ["--child", "reference-loss", "--loss", who.removeprefix("reference_")])
+    emit(f"\n# largest executed batch: {who} (float32 SupCon/SINCERE, D = 128; each N a "
+         "fresh process)\n| N | s (one call) | measured peak bytes | peak source | "
+         "XLA estimate bytes | status |\n|---|---|---|---|---|---|")
+    rows_out, stopped, last_s = [], "cap", None
+    n = start_n
+    while n <= cap:
+        left = deadline - time.monotonic()
+        predicted = None if last_s is None else 4.5 * last_s
+        if left <= 0 or (predicted is not None and predicted > left):
             stopped = "budget"
             break
-        record: dict[str, Any] = {"n": n}
-        try:
-            spec = (jax.ShapeDtypeStruct((n, D), jnp.float32),
-                    jax.ShapeDtypeStruct((n,), jnp.int32))
-            compiled = jax.jit(loss_value_and_grad("supcon")).lower(*spec).compile()
-            record["xla_bytes"] = need = compiled_bytes(compiled)
-            record["fits"] = need is not None and need < plan
-            if not record["fits"]:
-                stopped = "memory"
-                rows.append(record)
-                emit(row([n, need, False, None]))
-                break
-            predicted = None if last_s is None else 4.5 * last_s
-            if predicted is None or (predicted < LONGEST_CALL
-                                     and time.monotonic() + predicted < deadline):
-                z, labels = unit_rows(n)
-                args = (jnp.asarray(z), jnp.asarray(labels))
-                start = time.perf_counter()
-                jax.block_until_ready(compiled(*args))
-                record["seconds"] = last_s = time.perf_counter() - start
-                del args
-            else:
-                record["seconds"] = None
-                record["not_run"] = f"predicted {predicted:.0f} s per call"
-        except Exception as err:  # noqa: BLE001 - an OOM ends the doubling
-            record["status"] = _error(err)
-            record["fits"] = False
-            stopped = "oom" if is_oom(err) else "error"
-            rows.append(record)
-            emit(row([n, record.get("xla_bytes"), record["status"], None]))
+        if predicted is not None and predicted > longest_call:
+            stopped = f"time (next call predicted {predicted:.0f} s > {longest_call:.0f} s)"
             break
-        rows.append(record)
-        emit(row([n, record["xla_bytes"], True, record["seconds"]]))
+        record = run_child(args, [*child, "--n", str(n)], left, echo=False)
+        record.setdefault("n", n)
+        rows_out.append(record)
+        emit(row([n, record.get("seconds"), record.get("peak_bytes"), record.get("peak_source"),
+                  record.get("xla_estimate_bytes"), record.get("status", "ran")]))
+        if "seconds" not in record:
+            stopped = "oom" if str(record.get("status", "")).startswith("oom") else "error"
+            break
+        last_s = record["seconds"]
         n *= 2
-    fitted = [r["n"] for r in rows if r.get("fits")]
-    result = {"ours": {"rows": rows, "largest_n": max(fitted) if fitted else None,
-                       "largest_n_run": max((r["n"] for r in rows if r.get("seconds")),
-                                            default=None),
-                       "stopped": stopped, "memory_limit_bytes": limit}}
-    for name in ("supcon", "sincere"):
-        theirs = (torch_result or {}).get("losses", {}).get(name)
-        result[f"reference_{name}"] = (
-            {k: theirs[k] for k in ("largest_n", "stopped")} if theirs else None)
-    emit("| who | largest N | stopped by |\n|---|---|---|")
+    ran = [r for r in rows_out if "seconds" in r]
+    largest = max(ran, key=lambda r: r["n"]) if ran else None
+    return {"who": who, "largest_n_executed": largest["n"] if largest else None,
+            "peak_bytes": largest.get("peak_bytes") if largest else None,
+            "peak_source": largest.get("peak_source") if largest else None,
+            "seconds": largest.get("seconds") if largest else None,
+            "stopped": stopped, "rows": rows_out}
+
+
+def part_largest(args, sizes: dict, budget: Budget, rows: Rows, reference: bool) -> dict:
+    """Ours and (with the reference files) both reference losses: the largest N executed."""
+    result = {}
+    if reference:
+        deadline = budget.part("reference_losses")
+        for name in ("supcon", "sincere"):
+            left = (deadline - time.monotonic()) / (2 if name == "supcon" else 1)
+            result[f"reference_{name}"] = largest_executed(
+                args, f"reference_{name}", sizes["torch_start"], sizes["torch_cap"],
+                time.monotonic() + left, args.longest_call)
+    if "largest" in args.parts:
+        result["ours"] = largest_executed(args, "ours", sizes["largest_start"],
+                                          sizes["largest_cap"], budget.part("largest"),
+                                          args.longest_call)
+    emit("\n| who | largest N executed | measured peak bytes | s | stopped by |\n"
+         "|---|---|---|---|---|")
     for who, r in result.items():
-        emit(row([who, None if r is None else r["largest_n"], None if r is None else r["stopped"]]))
+        emit(row([who, r["largest_n_executed"], r["peak_bytes"], r["seconds"], r["stopped"]]))
+        rows("largest_summary", {k: v for k, v in r.items() if k != "rows"})
     return result
 
 
-def part_peers(sizes: dict, torch_result: dict | None, deadline: float) -> list[dict]:
-    """Ours on the reference's inputs at every N where a PyTorch loss fitted."""
-    emit("\n# peers: ours / reference PyTorch, value + gradient, same inputs (float32)")
+def part_peers(sizes: dict, largest: dict, deadline: float, rows: Rows) -> list[dict]:
+    """Ours on the reference's inputs at every N where a reference loss ran."""
+    import jax
+    import jax.numpy as jnp
+
+    emit("\n# peers: ours / reference PyTorch, value + gradient, same inputs (float32); at "
+         "N <= 4096 sub-millisecond times: one XLA program against eager kernel launches")
     emit("| loss | N | ours s | theirs s | ours / theirs | value rel. diff |\n"
          "|---|---|---|---|---|---|")
     records = []
     for name in ("supcon", "sincere"):
-        theirs = (torch_result or {}).get("losses", {}).get(name, {}).get("rows", [])
-        for ref in theirs:
+        for ref in (largest.get(f"reference_{name}") or {}).get("rows", []):
             if "seconds" not in ref:
                 continue
             n = ref["n"]
@@ -668,14 +708,18 @@ def part_peers(sizes: dict, torch_result: dict | None, deadline: float) -> list[
             try:
                 if time.monotonic() > deadline:
                     raise TimeoutError("skipped (budget)")
-                ours = time_ours(name, n, sizes["repeats"], deadline)
+                z, labels = unit_rows(n)
+                inputs = (jnp.asarray(z), jnp.asarray(labels))
+                compiled = jax.jit(loss_value_and_grad(name)).lower(*inputs).compile()
+                ours = time_compiled(compiled, inputs, sizes["repeats"], deadline)
+                value = float(compiled(*inputs)[0])
                 record.update(ours_s=ours["seconds"], ratio=ours["seconds"] / ref["seconds"],
-                              value_rel_diff=abs(ours["value"] - ref["value"]) / abs(ref["value"]))
+                              value_rel_diff=abs(value - ref["value"]) / abs(ref["value"]))
             except TimeoutError as err:
                 record["status"] = str(err)
             except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-                record["status"] = _error(err)
-            records.append(record)
+                record["status"] = describe_error(err)
+            records.append(rows("peers", record))
             emit(row([name, n, record.get("ours_s", record.get("status")), ref["seconds"],
                       record.get("ratio"), record.get("value_rel_diff")]))
     return records
@@ -764,75 +808,82 @@ def build_step(encoder: str, per_device_batch: int, image_size: int, loss: str,
     return step_fn, state, batch, global_batch
 
 
-def step_configs(batches: tuple[int, ...]) -> list[tuple[str, int, str]]:
-    """(loss, per-device batch, variant) in the order they run: SupCon (the loss of the
-    reference step) at every batch first, then SINCERE from the largest batch down, then
-    SupCon at the smallest batch with one-pass BatchNorm variance (``bn_one_pass``)."""
-    return ([("supcon", b, "") for b in batches]
-            + [("sincere", b, "") for b in sorted(batches)[::-1]]
-            + [("supcon", min(batches), "bn_one_pass")])
-
-
-def part_step(sizes: dict, torch_result: dict | None, deadline: float) -> list[dict]:
-    """Each configuration traced, lowered, compiled and timed in turn, its row printed as soon
-    as it is timed: on an H200 the five configurations compiled at once in threads had not
-    finished after about 200 s, and the run was cut off with no row at all."""
+def part_step(args, sizes: dict, reference_rows: list[dict], deadline: float,
+              rows: Rows) -> list[dict]:
+    """Each configuration traced, lowered, compiled and timed in turn, its row written as
+    soon as it is timed (on an H200 five configurations compiled at once in threads had not
+    finished after about 200 s, and the run was cut off with no row at all)."""
     import jax
+
+    from experiments.bench import flop_count
 
     kind = jax.devices()[0].device_kind
     peak = peak_flops(kind)
     stem = " (ImageNet stem)" if sizes["encoder"].startswith("resnet") else ""
+    same_network = sizes["encoder"] == sizes["reference_encoder"]
     emit(f"\n# pretraining step: {sizes['encoder']}{stem}, SimCLR-v2 head, LARS, "
          f"bf16 compute, {sizes['image_size']} px, 2 views; {jax.device_count()} x {kind}, "
-         f"peak {peak}")
-    emit("| loss | batch / device | lower s | compile s | step s | images/s | "
-         "FLOPs/step (XLA) | MFU | PyTorch images/s | ours / PyTorch | device peak bytes |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|")
-    theirs = {r["batch"]: r for r in (torch_result or {}).get("step", []) if "images_per_s" in r}
-    records = {key: {"loss": key[0], "batch_per_device": key[1], "variant": key[2]}
-               for key in step_configs(sizes["batches"])}
-    for key, record in records.items():
+         f"peak {peak}; FLOPs: analytic count of our traced step (both sides' MFU)")
+    emit("| loss | batch / device | lower s | compile s | step s | images/s | FLOPs/step | "
+         "MFU | PyTorch images/s | PyTorch MFU | ours / PyTorch | PyTorch counter / ours | "
+         "device peak bytes |\n" + "|---" * 13 + "|")
+    theirs = {r["batch_per_device"]: r for r in reference_rows if "images_per_s" in r}
+    records = []
+    for loss, batch, variant in args.step_configs:
+        record: dict[str, Any] = {"loss": loss, "batch_per_device": batch, "variant": variant}
         try:
-            if time.monotonic() > deadline and any("step_s" in r for r in records.values()):
+            if time.monotonic() > deadline and any("step_s" in r for r in records):
                 raise TimeoutError("skipped (budget)")  # the first configuration runs anyway
             start = time.perf_counter()
             step_fn, state, data, global_batch = build_step(
-                sizes["encoder"], key[1], sizes["image_size"], key[0],
-                bn_one_pass=key[2] == "bn_one_pass")
-            lowered = step_fn.lower(state, data)
-            record.update(global_batch=global_batch, lower_s=time.perf_counter() - start)
-            emit(f"# {' '.join(filter(None, key[::2]))} {key[1]}: lowered in "
-                 f"{record['lower_s']:.1f} s, compiling")
+                sizes["encoder"], batch, sizes["image_size"], loss,
+                bn_one_pass=variant == "bn_one_pass")
+            traced = step_fn.trace(state, data)
+            count = flop_count.count_jaxpr(traced.jaxpr)
+            lowered = traced.lower()
+            record.update(global_batch=global_batch, lower_s=time.perf_counter() - start,
+                          flops_per_step=count.flops, flops_source="analytic (our jaxpr)",
+                          flops_while_loops=count.while_loops)
+            emit(f"# {loss} {variant} {batch}: lowered in {record['lower_s']:.1f} s, compiling")
             start = time.perf_counter()
             compiled = lowered.compile()
             record["compile_s"] = time.perf_counter() - start
-            record.update(_time_step(compiled, state, data, global_batch, sizes, peak))
-            ref = theirs.get(key[1]) if key[0] == "supcon" and not key[2] else None
+            state, timing = _time_step(compiled, state, data, global_batch, sizes)
+            record.update(timing)
+            scale = peak * jax.device_count() if peak else None
+            record["mfu"] = count.flops / record["step_s"] / scale if scale else None
+            ref = theirs.get(batch) if loss == "supcon" and not variant else None
             if ref is not None:
-                record["reference_images_per_s"] = ref["images_per_s"]
-                record["ours_over_reference"] = record["images_per_s"] / ref["images_per_s"]
-            del compiled, lowered, state, data
+                record.update(
+                    reference_images_per_s=ref["images_per_s"],
+                    ours_over_reference=record["images_per_s"] / ref["images_per_s"],
+                    reference_flop_counter_over_ours=ref["flop_counter_flops"] / count.flops)
+                if same_network and scale:  # one FLOP count: ours, at the same batch
+                    record["reference_mfu"] = count.flops / ref["step_s"] / scale
+            if args.profile_dir:
+                record["profile"] = _profile_step(compiled, state, data, sizes, Path(
+                    args.profile_dir) / f"{loss}_{batch}{'_' + variant if variant else ''}")
+            del compiled, lowered, traced, state, data
         except TimeoutError as err:
             record["status"] = str(err)
         except Exception as err:  # noqa: BLE001 - recorded, the run goes on
-            record["status"] = _error(err)
-        emit(row([" ".join(filter(None, key[::2])), key[1], record.get("lower_s"),
+            record["status"] = describe_error(err)
+        records.append(rows("step", record))
+        emit(row([loss + (f" {variant}" if variant else ""), batch, record.get("lower_s"),
                   record.get("compile_s"), record.get("step_s", record.get("status")),
                   record.get("images_per_s"), record.get("flops_per_step"), record.get("mfu"),
-                  record.get("reference_images_per_s"), record.get("ours_over_reference"),
+                  record.get("reference_images_per_s"), record.get("reference_mfu"),
+                  record.get("ours_over_reference"),
+                  record.get("reference_flop_counter_over_ours"),
                   record.get("device_peak_bytes")]))
-    return list(records.values())
+    return records
 
 
-def _time_step(compiled, state, data, global_batch: int, sizes: dict, peak: float | None) -> dict:
-    """Images/s, XLA's FLOPs per step and MFU of a compiled step (warm-up, then the mean
-    of ``step_repeats`` steps)."""
+def _time_step(compiled, state, data, global_batch: int, sizes: dict) -> tuple[Any, dict]:
+    """(state, timing) of a compiled step: warm-up, then the mean of ``step_repeats``
+    steps; images/s, the device peak (``memory_stats``), the last loss."""
     import jax
 
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    flops = float(cost.get("flops", 0.0)) if cost else None
-    before = _peak()
     for _ in range(sizes["step_warmup"]):
         state, logged = compiled(state, data)
     jax.block_until_ready(state)
@@ -841,14 +892,23 @@ def _time_step(compiled, state, data, global_batch: int, sizes: dict, peak: floa
         state, logged = compiled(state, data)
     jax.block_until_ready(logged)
     seconds = (time.perf_counter() - start) / sizes["step_repeats"]
-    after = _peak()
-    return {
-        "step_s": seconds, "images_per_s": global_batch / seconds, "flops_per_step": flops,
-        "mfu": None if peak is None or not flops else
-        flops / seconds / (peak * jax.device_count()),
-        "device_peak_bytes": after if after and before is not None and after > before else None,
-        "loss_value": float(logged["loss"]), "finite": float(logged["finite"]),
+    return state, {
+        "step_s": seconds, "images_per_s": global_batch / seconds,
+        "device_peak_bytes": _peak(), "loss_value": float(logged["loss"]),
+        "finite": float(logged["finite"]),
     }
+
+
+def _profile_step(compiled, state, data, sizes: dict, directory: Path) -> str:
+    """A ``jax.profiler`` trace of ``profile_steps`` steps under ``directory``."""
+    import jax
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with jax.profiler.trace(str(directory)):
+        for _ in range(sizes["profile_steps"]):
+            state, logged = compiled(state, data)
+        jax.block_until_ready(logged)
+    return str(directory)
 
 
 # --------------------------------------------------------------------------- JAX: numerics
@@ -881,12 +941,15 @@ def _rel(a, ref) -> float:
     return float(np.linalg.norm(a - ref) / max(np.linalg.norm(ref), 1e-300))
 
 
-def part_numerics(sizes: dict, deadline: float) -> dict:
-    """Relative errors (L2 over the whole array) of value and gradient against float64."""
+def part_numerics(n: int, precisions: list[str], deadline: float, rows: Rows) -> dict:
+    """Relative errors (L2 over the whole array) of value and gradient against float64, at
+    each precision of the losses' products; and of a plain ``z @ z.T`` at JAX's default
+    precision, at each precision and with bfloat16 inputs."""
     import jax
     import jax.numpy as jnp
 
-    n = sizes["numerics_n"]
+    from contrastive_jax.losses import _precision
+
     z_np, _ = unit_rows(n)
     z_np = z_np * 3.0  # the losses normalise; not unit on input
     rng = np.random.default_rng(1)
@@ -894,7 +957,7 @@ def part_numerics(sizes: dict, deadline: float) -> dict:
               "nt_xent": (np.arange(n) // 2).astype(np.int32)}
     labels["sincere"] = labels["supcon"]
     emit(f"\n# numerics vs float64, N = {n}, D = {D} (relative L2 error)")
-    emit("| quantity | default precision | HIGHEST |\n|---|---|---|")
+    emit("| quantity | precision | relative error |\n|---|---|---|")
     result: dict[str, Any] = {"n": n}
     with jax.enable_x64(True):
         z64 = jnp.asarray(z_np, jnp.float64)
@@ -907,24 +970,40 @@ def part_numerics(sizes: dict, deadline: float) -> dict:
         u64 = z64 / jnp.linalg.norm(z64, axis=1, keepdims=True)
         gram64 = np.asarray(jnp.matmul(u64, u64.T, precision=jax.lax.Precision.HIGHEST))
     u32 = jnp.asarray(z_np / np.linalg.norm(z_np, axis=1, keepdims=True), jnp.float32)
-    for label, precision in (("default", None), ("highest", "highest")):
-        with jax.default_matmul_precision(precision) if precision else contextlib.nullcontext():
-            gram = np.asarray(jax.jit(lambda u: u @ u.T)(u32))
-            result[f"gram_float32_{label}"] = _rel(gram, gram64)
-            for name in NUMERICS_LOSSES:
-                if time.monotonic() > deadline:
-                    result[f"{name}_{label}"] = "skipped (budget)"
-                    continue
-                value, grad = jax.jit(loss_value_and_grad(name))(
-                    jnp.asarray(z_np), jnp.asarray(labels[name]))
-                result[f"{name}_value_{label}"] = _rel(value, exact[name][0])
-                result[f"{name}_grad_{label}"] = _rel(grad, exact[name][1])
-    result["gram_bfloat16_inputs"] = _rel(
-        np.asarray(jax.jit(lambda u: (u @ u.T).astype(jnp.float32))(u32.astype(jnp.bfloat16))),
-        gram64)
-    for key in ["gram_float32", *(f"{n_}_{q}" for n_ in NUMERICS_LOSSES for q in ("value", "grad"))]:
-        emit(row([key, result.get(f"{key}_default"), result.get(f"{key}_highest")]))
-    emit(row(["gram, bfloat16 inputs", result["gram_bfloat16_inputs"], None]))
+
+    def record(quantity: str, precision: str, compute: Callable[[], float]) -> None:
+        entry: dict[str, Any] = {"quantity": quantity, "precision": precision, "n": n}
+        try:
+            if time.monotonic() > deadline:
+                raise TimeoutError("skipped (budget)")
+            entry["rel_error"] = compute()
+        except TimeoutError as err:
+            entry["status"] = str(err)
+        except Exception as err:  # noqa: BLE001 - e.g. TF32 on the CPU
+            entry["status"] = describe_error(err)
+        result[f"{quantity}_{precision}"] = entry.get("rel_error", entry.get("status"))
+        rows("numerics", entry)
+        emit(row([quantity, precision, entry.get("rel_error", entry.get("status"))]))
+
+    record("gram", "default", lambda: _rel(jax.jit(lambda u: u @ u.T)(u32), gram64))
+    record("gram", "bfloat16 inputs", lambda: _rel(
+        jax.jit(lambda u: (u @ u.T).astype(jnp.float32))(u32.astype(jnp.bfloat16)), gram64))
+    for precision in precisions:
+        record("gram", precision, lambda p=precision: _rel(
+            jax.jit(lambda u: _precision.dot_t(u, u, p))(u32), gram64))
+        for name in NUMERICS_LOSSES:
+            computed: dict[str, Any] = {}
+
+            def value_and_grad(name=name, precision=precision, computed=computed):
+                if not computed:
+                    computed["v"] = jax.jit(loss_value_and_grad(name, precision=precision))(
+                        jnp.asarray(z_np), jnp.asarray(labels[name]))
+                return computed["v"]
+
+            record(f"{name}_value", precision,
+                   lambda f=value_and_grad, name=name: _rel(f()[0], exact[name][0]))
+            record(f"{name}_grad", precision,
+                   lambda f=value_and_grad, name=name: _rel(f()[1], exact[name][1]))
     return result
 
 
@@ -937,7 +1016,15 @@ def block_imports(names: list[str]) -> None:
         sys.modules[name] = None  # type: ignore[assignment]
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _choices(text: str, allowed: tuple[str, ...], flag: str, parser) -> list[str]:
+    values = [v for v in text.split(",") if v]
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        parser.error(f"{flag}: unknown {unknown}; choose from {allowed}")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="every part at tiny sizes (CPU)")
     parser.add_argument("--supcon-dir", help="HobbitLong/SupContrast checkout (PyTorch parts)")
@@ -945,77 +1032,139 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts")
     parser.add_argument("--losses", default=",".join(LOSSES),
                         help="comma-separated losses of the losses part (default: all seven)")
+    parser.add_argument("--loss-sizes", default=None,
+                        help="comma-separated N of the losses part, in the order they run "
+                             "(default 8192,65536,262144; --smoke 64)")
+    parser.add_argument("--dtypes", default=",".join(DTYPES),
+                        help="input dtypes of the losses part (float32,bfloat16)")
+    parser.add_argument("--precisions", default="float32",
+                        help="comma-separated precisions of the losses' products for the "
+                             "losses and numerics parts: float32 (HIGHEST), tf32 (GPU "
+                             "only), bf16")
+    parser.add_argument("--block-sizes", default="auto",
+                        help="comma-separated block sizes of the losses part (auto: the "
+                             "library's choice); several print the block rule they suggest")
+    parser.add_argument("--step-configs", default=None,
+                        help="comma-separated loss:batch[:variant] of the step part, e.g. "
+                             "supcon:128,supcon:256,sincere:256,supcon:128:bn_one_pass "
+                             "(default: those)")
+    parser.add_argument("--profile-dir", default=None,
+                        help="write a jax.profiler trace of a few steps of each step "
+                             "configuration under this folder")
+    parser.add_argument("--numerics-n", type=int, default=None,
+                        help="rows of the numerics part (default 8192; --smoke 64)")
+    parser.add_argument("--longest-call", type=float, default=LONGEST_CALL,
+                        help="largest: do not run an N whose call is predicted longer (s)")
     parser.add_argument("--budget", type=float, default=None,
-                        help="seconds for all parts (default 400; --smoke 1200: nothing skipped)")
+                        help="seconds for the selected parts (default 400; --smoke 1200)")
     parser.add_argument("--block-imports", default="",
                         help="comma-separated modules made unimportable first, e.g. "
                              "tensorflow,ml_collections (an accelerator image without them)")
-    parser.add_argument("--json-out", default=None, help="also write the JSON object here")
-    parser.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", default=None,
+                        help="append one JSON line per row here, flushed as it is measured")
+    parser.add_argument("--child", choices=("reference-step", "reference-loss", "ours-loss"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--loss", choices=("supcon", "sincere"), help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.parts = [p for p in args.parts.split(",") if p]
-    unknown = sorted(set(args.parts) - set(PARTS))
-    if unknown:
-        parser.error(f"--parts: unknown {unknown}; choose from {PARTS}")
-    args.losses = [n for n in args.losses.split(",") if n]
-    unknown = sorted(set(args.losses) - set(LOSSES))
-    if unknown:
-        parser.error(f"--losses: unknown {unknown}; choose from {LOSSES}")
-    block_imports([m for m in args.block_imports.split(",") if m])
+    args.parts = _choices(args.parts, PARTS, "--parts", parser)
+    args.losses = _choices(args.losses, LOSSES, "--losses", parser)
+    args.dtypes = _choices(args.dtypes, DTYPES, "--dtypes", parser)
+    args.precisions = _choices(args.precisions, PRECISIONS, "--precisions", parser)
     sizes = SMOKE if args.smoke else FULL
+    try:
+        args.block_sizes = parse_block_sizes(args.block_sizes)
+        args.step_configs = (parse_step_configs(args.step_configs) if args.step_configs
+                             else step_configs(sizes["batches"]))
+        args.loss_sizes = ([int(n) for n in args.loss_sizes.split(",") if n]
+                           if args.loss_sizes else list(sizes["loss_sizes"]))
+    except ValueError as err:
+        parser.error(str(err))
     if args.budget is None:
         args.budget = sizes["budget"]
-    if args.torch_child:
-        print(json.dumps(torch_child(args, sizes)), flush=True)
-        return {}
+    for flag in ("supcon_dir", "sincere_dir", "json_out", "profile_dir"):
+        if getattr(args, flag):  # the children run from the checkout root
+            setattr(args, flag, str(Path(getattr(args, flag)).resolve()))
+    return args
 
-    budget = Budget(args.budget, SHARES)
-    result: dict[str, Any] = {"smoke": args.smoke, "parts": args.parts, "budget_s": args.budget}
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    block_imports([m for m in args.block_imports.split(",") if m])
+    sizes = SMOKE if args.smoke else FULL
+    rows = Rows(args.json_out)
+    if args.child in ("reference-step", "reference-loss"):
+        from experiments.bench import accelerator_torch
+
+        child = (accelerator_torch.child_reference_step if args.child == "reference-step"
+                 else accelerator_torch.child_reference_loss)
+        out = child(args, sizes, rows)
+    elif args.child == "ours-loss":
+        out = child_ours_loss(args, sizes, rows)
+    if args.child:
+        print(json.dumps(out, default=_jsonable), flush=True)
+        return out
+
     torch_parts = {"largest", "peers", "step"} & set(args.parts)
-    torch_result = None
-    if torch_parts and args.supcon_dir and args.sincere_dir:
-        torch_result = run_torch_child(args, SHARES["torch"] * args.budget)
-    elif torch_parts:
-        torch_result = {"status": "not run: give --supcon-dir and --sincere-dir"}
-    result["reference"] = torch_result
+    reference = bool(torch_parts and args.supcon_dir and args.sincere_dir)
+    budget = Budget(args.budget, budget_shares(args.parts, reference))
+    result: dict[str, Any] = {"smoke": args.smoke, "parts": args.parts, "budget_s": args.budget,
+                              "argv": sys.argv[1:] if argv is None else argv}
+    rows("run", {k: v for k, v in result.items()})
+    reference_step: dict[str, Any] = {"rows": []}
+    if not reference and torch_parts:
+        result["reference"] = {"status": "not run: give --supcon-dir and --sincere-dir"}
+        emit(f"# reference parts: {result['reference']['status']}")
+    if reference and "step" in args.parts:
+        seconds = budget.part("reference_step") - time.monotonic()
+        reference_step = run_child(
+            args, ["--child", "reference-step", "--step-configs",
+                   ",".join(":".join(map(str, filter(None, c))) for c in args.step_configs)],
+            seconds)
+        result["reference"] = {"step": reference_step}
+    largest: dict[str, Any] = {}
+    if "largest" in args.parts or (reference and "peers" in args.parts):
+        largest = part_largest(args, sizes, budget, rows, reference)  # before JAX starts here
+        result["largest"] = largest
 
-    import jax  # after the PyTorch child: JAX claims its device memory when it starts
+    import jax  # after the child processes: JAX claims its device memory when it starts
 
     device = jax.devices()[0]
     result["device"] = {"platform": device.platform, "kind": device.device_kind,
                         "count": jax.device_count(), "jax": jax.__version__,
                         "memory_limit_bytes": _device_memory()[0],
                         "peak_bf16_flops": peak_flops(device.device_kind)}
+    rows("device", result["device"])
     emit(f"# {jax.device_count()} x {device.device_kind} ({device.platform}), jax "
-         f"{jax.__version__}; reference: {None if torch_result is None else torch_result.get('device')}")
+         f"{jax.__version__}")
     parts = {
-        "losses": lambda: part_losses(sizes, args.losses, budget.part("losses")),
-        "largest": lambda: part_largest(sizes, torch_result, budget.part("largest")),
-        "peers": lambda: part_peers(sizes, torch_result, budget.part("peers")),
-        "step": lambda: part_step(sizes, torch_result, budget.part("step")),
-        "numerics": lambda: part_numerics(sizes, budget.part("numerics")),
+        "losses": lambda: part_losses(sizes, args, budget.part("losses"), rows),
+        "peers": lambda: part_peers(sizes, largest, budget.part("peers"), rows),
+        "step": lambda: part_step(args, sizes, reference_step.get("rows", []),
+                                  budget.part("step"), rows),
+        "numerics": lambda: part_numerics(args.numerics_n or sizes["numerics_n"],
+                                          args.precisions, budget.part("numerics"), rows),
     }
-    for name in PARTS:
+    for name in ("losses", "peers", "step", "numerics"):
         if name in args.parts:
             start = time.monotonic()
             try:
                 result[name] = parts[name]()
             except Exception as err:  # noqa: BLE001 - one part failing keeps the others
-                result[name] = {"status": _error(err)}
-                emit(f"part {name} failed: {_error(err)}")
+                result[name] = {"status": describe_error(err)}
+                rows(name, result[name])
+                emit(f"part {name} failed: {describe_error(err)}")
             result[f"{name}_s"] = time.monotonic() - start
     result["elapsed_s"] = time.monotonic() - budget.start
     result["tensorflow_imported"] = sys.modules.get("tensorflow") is not None
-    text = json.dumps(result, default=float)
-    if args.json_out:
-        Path(args.json_out).write_text(text + "\n")
-    print(text, flush=True)
+    rows("summary", {k: result[k] for k in ("elapsed_s", "tensorflow_imported", "parts")})
+    print(json.dumps(result, default=_jsonable), flush=True)
     return result
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # Let JAX grow into (almost) the whole card for the largest-batch part; the PyTorch child
-    # has exited before JAX starts.
+    # Let JAX grow into (almost) the whole card for the largest-batch part; the PyTorch
+    # children have exited before JAX starts.
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     main()
