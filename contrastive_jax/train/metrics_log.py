@@ -71,7 +71,17 @@ class MetricLogger:
             scheme = str(directory).split(":", 1)[0]
             record_writer.register_writer_factory(scheme, _PathRecordWriters())
         self._writer = SummaryWriter(logdir=str(directory / "tensorboard"))
-        self._jsonl = (directory / METRICS_FILE).open("a", encoding="utf-8")
+        metrics = directory / METRICS_FILE
+        if paths.is_cloud(directory):
+            # An object store cannot append: through fsspec, "a" starts the object afresh and
+            # would drop a resumed run's earlier lines, so they are written again first. The
+            # lines appear in the bucket when the logger closes (at the end of the run or at
+            # a preemption's SIGTERM; a SIGKILLed run's are lost, its checkpoints are not).
+            earlier = metrics.read_text(encoding="utf-8") if metrics.exists() else ""
+            self._jsonl = metrics.open("w", encoding="utf-8")
+            self._jsonl.write(earlier)
+        else:
+            self._jsonl = metrics.open("a", encoding="utf-8")
         self._bar = tqdm(
             total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, leave=True
         )

@@ -317,6 +317,27 @@ def checkpoint_cost(args) -> dict:
     return result
 
 
+#: Name prefix (``/proc/self/task/<tid>/comm``) of the CPU client's intra-op threads.
+CLIENT_THREAD = "tf_XLAEigen"
+
+
+def thread_cores(prefix: str) -> list[list[int]]:
+    """The cores each thread of this process whose name starts with ``prefix`` may use.
+
+    A thread that ends between the listing of ``/proc/self/task`` and the reading of its name
+    or cores is left out (empty where there is no ``/proc``)."""
+    from contrastive_jax.train.verify import thread_names
+
+    cores = []
+    for native_id, name in thread_names().items():
+        if name.startswith(prefix):
+            try:
+                cores.append(sorted(os.sched_getaffinity(native_id)))
+            except OSError:  # ProcessLookupError: the thread ended since it was listed
+                continue
+    return cores
+
+
 def pin_device_cores(n: int) -> None:
     """Start JAX's CPU client on the first ``n`` of this process's cores, then move the
     calling thread (and so every thread it starts later) to the rest (``--device_cores``)."""

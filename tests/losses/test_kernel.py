@@ -165,7 +165,10 @@ def test_y_aware_equals_conditional_alignment_plus_global_uniformity(sigma, padd
     value, grad = jax.value_and_grad(lambda x: y_aware_infonce(x, y, sigma=sigma, valid=valid))(z)
     expected_value, expected_grad = jax.value_and_grad(decomposed)(z)
     np.testing.assert_allclose(value, expected_value, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+    # The two forms sum the same 2b-term gradients in other orders: an entry near zero is
+    # held to the worst-case rounding of such a sum at the gradient's scale (N eps max|g|).
+    atol = len(z) * float(np.finfo(np.float32).eps) * float(np.max(np.abs(expected_grad)))
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=atol)
 
 
 # ------------------------------------------------------------ A9.3 / A9.4 limits

@@ -196,28 +196,32 @@ def wait_for_step(proc: subprocess.Popen, workdir: str, step: int, timeout: floa
 
 
 def run_pretrain(workdir: str, *flags: str, env: dict[str, str] | None = None,
-                 timeout: float = 1200.0) -> int:
+                 timeout: float = 1200.0, config: str = CLI_CONFIG) -> int:
     """Runs the CLI to completion; returns its exit code."""
-    proc = start_pretrain(workdir, *flags, env=env)
+    proc = start_pretrain(workdir, *flags, env=env, config=config)
     return proc.wait(timeout=timeout)
 
 
-def pretrain_command(workdir: str, *flags: str) -> list[str]:
-    """``python -m contrastive_jax.pretrain`` with :data:`CLI_CONFIG` and ``flags``."""
+def pretrain_command(workdir: str, *flags: str, config: str = CLI_CONFIG) -> list[str]:
+    """``python -m contrastive_jax.pretrain`` with ``config`` (default :data:`CLI_CONFIG`)
+    and ``flags``."""
     return [
         sys.executable, "-m", "contrastive_jax.pretrain",
-        "--config", CLI_CONFIG, "--workdir", workdir, *flags,
+        "--config", config, "--workdir", workdir, *flags,
     ]
 
 
 def start_pretrain(workdir: str, *flags: str, env: dict[str, str] | None = None,
+                   config: str = CLI_CONFIG, log: str | None = None,
                    **popen) -> subprocess.Popen:
-    """Starts the CLI in a new process group, stdout+stderr to ``<workdir>.log``."""
-    os.makedirs(os.path.dirname(os.path.abspath(workdir)), exist_ok=True)
-    log = open(f"{workdir}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed by the child's exit
+    """Starts the CLI in a new process group, stdout+stderr to ``log`` (default
+    ``<workdir>.log``; a ``gs://`` work directory needs a local ``log``)."""
+    log = log or f"{workdir}.log"
+    os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+    out = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed by the child's exit
     return subprocess.Popen(
-        pretrain_command(workdir, *flags), cwd=ROOT, env=env or cli_env(),
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **popen,
+        pretrain_command(workdir, *flags, config=config), cwd=ROOT, env=env or cli_env(),
+        stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **popen,
     )
 
 

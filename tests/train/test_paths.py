@@ -5,17 +5,18 @@ epath's fsspec back end (the one it uses for ``gs://`` when TensorFlow is absent
 it. This exercises the path layer and every file the trainer, the metric logger, the
 checkpoint bookkeeping (directory, listing, moving a damaged checkpoint aside) and the
 evaluation write or read. It does not exercise Orbax's array writes: TensorStore opens
-``gs://`` with its own GCS driver, which no offline filesystem stands in for.
+``gs://`` with its own GCS driver, which no in-memory filesystem stands in for;
+``test_gcs.py`` runs the trainer against a local GCS emulator for that.
 """
 
 from __future__ import annotations
 
 import json
 
-import fsspec
 import pytest
 from etils.epath import gpath
 from fsspec.implementations.memory import MemoryFileSystem
+from fsspec.registry import _registry as fsspec_registry
 from orbax.checkpoint._src.path import gcs_utils
 
 from contrastive_jax.train import checkpoint, loop, paths, pretrained
@@ -38,7 +39,7 @@ class _FakeGCS(MemoryFileSystem):
 def bucket(monkeypatch):
     """``gs://bucket``, empty, in memory."""
     monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)  # epath's fsspec back end
-    fsspec.register_implementation("gcs", _FakeGCS, clobber=True)
+    monkeypatch.setitem(fsspec_registry, "gcs", _FakeGCS)  # gcsfs again afterwards
     _FakeGCS.store.clear()
     _FakeGCS.pseudo_dirs[:] = [""]
     gpath.backend_lib.fsspec_backend._get_filesystem.cache_clear()
