@@ -41,7 +41,7 @@ _EXPORTS = {
         ("array_source", "register_source", "registered_source", "unregister_source"), "arrays"
     ),
     **dict.fromkeys(
-        ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment"
+        ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment_config"
     ),
     **dict.fromkeys(("Source", "Split", "symmetric_label_noise"), "base"),
     "default_data_config": "config",
@@ -60,7 +60,12 @@ _EXPORTS = {
     ),
 }
 #: What a module needs beyond JAX; every module not named here is the TensorFlow pipeline's.
-_NEEDS = {"base": (), "mixing": (), "config": ("ml_collections",)}
+_NEEDS = {
+    "base": (), "mixing": (), "config": ("ml_collections",), "augment_config": (),
+    "device_augment": (), "host_views": ("PIL",),
+    "host_pipeline": ("grain", "PIL", "ml_collections", "sklearn"),
+    "sources": ("ml_collections", "sklearn"),
+}
 _PIPELINE = ("ml_collections", "tensorflow", "tensorflow_datasets", "sklearn")
 
 
