@@ -131,7 +131,8 @@ def color_jitter(
         return x
     order = jax.random.permutation(k_order, len(ops))
     for i in range(len(ops)):
-        x = jax.lax.switch(order[i], ops, x)
+        # Every op, then the drawn one: what a switch is under vmap, on any mesh.
+        x = jnp.select([order[i] == j for j in range(len(ops))], [op(x) for op in ops])
     return x
 
 

@@ -13,12 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 from scipy import stats
 
 from contrastive_jax.data import device_augment as da
 from contrastive_jax.data.augment_config import AugmentConfig, augmentation_preset
+from contrastive_jax.parallel import batch_sharding, make_mesh
 
 tf = pytest.importorskip("tensorflow")
 from contrastive_jax.data import _image_ops, augment  # noqa: E402
@@ -116,8 +115,7 @@ def test_a_view_does_not_depend_on_its_batch_or_the_device_count():
     big = rng.integers(0, 256, (32, 2, SIZE, SIZE, 3), dtype=np.uint8)
     index = rng.permutation(1000)[:32]
     step = np.full(32, 5)
-    mesh = jax.make_mesh((jax.device_count(),), ("data",))
-    sharding = NamedSharding(mesh, P("data"))
+    sharding = batch_sharding(make_mesh())
     assert jax.device_count() == 8
     sharded = augment_fn(*(jax.device_put(a, sharding) for a in (big, index, step)))
     assert len(sharded.sharding.device_set) == 8
