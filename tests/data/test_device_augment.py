@@ -121,7 +121,9 @@ def test_a_view_does_not_depend_on_its_batch_or_the_device_count():
     assert len(sharded.sharding.device_set) == 8
     rows = [3, 17, 30, 8, 0, 21, 9, 12]  # the same examples, another batch, one device
     small = augment_fn(big[rows], index[rows], step[rows])
-    np.testing.assert_array_equal(np.asarray(sharded)[rows], np.asarray(small))
+    # The same draws; the two programs (batch 32 over 8 devices, batch 8 on one) may round
+    # the blur's and the contrast's sums differently (up to ~1e-6), other draws move views by ~0.1.
+    np.testing.assert_allclose(np.asarray(sharded)[rows], np.asarray(small), rtol=0, atol=1e-5)
     # Another step or another seed draws other views.
     moved = augment_fn(big[rows], index[rows], step[rows] + 1)
     assert not np.allclose(np.asarray(moved), np.asarray(small))
