@@ -54,6 +54,7 @@ _EXPORTS = {
         "pipeline",
     ),
     **dict.fromkeys(("CorruptRecordError", "RecordSet"), "records"),
+    **dict.fromkeys(("HostPretrainIterator", "pretrain_batches"), "host_pipeline"),
     **dict.fromkeys(
         ("DatasetNotPreparedError", "class_balanced_subset", "load_source"),
         "sources",
@@ -94,6 +95,7 @@ __all__ = [
     "CorruptRecordError",
     "DatasetNotPreparedError",
     "EvalIterator",
+    "HostPretrainIterator",
     "MixSample",
     "PretrainIterator",
     "RecordSet",
@@ -109,6 +111,7 @@ __all__ = [
     "make_global_batch",
     "make_pretrain_iterator",
     "mix_batch",
+    "pretrain_batches",
     "register_source",
     "registered_source",
     "sample_mix",
