@@ -18,15 +18,19 @@ interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS),
 :mod:`.records` (the ArrayRecord / TFRecord files of a prepared TFDS dataset,
 streamed), :mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an
 image folder or a TFRecord dataset to ArrayRecord), :mod:`.digits`,
-:mod:`.synthetic`, :mod:`.augment` (TF augmentations and presets),
-:mod:`.pipeline` (tf.data iterators, global arrays) and :mod:`.mixing` (JAX
-label smoothing / MixUp / CutMix).
+:mod:`.synthetic`, :mod:`.augment_config` (the augmentation recipes and presets),
+:mod:`.augment` (their TF stages), :mod:`.host_pipeline` (the default pretraining path,
+no TensorFlow: grain, :mod:`.host_views` on the host, :mod:`.device_augment` on the
+accelerator; :func:`pretrain_batches` picks the path), :mod:`.pipeline` (tf.data
+iterators, global arrays) and :mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
 
 Importing this package imports no module of it: each name above loads its module on
 first use. The TensorFlow pipeline (:mod:`.sources`, :mod:`.augment`, :mod:`.pipeline`,
 :mod:`.records`, ...) imports TensorFlow and hides every GPU and TPU from it, so decoding
 and augmentation stay on the host CPU; :mod:`.config`, :mod:`.base` and :mod:`.mixing`
-need no TensorFlow (the training step imports :mod:`.mixing`).
+need no TensorFlow (the training step imports :mod:`.mixing`), nor do
+:mod:`.sources` (for in-memory data, image folders and ArrayRecord datasets),
+:mod:`.host_pipeline` and its modules.
 """
 
 import importlib
