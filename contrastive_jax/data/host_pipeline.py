@@ -91,8 +91,9 @@ class _Examples:
             except (IndexError, ValueError) as e:
                 raise split.records.corrupt(row, e) from e
             return data, label, row, None
+        assert split.labels is not None and split.ids is not None  # a Split of images or paths
         metadata = None if split.metadata is None else split.metadata[row]
-        image = split.images[row] if split.images is not None else split.paths[row]
+        image = split.images[row] if split.images is not None else split.paths[row]  # type: ignore[index]
         return image, int(split.labels[row]), int(split.ids[row]), metadata
 
     def name(self, row: int) -> str:
@@ -229,13 +230,14 @@ def pretrain_batches(
     loader = config.get("loader", "grain")
     if loader not in LOADERS:
         raise ConfigError(f"config.data.loader must be one of {LOADERS}, got {loader!r}")
-    kwargs = {"seed": seed, "start_step": start_step, "process_index": process_index,
-              "process_count": process_count, "source": source}
     if isinstance(source, VectorSource):
-        return VectorPretrainIterator(config, **kwargs)
+        return VectorPretrainIterator(config, seed=seed, source=source, start_step=start_step,
+                                      process_index=process_index, process_count=process_count)
     records = source.split("train").records
     if loader == "tf" or (records is not None and not records.random_access):
         from contrastive_jax.data.pipeline import make_pretrain_iterator
 
-        return make_pretrain_iterator(config, **kwargs)
-    return HostPretrainIterator(config, **kwargs)
+        return make_pretrain_iterator(config, seed=seed, source=source, start_step=start_step,
+                                      process_index=process_index, process_count=process_count)
+    return HostPretrainIterator(config, seed=seed, source=source, start_step=start_step,
+                                process_index=process_index, process_count=process_count)
