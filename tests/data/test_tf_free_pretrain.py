@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from tests.data.helpers import write_image_folder, write_tfds_dataset
@@ -86,3 +87,88 @@ def test_pretrain_from_an_image_folder_without_tensorflow(tmp_path):
     folder = write_image_folder(str(tmp_path / "folder"), shape=(20, 24, 3), per_class=(16, 4))
     out = _train_without_tensorflow("image_folder", folder, str(tmp_path / "run"))
     assert "tensorflow modules: []" in out, out
+
+
+def _cli_env_without_tensorflow(tmp_path, num_devices: int, cache_dir: str) -> dict[str, str]:
+    """The CLI's environment with TensorFlow blocked at start-up (a ``sitecustomize``)."""
+    from tests.train import runs
+
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_BLOCKER)
+    env = runs.cli_env(num_devices, cache_dir)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), ROOT])
+    return env
+
+
+def _folder_flags(folder: str, total: int) -> tuple[str, ...]:
+    return ("--config.data.loader=grain", "--config.data.dataset=image_folder",
+            f"--config.data.data_dir={folder}", "--config.data.image_size=16",
+            "--config.data.global_batch_size=16", f"--config.train.total_steps={total}",
+            "--config.train.checkpoint_every=2")
+
+
+@pytest.fixture(scope="module")
+def folder_and_cache(tmp_path_factory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("folder_cli")
+    folder = write_image_folder(str(root / "folder"), shape=(20, 24, 3), per_class=(24, 4))
+    return folder, str(tmp_path_factory.mktemp("jax_cache"))
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_without_tensorflow(folder_and_cache, tmp_path):
+    from tests.train import runs
+    from tests.train.test_tfds_pretrain import _free_port
+
+    folder, cache = folder_and_cache
+    flags = _folder_flags(folder, 3)
+    single = str(tmp_path / "single")
+    env8 = _cli_env_without_tensorflow(tmp_path, 8, cache)
+    assert runs.run_pretrain(single, *flags, env=env8) == 0, runs.log_text(single)
+    pair = str(tmp_path / "pair")
+    address = f"--coordinator_address=localhost:{_free_port()}"
+    env4 = _cli_env_without_tensorflow(tmp_path, 4, cache)
+    procs = []
+    for pid in (0, 1):
+        log = open(f"{pair}.p{pid}.log", "w", encoding="utf-8")  # noqa: SIM115
+        command = runs.pretrain_command(pair, *flags, address, "--num_processes=2",
+                                        f"--process_id={pid}")
+        procs.append(subprocess.Popen(command, cwd=ROOT, env=env4, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    codes = [p.wait(timeout=1800) for p in procs]
+    logs = "".join(open(f"{pair}.p{pid}.log", encoding="utf-8").read() for pid in (0, 1))
+    assert codes == [0, 0], logs
+    one, two = runs.losses_by_step(single), runs.losses_by_step(pair)
+    assert sorted(two) == [1, 2, 3]
+    # The same global batches; the gradients reduced over 2 processes round differently.
+    np.testing.assert_allclose([two[s] for s in (1, 2, 3)], [one[s] for s in (1, 2, 3)],
+                               rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_without_tensorflow_is_bit_identical(folder_and_cache, tmp_path):
+    import signal
+    import time
+
+    from tests.train import runs
+
+    folder, cache = folder_and_cache
+    total = 8
+    flags = _folder_flags(folder, total)
+    env = _cli_env_without_tensorflow(tmp_path, 8, cache)
+    reference = str(tmp_path / "reference")
+    assert runs.run_pretrain(reference, *flags, env=env) == 0, runs.log_text(reference)
+    workdir = str(tmp_path / "killed")
+    proc = runs.start_pretrain(workdir, *flags, env=env)
+    runs.wait_for_step(proc, workdir, 4)
+    deadline = time.monotonic() + 600
+    while not runs.checkpoint_steps(workdir):
+        assert proc.poll() is None and time.monotonic() < deadline, runs.log_text(workdir)
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert max(runs.losses_by_step(workdir)) < total, "the run finished before the kill"
+    assert runs.run_pretrain(workdir, *flags, env=env) == 0, runs.log_text(workdir)
+    assert "resumed from the checkpoint at step" in runs.log_text(workdir)
+    runs.assert_same_state(runs.read_state(workdir, total), runs.read_state(reference, total))
+    assert runs.losses_by_step(workdir) == runs.losses_by_step(reference)
