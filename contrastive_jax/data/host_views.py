@@ -91,16 +91,18 @@ def _view(image: Image.Image, rng: np.random.Generator, cfg: AugmentConfig, size
         top, left, ch, cw = crop_window(
             image.height, image.width, rng, scale=cfg.crop_scale, ratio=cfg.crop_ratio
         )
-        out = np.asarray(image.resize(
+        view = image.resize(
             (size, size), Image.Resampling.BILINEAR, box=(left, top, left + cw, top + ch)
-        ))
-    else:
-        out = _resized(image, size)
-        pad = round(cfg.pad_fraction * size)
-        if pad > 0:
-            dy, dx = rng.integers(0, 2 * pad + 1, 2)
-            padded = np.pad(out, ((pad, pad), (pad, pad), (0, 0)))
-            out = padded[dy : dy + size, dx : dx + size]
+        )
+        if cfg.flip_prob > 0 and rng.random() < cfg.flip_prob:
+            view = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)  # contiguous, unlike [:, ::-1]
+        return np.asarray(view)
+    out = _resized(image, size)
+    pad = round(cfg.pad_fraction * size)
+    if pad > 0:
+        dy, dx = rng.integers(0, 2 * pad + 1, 2)
+        padded = np.pad(out, ((pad, pad), (pad, pad), (0, 0)))
+        out = padded[dy : dy + size, dx : dx + size]
     if cfg.flip_prob > 0 and rng.random() < cfg.flip_prob:
         out = out[:, ::-1]
     return out
@@ -118,7 +120,10 @@ def views_of(
         if cfg.crop_scale is None and image.shape[:2] == (size, size):
             return _array_shifts(image, rngs, cfg, size)
         image = Image.fromarray(image)
-    return np.stack([_view(image, rng, cfg, size) for rng in rngs])
+    out = np.empty((len(rngs), size, size, 3), np.uint8)
+    for v, rng in enumerate(rngs):
+        out[v] = _view(image, rng, cfg, size)
+    return out
 
 
 def _array_shifts(
