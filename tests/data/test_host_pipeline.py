@@ -120,3 +120,22 @@ def test_unknown_loader_is_named():
     config = digits_config(loader="torch")
     with pytest.raises(ConfigError, match="config.data.loader"):
         data.pretrain_batches(config, seed=0, source=data.load_source(config))
+
+
+def test_the_trainer_finishes_the_views_on_the_devices(digits_source):
+    from contrastive_jax.parallel import make_mesh
+    from contrastive_jax.train.inputs import DevicePrefetch
+
+    config = digits_config()
+    iterator = data.pretrain_batches(config, seed=0, source=digits_source)
+    host = next(data.pretrain_batches(config, seed=0, source=digits_source))
+    queue = DevicePrefetch(iterator, make_mesh(), lambda: False, depth=1, remaining=2)
+    queue.fill()
+    arrays = queue.take().arrays
+    assert sorted(arrays) == ["index", "label", "metadata", "stop", "views"]  # no "step"
+    views = np.asarray(arrays["views"])
+    assert views.dtype == np.float32 and views.shape == host["views"].shape
+    assert len(arrays["views"].sharding.device_set) == 8
+    # Normalised views of the host's uint8 views (the digits recipe: gain and noise).
+    alone = iterator.on_device({k: host[k] for k in ("views", "index", "step")})["views"]
+    np.testing.assert_allclose(views, np.asarray(alone), atol=1e-5)
