@@ -14,19 +14,31 @@ import os
 import numpy as np
 
 from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
-from contrastive_jax.errors import InputError
+from contrastive_jax.errors import CorruptImageError, InputError
 
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # those tfds.ImageFolder lists
 
 
 def decode_image_file(path: str) -> np.ndarray:
-    """Decodes one image file to uint8 [H, W, 3] (Pillow); :class:`CorruptImageError` names a
-    bad file."""
-    from contrastive_jax.data.host_views import decode
+    """Decodes one image file to uint8 [H, W, 3]; :class:`CorruptImageError` names a bad file.
 
-    with open(path, "rb") as f:
-        data = f.read()
-    return np.asarray(decode(data, f"file {path}"))
+    TensorFlow decodes when it is installed, as the tf.data path and the evaluation
+    iterators do (so images decoded into memory equal those read from the files there);
+    Pillow without it (libjpeg-turbo's JPEG decode can differ from TensorFlow's by a grey
+    level).
+    """
+    try:
+        from contrastive_jax.data._tf import tf
+    except ImportError:
+        from contrastive_jax.data.host_views import decode
+
+        with open(path, "rb") as f:
+            return np.asarray(decode(f.read(), f"file {path}"))
+    try:
+        data = tf.io.read_file(path)
+        return tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+        raise CorruptImageError(f"cannot decode image file {path}: {e.message}") from e
 
 
 def is_image_folder(path: str) -> bool:
