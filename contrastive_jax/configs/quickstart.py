@@ -26,6 +26,10 @@ from contrastive_jax.train.config import default_config
 def get_config():
     config = default_config()
     config.dataset = "digits_cluttered"
+    # The input path its results were measured on (every stage in tf.data on the host). On the
+    # default path (crops on the host, gain and noise on the device: other draws) seed 0 gave
+    # 97.8 % linear top-1 [96.1, 99.2], the lowest of the ten held-out seeds' results.
+    config.data.loader = "tf"
     config.batch_size = 128
     config.model.encoder.name = "resnet18"
     config.model.encoder.width = 0.25

@@ -18,15 +18,19 @@ interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS),
 :mod:`.records` (the ArrayRecord / TFRecord files of a prepared TFDS dataset,
 streamed), :mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an
 image folder or a TFRecord dataset to ArrayRecord), :mod:`.digits`,
-:mod:`.synthetic`, :mod:`.augment` (TF augmentations and presets),
-:mod:`.pipeline` (tf.data iterators, global arrays) and :mod:`.mixing` (JAX
-label smoothing / MixUp / CutMix).
+:mod:`.synthetic`, :mod:`.augment_config` (the augmentation recipes and presets),
+:mod:`.augment` (their TF stages), :mod:`.host_pipeline` (the default pretraining path,
+no TensorFlow: grain, :mod:`.host_views` on the host, :mod:`.device_augment` on the
+accelerator; :func:`pretrain_batches` picks the path), :mod:`.pipeline` (tf.data
+iterators, global arrays) and :mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
 
 Importing this package imports no module of it: each name above loads its module on
 first use. The TensorFlow pipeline (:mod:`.sources`, :mod:`.augment`, :mod:`.pipeline`,
 :mod:`.records`, ...) imports TensorFlow and hides every GPU and TPU from it, so decoding
 and augmentation stay on the host CPU; :mod:`.config`, :mod:`.base` and :mod:`.mixing`
-need no TensorFlow (the training step imports :mod:`.mixing`).
+need no TensorFlow (the training step imports :mod:`.mixing`), nor do
+:mod:`.sources` (for in-memory data, image folders and ArrayRecord datasets),
+:mod:`.host_pipeline` and its modules.
 """
 
 import importlib
@@ -41,7 +45,7 @@ _EXPORTS = {
         ("array_source", "register_source", "registered_source", "unregister_source"), "arrays"
     ),
     **dict.fromkeys(
-        ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment"
+        ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment_config"
     ),
     **dict.fromkeys(("Source", "Split", "symmetric_label_noise"), "base"),
     "default_data_config": "config",
@@ -54,13 +58,19 @@ _EXPORTS = {
         "pipeline",
     ),
     **dict.fromkeys(("CorruptRecordError", "RecordSet"), "records"),
+    **dict.fromkeys(("HostPretrainIterator", "pretrain_batches"), "host_pipeline"),
     **dict.fromkeys(
         ("DatasetNotPreparedError", "class_balanced_subset", "load_source"),
         "sources",
     ),
 }
 #: What a module needs beyond JAX; every module not named here is the TensorFlow pipeline's.
-_NEEDS = {"base": (), "mixing": (), "config": ("ml_collections",)}
+_NEEDS = {
+    "base": (), "mixing": (), "config": ("ml_collections",), "augment_config": (),
+    "device_augment": (), "host_views": ("PIL",),
+    "host_pipeline": ("grain", "PIL", "ml_collections", "sklearn"),
+    "sources": ("ml_collections", "sklearn"),
+}
 _PIPELINE = ("ml_collections", "tensorflow", "tensorflow_datasets", "sklearn")
 
 
@@ -89,6 +99,7 @@ __all__ = [
     "CorruptRecordError",
     "DatasetNotPreparedError",
     "EvalIterator",
+    "HostPretrainIterator",
     "MixSample",
     "PretrainIterator",
     "RecordSet",
@@ -104,6 +115,7 @@ __all__ = [
     "make_global_batch",
     "make_pretrain_iterator",
     "mix_batch",
+    "pretrain_batches",
     "register_source",
     "registered_source",
     "sample_mix",

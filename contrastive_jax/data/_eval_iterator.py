@@ -14,6 +14,10 @@ from collections.abc import Iterator
 import ml_collections
 import numpy as np
 
+from contrastive_jax.data._resolve import (
+    resolve_crop_fraction,
+    resolve_image_size,
+)
 from contrastive_jax.data._stages import (
     DATA_ERRORS,
     Batch,
@@ -22,8 +26,6 @@ from contrastive_jax.data._stages import (
     explain_decode_error,
     lookup_rows,
     normaliser,
-    resolve_crop_fraction,
-    resolve_image_size,
     split_columns,
 )
 from contrastive_jax.data._tf import tf

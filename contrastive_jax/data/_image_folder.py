@@ -1,7 +1,7 @@
 """Folders of image files ``<root>/<split>/<class>/<image>.{jpg,jpeg,png}`` as a source.
 
-:func:`image_folder_source` lists a folder through ``tfds.ImageFolder`` (splits, sorted
-class names, example counts) without decoding it; :func:`is_image_folder` tells such a
+:func:`image_folder_source` lists a folder (splits, sorted class names, as
+``tfds.ImageFolder`` names them) without decoding it, and without TensorFlow; :func:`is_image_folder` tells such a
 folder from a TFDS data directory; :func:`decode_image_file` decodes one file and names
 it when it cannot. :mod:`contrastive_jax.data.sources` reads a data config's folder
 through these and re-exports them.
@@ -20,9 +20,20 @@ _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # those tfds.ImageFolder lists
 
 
 def decode_image_file(path: str) -> np.ndarray:
-    """Decodes one image file to uint8 [H, W, 3]; :class:`CorruptImageError` names a bad file."""
-    from contrastive_jax.data._tf import tf
+    """Decodes one image file to uint8 [H, W, 3]; :class:`CorruptImageError` names a bad file.
 
+    TensorFlow decodes when it is installed, as the tf.data path and the evaluation
+    iterators do (so images decoded into memory equal those read from the files there);
+    Pillow without it (libjpeg-turbo's JPEG decode can differ from TensorFlow's by a grey
+    level).
+    """
+    try:
+        from contrastive_jax.data._tf import tf
+    except ImportError:
+        from contrastive_jax.data.host_views import decode
+
+        with open(path, "rb") as f:
+            return np.asarray(decode(f.read(), f"file {path}"))
     try:
         data = tf.io.read_file(path)
         return tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
@@ -35,21 +46,19 @@ def is_image_folder(path: str) -> bool:
 
     (A TFDS data directory, ``<name>/<version>/*.tfrecord...``, does not.)
     """
-    from contrastive_jax.data._tf import tf
-
-    def subdirs(folder: str) -> list[str]:
-        if not tf.io.gfile.isdir(folder):
-            return []
-        children = (
-            os.path.join(folder, c.rstrip("/")) for c in sorted(tf.io.gfile.listdir(folder))
-        )
-        return [c for c in children if tf.io.gfile.isdir(c)]
-
-    for split_dir in subdirs(path):
-        for class_dir in subdirs(split_dir)[:1]:
-            if any(f.lower().endswith(_IMAGE_EXTENSIONS) for f in tf.io.gfile.listdir(class_dir)):
+    for split_dir in _subdirs(path):
+        for class_dir in _subdirs(split_dir)[:1]:
+            if any(f.lower().endswith(_IMAGE_EXTENSIONS) for f in os.listdir(class_dir)):
                 return True
     return False
+
+
+def _subdirs(folder: str) -> list[str]:
+    """The sub-folders of ``folder``, sorted by name; none if it is not a folder."""
+    if not os.path.isdir(folder):
+        return []
+    children = (os.path.join(folder, c) for c in sorted(os.listdir(folder)))
+    return [c for c in children if os.path.isdir(c)]
 
 
 def image_folder_source(
@@ -58,11 +67,11 @@ def image_folder_source(
     name: str = "image_folder",
     stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> Source:
-    """A folder of images ``<root>/<split>/<class>/<file>`` via ``tfds.ImageFolder``.
+    """A folder of images ``<root>/<split>/<class>/<file>``.
 
-    ``tfds.ImageFolder`` gives the splits, the sorted class names (label ids)
-    and the example counts; the files are listed in sorted (class, file name)
-    order, which fixes every example's id, and decoded later by the pipeline.
+    The class names are the sorted names of the class folders of all splits (label ids,
+    as ``tfds.ImageFolder`` numbers them); the files are listed in sorted (class, file
+    name) order, which fixes every example's id, and decoded later by the pipeline.
 
     Args:
       root: the folder.
@@ -74,33 +83,24 @@ def image_folder_source(
       A source with file-backed splits. ``image_shape`` is the common shape of
       the first 8 training images, or (None, None, 3) if they differ.
     """
-    import tensorflow_datasets as tfds
-
-    from contrastive_jax.data._tf import tf
-
     if not os.path.isdir(root):
         raise InputError(f"image folder {root!r} does not exist or is not a directory")
-    builder = tfds.ImageFolder(root)
-    label_feature = builder.info.features["label"]
+    split_dirs = _subdirs(root)
+    class_names = sorted({os.path.basename(c) for s in split_dirs for c in _subdirs(s)})
+    label_of = {c: k for k, c in enumerate(class_names)}
     splits = {}
-    for split, split_info in builder.info.splits.items():
+    for split_dir in split_dirs:
         paths, labels = [], []
-        split_dir = os.path.join(root, split)
-        for class_name in sorted(d.rstrip("/") for d in tf.io.gfile.listdir(split_dir)):
-            class_dir = os.path.join(split_dir, class_name)
-            if not tf.io.gfile.isdir(class_dir):
-                continue
+        for class_dir in _subdirs(split_dir):
             files = sorted(
-                f for f in tf.io.gfile.listdir(class_dir) if f.lower().endswith(_IMAGE_EXTENSIONS)
+                f for f in os.listdir(class_dir) if f.lower().endswith(_IMAGE_EXTENSIONS)
             )
             paths += [os.path.join(class_dir, f) for f in files]
-            labels += [label_feature.str2int(class_name)] * len(files)
-        if len(paths) != split_info.num_examples:
-            raise RuntimeError(
-                f"listed {len(paths)} images in {split_dir}, tfds.ImageFolder counts "
-                f"{split_info.num_examples}"
+            labels += [label_of[os.path.basename(class_dir)]] * len(files)
+        if paths:
+            splits[os.path.basename(split_dir)] = Split(
+                labels=np.array(labels), paths=np.array(paths)
             )
-        splits[split] = Split(labels=np.array(labels), paths=np.array(paths))
     if "train" not in splits:
         raise InputError(f"image folder {root} has no 'train' split; found {sorted(splits)}")
     train_paths = splits["train"].paths
@@ -115,8 +115,8 @@ def image_folder_source(
     return Source(
         name=name,
         splits=splits,
-        num_classes=label_feature.num_classes,
-        class_names=tuple(label_feature.names),
+        num_classes=len(class_names),
+        class_names=tuple(class_names),
         image_shape=image_shape,
         mean=tuple(stats[0]),
         std=tuple(stats[1]),

@@ -2,7 +2,7 @@
 graphs from.
 
 What a data config resolves to for a source (the image side, the evaluation crop, the
-augmentation recipe); a split's rows as tensors (:func:`split_columns`) and the stage that
+augmentation recipe: :mod:`._resolve`, re-exported); a split's rows as tensors (:func:`split_columns`) and the stage that
 reads them, files and records in parallel (:func:`lookup_rows`); decoding, views and
 normalisation of one example; the deterministic ``tf.data`` options; and, when a batch
 fails to decode, the search that names the bad file or record
@@ -11,68 +11,15 @@ fails to decode, the search that names the bad file or record
 
 from __future__ import annotations
 
-import ml_collections
 import numpy as np
 
 from contrastive_jax.data._image_folder import decode_image_file
 from contrastive_jax.data._tf import tf
-from contrastive_jax.data.augment import (
-    AugmentConfig,
-    augmentation_preset,
-    decode_image,
-    make_views,
-)
+from contrastive_jax.data.augment import AugmentConfig, decode_image, make_views
 from contrastive_jax.data.base import Source, Split
-from contrastive_jax.errors import ConfigError
 
 #: A batch of an iterator: name -> numpy array [B, ...].
 Batch = dict[str, np.ndarray]
-
-
-#: Output side for images of variable size when ``config.image_size`` is None
-#: (SimCLR's ImageNet resolution).
-DEFAULT_VARIABLE_SIZE = 224
-
-
-def resolve_image_size(config: ml_collections.ConfigDict, source: Source) -> int:
-    """``config.image_size``, or the source's native side when None
-    (:data:`DEFAULT_VARIABLE_SIZE` for images of variable size)."""
-    if config.image_size is not None:
-        return int(config.image_size)
-    h, w, _ = source.image_shape
-    if h is None and w is None:
-        return DEFAULT_VARIABLE_SIZE
-    if h is None or h != w:
-        raise ConfigError(
-            f"dataset {source.name!r} has images of shape {source.image_shape}; set config.image_size"
-        )
-    return int(h)
-
-
-#: ``eval_crop_fraction`` of datasets of variable-size images (ImageNet's 224 / 256).
-IMAGENET_CROP_FRACTION = 0.875
-
-
-def resolve_crop_fraction(config: ml_collections.ConfigDict, source: Source) -> float:
-    """``config.eval_crop_fraction``, or its default for ``source`` when None."""
-    if config.get("eval_crop_fraction") is not None:
-        return float(config.eval_crop_fraction)
-    return IMAGENET_CROP_FRACTION if source.image_shape[0] is None else 1.0
-
-
-def resolve_augmentation(
-    config: ml_collections.ConfigDict, source: Source, image_size: int
-) -> AugmentConfig:
-    """The preset named by ``config.augmentation`` (``"auto"``: see the config docs)."""
-    name = config.augmentation
-    if name == "auto":
-        if source.name in ("digits", "digits_cluttered"):
-            name = source.name  # each digits source has its own preset
-        elif source.name == "phantoms":
-            name = "phantoms"
-        else:
-            name = "simclr_cifar" if image_size <= 32 else "simclr_imagenet"
-    return augmentation_preset(name, image_size)
 
 
 def split_columns(split: Split) -> dict[str, tf.Tensor]:

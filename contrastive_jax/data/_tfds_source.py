@@ -19,7 +19,7 @@ import numpy as np
 
 from contrastive_jax.data import records as records_lib
 from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
-from contrastive_jax.errors import ConfigError, InputError
+from contrastive_jax.errors import ConfigError, CorruptImageError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,9 @@ def tfds_source(
         int(np.prod(shape)) if fixed else 0
     )
     if in_memory is None:
-        in_memory = fixed and total <= MAX_IN_MEMORY_BYTES
+        # Loading into memory reads through tf.data; without TensorFlow an ArrayRecord
+        # dataset is read from its files (the default input path needs no TensorFlow).
+        in_memory = fixed and total <= MAX_IN_MEMORY_BYTES and _has_tensorflow()
     elif in_memory and not fixed:
         raise ConfigError(f"TFDS dataset {name!r} has variable-size images {shape}; stream it")
     label_feature = features["label"]
@@ -179,18 +181,32 @@ def tfds_source(
     )
 
 
+def _has_tensorflow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow") is not None
+
+
 def _record_stats(records: records_lib.RecordSet) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Channel statistics of :data:`STATS_SAMPLE` decoded training images (evenly spaced
-    rows for ArrayRecord, the first ones for TFRecord)."""
-    from contrastive_jax.data._tf import tf
-
+    rows for ArrayRecord, decoded by Pillow; the first ones for TFRecord, by TensorFlow)."""
     count = min(STATS_SAMPLE, records.num_examples)
     if records.random_access:
+        from contrastive_jax.data.host_views import decode
+
         rows = np.linspace(0, records.num_examples - 1, count).astype(np.int64)
-        serialized = records.read(rows)
-    else:
-        rows = np.arange(count)
-        serialized = [r for _, r in records.stream(0, count).as_numpy_iterator()]
+        pixels = []
+        for row, record in zip(rows, records.read(rows), strict=True):
+            try:
+                image = decode(records.parse_bytes(record)[0], f"row {row}")
+            except (CorruptImageError, IndexError, ValueError) as e:
+                raise records.corrupt(int(row), e) from e
+            pixels.append(np.asarray(image).reshape(-1, 3))
+        return channel_stats(np.concatenate(pixels)[None])
+    from contrastive_jax.data._tf import tf
+
+    rows = np.arange(count)
+    serialized = [r for _, r in records.stream(0, count).as_numpy_iterator()]
     pixels = []
     for row, record in zip(rows, serialized, strict=True):
         try:

@@ -62,6 +62,13 @@ def default_data_config() -> ml_collections.ConfigDict:
         (ImageNet's 224 of 256) for datasets of variable-size images, 1.0
         (the whole image) for the others.
       prefetch: batches prepared ahead of the consumer.
+      loader: pretraining input path. ``"grain"`` (default, no TensorFlow): the host
+        decodes, crops, resizes and flips (grain threads), the accelerator does the
+        appearance stages (:mod:`.host_pipeline`); TFRecord datasets fall back to
+        ``"tf"``: every stage in tf.data on the host (:mod:`.pipeline`). Evaluation
+        iterators are tf.data's either way.
+      loader_threads: host threads of the ``"grain"`` path; None: the usable cores, at
+        most 16.
     """
     c = ml_collections.ConfigDict()
     c.dataset = "digits"
@@ -84,4 +91,6 @@ def default_data_config() -> ml_collections.ConfigDict:
     c.std = config_dict.placeholder(tuple)
     c.eval_crop_fraction = config_dict.placeholder(float)
     c.prefetch = 2
+    c.loader = "grain"
+    c.loader_threads = config_dict.placeholder(int)
     return c

@@ -82,19 +82,21 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from contrastive_jax.data._eval_iterator import EvalIterator, make_eval_iterator
-from contrastive_jax.data._stages import (
-    DATA_ERRORS,
+from contrastive_jax.data._resolve import (
     DEFAULT_VARIABLE_SIZE,
     IMAGENET_CROP_FRACTION,
+    resolve_augmentation,
+    resolve_crop_fraction,
+    resolve_image_size,
+)
+from contrastive_jax.data._stages import (
+    DATA_ERRORS,
     Batch,
     deterministic_options,
     example_views,
     explain_decode_error,
     lookup_rows,
     normaliser,
-    resolve_augmentation,
-    resolve_crop_fraction,
-    resolve_image_size,
     split_columns,
 )
 from contrastive_jax.data._tf import tf

@@ -15,7 +15,9 @@ records in one of two formats:
 A :class:`RecordSet` names every record by its row: its position in the split
 (the shards in TFDS's order, the records of a shard in file order). That row
 is the example id the pipeline yields as ``"index"``. Records are parsed and
-decoded by TensorFlow inside the pipeline (:meth:`RecordSet.parse`); a record
+decoded by TensorFlow inside the tf.data pipeline (:meth:`RecordSet.parse`), or by
+Pillow in the default one (:meth:`RecordSet.parse_bytes`, no TensorFlow: this module
+imports it only where a method needs it); a record
 that cannot be read, parsed or decoded raises :class:`CorruptRecordError`
 naming the shard file and the record's index in it (:meth:`RecordSet.check`).
 """
@@ -27,11 +29,14 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from contrastive_jax.data._tf import tf
 from contrastive_jax.errors import CorruptImageError, InputError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 #: TFDS's names of the two formats this module reads.
 ARRAY_RECORD = "array_record"
@@ -120,6 +125,7 @@ class RecordSet:
 
     def read_tensor(self, rows: tf.Tensor) -> tf.Tensor:
         """Graph op: int64 [M] rows -> string [M] serialized records (ArrayRecord)."""
+        from contrastive_jax.data._tf import tf
 
         def read(rows_):
             return np.array(self.read(rows_.numpy()), dtype=object)
@@ -130,6 +136,8 @@ class RecordSet:
 
     def stream(self, start: int = 0, stop: int | None = None) -> tf.data.Dataset:
         """Rows ``[start, stop)`` in order, as ``(row int64, serialized string)`` (either format)."""
+        from contrastive_jax.data._tf import tf
+
         stop = self.num_examples if stop is None else stop
         parts = []
         for span, end in zip(self.spans, self._ends, strict=True):
@@ -155,6 +163,8 @@ class RecordSet:
 
     def parse(self, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
         """Graph op: one serialized example -> ``{"data": encoded image, "label": int32}``."""
+        from contrastive_jax.data._tf import tf
+
         spec = {
             self.image_key: tf.io.FixedLenFeature([], tf.string),
             self.label_key: tf.io.FixedLenFeature([], tf.int64),
@@ -162,12 +172,30 @@ class RecordSet:
         example = tf.io.parse_single_example(serialized, spec)
         return {"data": example[self.image_key], "label": tf.cast(example[self.label_key], tf.int32)}
 
+    def corrupt(self, row: int, error: Exception) -> CorruptRecordError:
+        """The error naming the shard file and index of ``row``, which failed with ``error``."""
+        filename, index = self.locate(row)
+        return CorruptRecordError(
+            f"{self.dataset}: record {index} of {os.path.basename(filename)} ({filename}) "
+            f"cannot be read or decoded: {error}"
+        )
+
+    def parse_bytes(self, serialized: bytes) -> tuple[bytes, int]:
+        """One serialized example -> (encoded image, label), without TensorFlow."""
+        from tensorflow_datasets.proto import tf_example_pb2
+
+        features = tf_example_pb2.Example.FromString(serialized).features.feature
+        return (features[self.image_key].bytes_list.value[0],
+                int(features[self.label_key].int64_list.value[0]))
+
     def check(self, rows: Sequence[int] | np.ndarray, records: Sequence[bytes] | None = None) -> None:
         """Raises :class:`CorruptRecordError` for the first of ``rows`` that cannot be decoded.
 
         ``records``: the serialized records of ``rows`` when already read
         (needed for TFRecord); otherwise they are read here (ArrayRecord).
         """
+        from contrastive_jax.data._tf import tf
+
         for i, row in enumerate(rows):
             filename, index = self.locate(int(row))
             try:
@@ -188,6 +216,8 @@ class RecordSet:
         stream, whose error does not say which record failed. ``decode=False``
         only reads (finds damaged files quickly, not undecodable images).
         """
+        from contrastive_jax.data._tf import tf
+
         row = start
         iterator = iter(self.stream(start, stop).as_numpy_iterator())
         while row < stop:
@@ -209,11 +239,17 @@ class RecordSet:
 def list_prepared(data_dir: str, depth: int = 4) -> list[str]:
     """Prepared TFDS datasets under ``data_dir``: ``name[/config]/version`` of every
     folder holding a ``dataset_info.json``, sorted (for error messages)."""
+    try:
+        from contrastive_jax.data._tf import tf
+
+        isdir, walk = tf.io.gfile.isdir, tf.io.gfile.walk
+    except ImportError:  # no TensorFlow: local folders only
+        isdir, walk = os.path.isdir, os.walk
     found = []
-    if not tf.io.gfile.isdir(data_dir):
+    if not isdir(data_dir):
         return found
     root = data_dir.rstrip("/")
-    for folder, _, files in tf.io.gfile.walk(root):
+    for folder, _, files in walk(root):
         rel = os.path.relpath(folder, root)
         if rel.count(os.sep) >= depth:
             continue

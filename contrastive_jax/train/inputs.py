@@ -3,8 +3,9 @@
 :func:`load_input` reads ``config.data``. ``config.dataset = "synthetic"`` gives
 :class:`SyntheticInput`, random images that need neither TensorFlow nor a dataset on disk
 (smoke tests, benchmarks, an accelerator image without TensorFlow); every other dataset
-goes through the TensorFlow input pipeline (:func:`contrastive_jax.data.load_source` and
-:func:`contrastive_jax.data.make_pretrain_iterator`). Either way the batches of a step are
+goes through :func:`contrastive_jax.data.pretrain_batches` (``config.data.loader``: the
+default grain path without TensorFlow, whose batches are finished on the devices, or the
+tf.data path). Either way the batches of a step are
 a pure function of (seed, step), so a resumed run sees the batches it would have seen.
 
 :class:`DevicePrefetch` puts the next global batches on the devices while a step runs.
@@ -47,7 +48,9 @@ class Input(NamedTuple):
       num_classes: classes of the labels (the online probe's outputs).
       batches: ``batches(start_step)`` yields this process's rows of every global batch
         from ``start_step`` on: ``views`` float [b, V, H, W, C], ``label`` int [b],
-        ``index`` int [b] and optionally ``metadata`` float [b, p].
+        ``index`` int [b] and optionally ``metadata`` float [b, p]; or, from an iterator
+        with an ``on_device(arrays) -> arrays`` method, whatever that method turns into
+        those fields on the devices (:class:`DevicePrefetch` calls it).
       source: the dataset's :class:`contrastive_jax.data.Source` (its splits, for the
         online kNN monitor); None for synthetic data.
     """
@@ -66,7 +69,7 @@ def load_input(config: Any) -> Input:
     source = data_lib.load_source(config.data)
 
     def batches(start_step: int) -> Iterator[dict[str, np.ndarray]]:
-        return data_lib.make_pretrain_iterator(
+        return data_lib.pretrain_batches(
             config.data, seed=config.seed, start_step=start_step, source=source
         )
 
@@ -132,11 +135,15 @@ class DevicePrefetch:
     transfers overlap the running step. Drawing happens on the calling (main)
     thread: each batch carries ``stop_flag()`` (the SIGTERM flag) as it was when it was
     drawn, as its ``stop`` field too. ``depth`` 0 transfers each batch when it is taken.
+    An iterator with an ``on_device`` method (the default input path) has it applied to
+    each global batch after the transfer (dispatched, not waited for).
     """
 
     def __init__(self, local_batches: Iterator[dict], mesh, stop_flag: Callable[[], bool], *,
                  depth: int, remaining: int) -> None:
         self._local = local_batches
+        self._on_device = getattr(local_batches, "on_device", None)
+        self._fields = BATCH_FIELDS + (("step",) if self._on_device else ())
         self._sharding = batch_sharding(mesh)
         self._stop_flag = stop_flag
         self.depth = depth
@@ -146,11 +153,13 @@ class DevicePrefetch:
 
     def _draw(self) -> None:
         started = time.perf_counter()
-        local = {k: v for k, v in next(self._local).items() if k in BATCH_FIELDS}
+        local = {k: v for k, v in next(self._local).items() if k in self._fields}
         stop = self._stop_flag()
         local["stop"] = np.full(len(local["label"]), stop, np.int32)
         arrays = {k: jax.make_array_from_process_local_data(self._sharding, v)
                   for k, v in local.items()}
+        if self._on_device is not None:
+            arrays = self._on_device(arrays)
         self._queue.append(Batch(arrays, stop))
         self._remaining -= 1
         self.seconds += time.perf_counter() - started

@@ -1,8 +1,28 @@
-"""Input-pipeline throughput: next to the train step, and across storage formats.
+"""Input-pipeline throughput: the two input paths, next to the train step, across formats.
 
+    XLA_FLAGS= python experiments/bench/input_pipeline.py --paths --workdir /tmp/bench_paths
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset folder:../shared/data/cifar10
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset digits --batches 50
     XLA_FLAGS= python experiments/bench/input_pipeline.py --formats --workdir /tmp/bench_input
+
+``--paths`` mode (the host cost of the two input paths, side by side in one run): a folder
+of ``--examples`` synthetic JPEGs with ImageNet's size distribution (sides normal about
+400 x 350 px, textured to about 110 KB at quality 90; the run prints the set's means),
+SimCLR ImageNet augmentation, two 224 x 224 views, batches of ``--batch``, ``--batches``
+batches timed after a warm-up one:
+
+* ``tf.data`` (``config.data.loader = "tf"``): every stage on the host (crop decoded from
+  the JPEG's window, flip, colour jitter, grayscale, blur, normalisation);
+* ``grain`` (the default): the host decodes each JPEG once and crops, resizes and flips
+  both views (uint8); the appearance stages are the accelerator's and are not run here.
+
+Each path's rate is two-view images per CPU-second of this process (user + system time
+of all its threads): the rate one host core sustains, comparable on a busy machine only
+roughly (shared caches, frequency), so quote figures from quiet cores. Then a per-stage
+profile (one thread, CPU time per image: read, decode, the two crops with their resize
+and flip; the tf.data path's whole view and its crop-window decode + resize + flip
+alone), and the device-side cost of the moved stages as a fraction of the ResNet-50
+training step's FLOPs (XLA's cost analysis of both, per two-view example).
 
 Default mode (pipeline against train step):
 
@@ -175,6 +195,7 @@ def cpu_seconds() -> float:
 
 def format_rate(config, batches: int) -> tuple[float, float]:
     """(two-view images per wall second, per CPU-second) after a warm-up batch."""
+    config.loader = "tf"
     iterator = data.make_pretrain_iterator(config, seed=0, start_step=0)
     next(iterator)
     wall, cpu = time.perf_counter(), cpu_seconds()
@@ -232,8 +253,170 @@ def compare_formats(args) -> None:
             print(f"| {fmt} | {count} | {rss:.0f} |", flush=True)
 
 
+# --------------------------------------------------------------------------- paths mode
+
+#: ImageNet-like JPEGs: side means and spreads (px), JPEG quality.
+IMAGENET_SIDES = ((350, 60), (400, 70))
+JPEG_QUALITY = 90
+
+
+def write_imagenet_like(root: str, count: int, seed: int = 0) -> str:
+    """``count`` JPEGs in ``root/train/c{0..9}/`` of ImageNet's size distribution:
+    sides ``N(350, 60) x N(400, 70)`` px clipped to [120, 800], smooth colour fields
+    plus luminance grain (about 110 KB at quality 90, as ImageNet's mean)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        folder = os.path.join(root, "train", f"c{i % 10}")
+        os.makedirs(folder, exist_ok=True)
+        h, w = (int(np.clip(rng.normal(m, sd), 120, 800)) for m, sd in IMAGENET_SIDES)
+        coarse = Image.fromarray(rng.integers(0, 256, (max(2, h // 16), max(2, w // 16), 3),
+                                              dtype=np.uint8)).resize((w, h), Image.BICUBIC)
+        texture = rng.normal(0, 48, (h, w, 1))  # luminance grain: ~110 KB on average
+        image = np.clip(np.asarray(coarse, np.float32) + texture, 0, 255).astype(np.uint8)
+        Image.fromarray(image).save(os.path.join(folder, f"{i:06d}.jpg"), quality=JPEG_QUALITY)
+    return root
+
+
+def imagenet_like_folder(workdir: str, count: int) -> str:
+    folder = os.path.join(workdir, f"imagenet_like_n{count}")
+    if not os.path.isdir(os.path.join(folder, "train")):
+        shutil.rmtree(folder, ignore_errors=True)
+        write_imagenet_like(folder, count)
+    return folder
+
+
+def folder_summary(folder: str) -> tuple[float, float, float]:
+    """(mean height, mean width, mean KB) of the folder's JPEGs."""
+    from PIL import Image
+
+    paths = [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files]
+    sizes = [Image.open(p).size for p in paths]
+    return (float(np.mean([s[1] for s in sizes])), float(np.mean([s[0] for s in sizes])),
+            float(np.mean([os.path.getsize(p) for p in paths])) / 1000)
+
+
+def path_rate(config, batches: int) -> float:
+    """Two-view images per CPU-second of the configured path, after a warm-up batch."""
+    source = data.load_source(config)
+    iterator = data.pretrain_batches(config, seed=0, source=source)
+    next(iterator)
+    cpu = cpu_seconds()
+    for _ in range(batches):
+        next(iterator)
+    return batches * config.global_batch_size / (cpu_seconds() - cpu)
+
+
+def _cpu_ms(fn, items) -> float:
+    """CPU milliseconds per item of ``fn`` over ``items`` (one thread)."""
+    start = time.process_time()
+    for item in items:
+        fn(item)
+    return 1000 * (time.process_time() - start) / len(items)
+
+
+def host_profile(folder: str, count: int) -> list[tuple[str, float]]:
+    """(stage, CPU ms per image) of both paths on ``count`` of the folder's JPEGs."""
+    from PIL import Image
+
+    from contrastive_jax.data import augment
+    from contrastive_jax.data._tf import tf
+    from contrastive_jax.data.augment_config import augmentation_preset
+    from contrastive_jax.data.host_views import decode, view_rngs, views_of
+
+    paths = sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files)[:count]
+    cfg = augmentation_preset("simclr_imagenet", 224)
+    encoded = [open(p, "rb").read() for p in paths]  # noqa: SIM115 - read once, closed by gc
+    decoded = [decode(e, "bench") for e in encoded]
+    rngs = [view_rngs(0, 0, i, 2) for i in range(count)]
+    rows = [
+        ("read file", _cpu_ms(lambda p: open(p, "rb").read(), paths)),  # noqa: SIM115
+        ("decode (Pillow)", _cpu_ms(lambda e: decode(e, "bench"), encoded)),
+        ("2 x crop + resize + flip", _cpu_ms(lambda i: views_of(decoded[i], rngs[i], cfg, 224),
+                                             range(count))),
+        ("grain host: decode + 2 views", _cpu_ms(
+            lambda i: views_of(decode(encoded[i], "bench"), rngs[i], cfg, 224), range(count))),
+    ]
+    whole = tf.function(lambda d, s: augment.augment_encoded_view(d, s, cfg, view=0, size=224))
+    crop = tf.function(lambda d, s: augment.jpeg_resized_crop(
+        d, s, size=224, scale=cfg.crop_scale, ratio=cfg.crop_ratio, flip_prob=0.5))
+    seed = tf.constant([0, 1], tf.int64)
+    tensors = [tf.constant(e) for e in encoded]
+    for fn in (whole, crop):
+        fn(tensors[0], seed)  # trace
+    Image.init()
+    rows += [
+        ("tf.data: 2 x whole view", 2 * _cpu_ms(lambda t: whole(t, seed), tensors)),
+        ("tf.data: 2 x window decode + resize + flip", 2 * _cpu_ms(lambda t: crop(t, seed),
+                                                                 tensors)),
+    ]
+    return rows
+
+
+def device_fraction(batch: int = 8) -> tuple[float, float]:
+    """(FLOPs of the moved stages, of a ResNet-50 training step) per two-view example.
+
+    The appearance stages of ``simclr_imagenet`` at 224 px (every stage traced, as a
+    vmapped ``where`` computes both branches) and the ResNet-50 (ImageNet stem) forward
+    pass from XLA's cost analysis of the lowered programs; the training step counted
+    as 3 forward passes (forward + backward), two views per example.
+    """
+    from flax import nnx
+
+    from contrastive_jax import models
+    from contrastive_jax.data.augment_config import augmentation_preset
+    from contrastive_jax.data.device_augment import make_device_augment
+
+    augment = make_device_augment(augmentation_preset("simclr_imagenet", 224), seed=0,
+                                  mean=(0.5,) * 3, std=(0.25,) * 3)
+    views = jax.ShapeDtypeStruct((batch, 2, 224, 224, 3), np.uint8)
+    ids = jax.ShapeDtypeStruct((batch,), np.int32)
+    moved = augment.lower(views, ids, ids).cost_analysis()["flops"] / batch
+    encoder = models.create_encoder({"name": "resnet50", "stem": "imagenet"}, rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(encoder)
+
+    def forward(state, x):
+        return nnx.merge(graphdef, state)(x)
+
+    images = jax.ShapeDtypeStruct((1, 224, 224, 3), np.float32)
+    step = 3 * 2 * jax.jit(forward).lower(state, images).cost_analysis()["flops"]
+    return moved, step
+
+
+def compare_paths(args) -> None:
+    cores = len(os.sched_getaffinity(0))
+    print(f"{cores} host cores, load average {os.getloadavg()[0]:.1f} at start "
+          "(quote only figures from quiet cores)")
+    folder = imagenet_like_folder(args.workdir, args.examples)
+    h, w, kb = folder_summary(folder)
+    print(f"{args.examples} JPEGs, mean {h:.0f} x {w:.0f} px, {kb:.0f} KB")
+    rates = {}
+    for loader in ("tf", "grain"):
+        config = format_config(f"folder:{folder}", None, 224, args.batch)
+        config.augmentation = "simclr_imagenet"
+        config.loader = loader
+        rates[loader] = path_rate(config, args.batches)
+    print("\n| path | two-view 224 px images per host CPU-second |\n|---|---|")
+    print(f"| tf.data (every stage on the host) | {rates['tf']:.1f} |")
+    print(f"| grain (host: decode, crop, resize, flip) | {rates['grain']:.1f} |")
+    print(f"\nratio grain / tf.data: {rates['grain'] / rates['tf']:.2f}", flush=True)
+    print(f"\nper-stage profile, one thread, {args.profile_images} images:")
+    print("| stage | CPU ms per image |\n|---|---|")
+    for stage, ms in host_profile(folder, args.profile_images):
+        print(f"| {stage} | {ms:.2f} |")
+    moved, step = device_fraction()
+    print(f"\ndevice: the moved stages {moved / 1e9:.3f} GFLOP per two-view example, "
+          f"the ResNet-50 step {step / 1e9:.1f} GFLOP: {100 * moved / step:.2f} % of the step")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--paths", action="store_true",
+                        help="the tf.data and grain paths side by side (see the docstring)")
+    parser.add_argument("--examples", type=int, default=256, help="--paths: JPEGs written")
+    parser.add_argument("--profile_images", type=int, default=48,
+                        help="--paths: images of the per-stage profile")
     parser.add_argument("--formats", action="store_true",
                         help="compare TFRecord, ArrayRecord and image folder (see the docstring)")
     parser.add_argument("--workdir", default="/tmp/contrastive_jax_bench_input",
@@ -255,6 +438,9 @@ def main() -> None:
         return
     if args.formats:
         compare_formats(args)
+        return
+    if args.paths:
+        compare_paths(args)
         return
 
     config = default_config()

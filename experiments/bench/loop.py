@@ -90,6 +90,8 @@ def load_config(path: str, steps: int, width: float | None, batch: int | None,
     if batch is not None:
         config.data.global_batch_size = batch
     config.train.compilation_cache_dir = cache_dir
+    # The tf.data path, whose iterator cached_input_loop replaces (the figures were taken on it).
+    config.data.loader = "tf"
     return config
 
 
