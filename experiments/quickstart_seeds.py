@@ -15,6 +15,15 @@ seed's uniformity over the first ``--plot_steps`` steps, one panel per work dire
         --no_run --compare "no warm-up=runs/qs_nowarmup" --plot docs/img/uniformity.png
 
 Arguments after ``--`` are passed to every quickstart run (config overrides).
+
+``--records DIR`` also writes each seed's numbers as a small JSON record (``DIR/seed<S>.json``:
+the accuracies with their intervals, the raw-pixel baselines, the uniformity marks and the
+overrides); ``--from_records DIR`` prints the tables from such records instead of work
+directories, and ``--readme`` prints the one-row summary table of README.md. The README's
+ten-seed table is::
+
+    python -m experiments.quickstart_seeds --seeds 30-39 \\
+        --from_records experiments/records/quickstart_seeds --readme
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from pathlib import Path
 
 RESULTS_FILE = "eval.json"
 METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.json"
 MARKED_STEPS = (50, 100, 200)
 
 
@@ -64,18 +74,64 @@ def uniformity_curve(run_dir: Path) -> list[tuple[int, float]]:
     return curve
 
 
+def _interval(acc: dict) -> dict:
+    return {k: acc[k] for k in ("accuracy", "low", "high")}
+
+
 def seed_row(run_dir: Path) -> dict:
-    """One seed's accuracies (linear, kNN) and uniformity marks, read from its work directory."""
+    """One seed's accuracies (linear, kNN: accuracy, low, high), raw-pixel baselines and
+    uniformity marks, read from its work directory."""
     results = json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8"))
     curve = dict(uniformity_curve(run_dir))
     return {
-        "linear": results["linear"]["top1"],
-        "knn": results["knn"]["top1"],
-        "pixels": results["pixels"],
+        "linear": _interval(results["linear"]["top1"]),
+        "knn": _interval(results["knn"]["top1"]),
+        "pixels": {p: {"top1": _interval(results["pixels"][p]["top1"])} for p in ("linear", "knn")},
         "uniformity": {s: curve.get(s) for s in MARKED_STEPS},
         "final_uniformity": curve[max(curve)] if curve else None,
         "final_step": results["step"],
     }
+
+
+def recipe(run_dir: Path) -> dict:
+    """The fields that make a quickstart recipe, read from the run's saved config."""
+    config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    loss, encoder = config["loss"], config["model"]["encoder"]
+    return {
+        "seed": config["seed"],
+        "dataset": config["data"]["dataset"],
+        "batch_size": config["data"]["global_batch_size"],
+        "encoder": encoder["name"], "width": encoder["width"],
+        "loss": loss["name"], "weights": loss["weights"], "temperature": loss["temperature"],
+        "warmup_temperature": loss["warmup_temperature"],
+        "temperature_warmup_steps": loss["temperature_warmup_steps"],
+        "epochs": config["train"]["epochs"],
+    }
+
+
+def write_record(directory: Path, seed: int, row: dict, run_recipe: dict) -> Path:
+    """``directory/seed<seed>.json``: :func:`seed_row`'s numbers and the run's recipe."""
+    if run_recipe["seed"] != seed:
+        raise ValueError(f"the run of seed {seed} was trained with seed {run_recipe['seed']}")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"seed{seed}.json"
+    record = {"seed": seed, "recipe": run_recipe, **row,
+              "uniformity": {str(s): u for s, u in row["uniformity"].items()}}
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def read_record(directory: Path, seed: int) -> dict:
+    """The :func:`seed_row` of a record written by :func:`write_record`."""
+    path = directory / f"seed{seed}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"--from_records: no record {path}")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if record["seed"] != seed:
+        raise ValueError(f"{path} holds seed {record['seed']}, not {seed}")
+    row = {k: v for k, v in record.items() if k not in ("seed", "recipe")}
+    row["uniformity"] = {int(s): u for s, u in row["uniformity"].items()}
+    return row
 
 
 def _pct(acc: dict) -> str:
@@ -110,6 +166,27 @@ def table(rows: dict[int, dict]) -> str:
     lines.append(f"Raw pixels (same probes): linear {100 * pixels['linear']['top1']['accuracy']:.1f} %, "
                  f"kNN {100 * pixels['knn']['top1']['accuracy']:.1f} %.")
     return "\n".join(lines)
+
+
+def _seed_label(seeds: list[int]) -> str:
+    """``30–39`` for a run of consecutive seeds, else ``0, 3, 5``."""
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def readme_table(rows: dict[int, dict]) -> str:
+    """README.md's summary of a sweep: every seed's linear top-1, mean ± std, the lowest and
+    the raw pixels' linear top-1."""
+    values = [100 * row["linear"]["accuracy"] for row in rows.values()]
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    pixels = 100 * next(iter(rows.values()))["pixels"]["linear"]["top1"]["accuracy"]
+    return "\n".join([
+        f"| linear top-1, seeds {_seed_label(list(rows))} | mean ± std | lowest | raw pixels |",
+        "|---|---|---|---|",
+        f"| {' / '.join(f'{v:.1f}' for v in values)} % | {statistics.mean(values):.1f} ± "
+        f"{spread:.1f} % | {min(values):.1f} % | {pixels:.1f} % |",
+    ])
 
 
 def plot(panels: list[tuple[str, Path]], steps: int, path: Path) -> None:
@@ -154,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         argv, overrides = argv[:cut], argv[cut + 1:]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="0-9", help="e.g. 3-12 or 0,1,5")
-    parser.add_argument("--workdir", type=Path, required=True, help="one sub-directory per seed")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="one sub-directory per seed (required unless --from_records)")
     parser.add_argument("--label", default=None, help="this run's panel title in --plot")
     parser.add_argument("--no_run", action="store_true", help="only read finished runs")
     parser.add_argument("--compare", action="append", default=[],
@@ -162,11 +240,29 @@ def main(argv: list[str] | None = None) -> int:
                              "(repeatable)")
     parser.add_argument("--plot", type=Path, default=None, help="PNG of the uniformity curves")
     parser.add_argument("--plot_steps", type=int, default=200)
+    parser.add_argument("--records", type=Path, default=None,
+                        help="also write each seed's numbers to RECORDS/seed<S>.json")
+    parser.add_argument("--from_records", type=Path, default=None,
+                        help="read the seeds' numbers from records written by --records")
+    parser.add_argument("--readme", action="store_true",
+                        help="print README.md's one-row summary instead of the per-seed table")
     args = parser.parse_args(argv)
     try:
         seeds = parse_seeds(args.seeds)
     except ValueError as err:
         parser.error(str(err))
+    if args.from_records is not None:
+        if args.workdir is not None or args.records is not None or args.plot is not None:
+            parser.error("--from_records reads records only: no --workdir, --records or --plot")
+        try:
+            rows = {s: read_record(args.from_records, s) for s in seeds}
+        except (FileNotFoundError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(readme_table(rows) if args.readme else table(rows))
+        return 0
+    if args.workdir is None:
+        parser.error("--workdir is required unless --from_records is given")
     if not args.no_run:
         for seed in seeds:
             run_seed(args.workdir, seed, overrides)
@@ -174,7 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: no {RESULTS_FILE} for seeds {missing} under {args.workdir}", file=sys.stderr)
         return 2
-    print(table({s: seed_row(args.workdir / f"s{s}") for s in seeds}))
+    rows = {s: seed_row(args.workdir / f"s{s}") for s in seeds}
+    print(readme_table(rows) if args.readme else table(rows))
+    if args.records is not None:
+        for seed, row in rows.items():
+            run_recipe = recipe(args.workdir / f"s{seed}")
+            print(f"wrote {write_record(args.records, seed, row, run_recipe)}")
     if args.plot is not None:
         panels = [_panel(text) for text in args.compare]
         panels.append((args.label or args.workdir.name, args.workdir))

@@ -1,8 +1,10 @@
-"""What README.md and the pages of docs/ tell a reader to type exists in the code.
+"""What README.md, the pages of docs/, the benchmark README and the reproductions page tell a
+reader to type exists in the code.
 
 Checked against the sources and the default config, without running the tools:
 
-* every ``python -m MODULE`` names a module of this checkout, every ``make TARGET`` a target
+* every ``python -m MODULE`` (or ``python experiments/.../SCRIPT.py``) names a module of this
+  checkout, every ``make TARGET`` a target
   of the Makefile and every ``contrastive-jax-*`` command a console script of pyproject.toml;
 * every ``--flag`` given to one of those commands is defined by it (absl ``DEFINE_*`` in the
   module's source, or ``add_argument`` in an ``experiments`` script and the helper it uses);
@@ -20,7 +22,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "experiments" / "bench" / "README.md",
+    ROOT / "experiments" / "RESULTS.md",
+]
 #: Pages that other branches add; links to them may not resolve until those are merged.
 PENDING_PAGES = {"docs/training.md", "docs/using-losses.md"}
 #: Flags every absl/argparse tool accepts.
@@ -92,6 +99,10 @@ def _invocations(path: Path) -> list[tuple[str, str, list[str]]]:
     for line in _commands(_code(_text(path))):
         for module, rest in re.findall(r"python3? -m ([\w.]+)([^;&|)]*)", line):
             found.append(("module", module, re.findall(r"--([\w-]+)", _own_arguments(rest))))
+        for script, rest in re.findall(r"python3? ((?:experiments|contrastive_jax)/[\w/]+)\.py"
+                                       r"([^;&|)]*)", line):
+            found.append(("module", script.replace("/", "."),
+                          re.findall(r"--([\w-]+)", _own_arguments(rest))))
         for target in re.findall(r"(?:^|[;&|]\s*|\s)make ([a-z][\w-]*)", line):
             found.append(("make", target, []))
         for script, rest in re.findall(r"(contrastive-jax-[a-z-]+)([^;&|)]*)", line):
@@ -103,7 +114,7 @@ def _makefile_targets() -> set[str]:
     return set(re.findall(r"(?m)^([a-z][\w-]*):", _text(ROOT / "Makefile")))
 
 
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_commands_and_their_flags_exist(path):
     targets = _makefile_targets()
     problems = []
@@ -152,7 +163,7 @@ def _has_field(config, dotted: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_config_fields_exist(path):
     config_module = pytest.importorskip("contrastive_jax.train.config")
     config = config_module.default_config()
@@ -160,7 +171,7 @@ def test_config_fields_exist(path):
     assert missing == [], f"{path.name} names config fields that do not exist: {missing}"
 
 
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_relative_links_resolve(path):
     broken = []
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _text(path)):
@@ -191,6 +202,12 @@ def test_the_checker_finds_what_is_wrong(tmp_path):
         "`make no-such-target`, with `--config.train.no_such_field=1`; see [x](missing.md).\n",
         encoding="utf-8",
     )
+    script = tmp_path / "bench.md"
+    script.write_text("    XLA_FLAGS= python experiments/bench/loop.py --devices 1 --no_such_flag\n",
+                      encoding="utf-8")
+    (_, name, flags), = _invocations(script)
+    assert name == "experiments.bench.loop" and flags == ["devices", "no_such_flag"]
+    assert "devices" in _defined_flags(name) and "no_such_flag" not in _defined_flags(name)
     kinds = {(kind, name) for kind, name, _ in _invocations(page)}
     assert ("module", "contrastive_jax.pretrain") in kinds and ("make", "no-such-target") in kinds
     (_, _, flags), = [i for i in _invocations(page) if i[0] == "module"]

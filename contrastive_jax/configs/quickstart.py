@@ -8,7 +8,7 @@ The objective is SINCERE plus half a global-uniformity term (``sincere+global_un
 weights 1 and 0.5), at temperature 0.2 reached from 1.0 over the first 100 steps, on a
 quarter-width encoder (16-channel stem). With SINCERE alone, an eighth of the width and a
 constant 0.2, how early a run left the collapsed start of training decided its result: seeds
-0-4 and 11-19 gave 66.9 to 92.5 % linear top-1 (docs/collapse.md in the source repository).
+0-4, 11-14 and 16-19 gave 66.9 to 92.5 % linear top-1 (docs/collapse.md in the source repository).
 Plain digits would not do: a linear classifier on their raw pixels is already nearly perfect,
 so the quickstart prints the raw-pixel probe beside the learned one.
 

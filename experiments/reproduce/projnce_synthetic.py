@@ -2,6 +2,7 @@
 
     python -m experiments.reproduce.projnce_synthetic            # full: 2 settings x 7 methods x 3 seeds
     python -m experiments.reproduce.projnce_synthetic --quick --out /tmp/projnce   # tiny version
+    python -m experiments.reproduce.projnce_synthetic --aggregate_only   # tables from the records
 
 Two settings, as in App. D.1: ``binary`` (C ~ Ber(1/2), X | C ~ N(+-1, I_5), MLP 5 -> 16 ->
 16 -> 2, batch 256; true I(X; C) = 0.6587 nats) and ``gmm`` (32-class Gaussian mixture in R^4
@@ -32,7 +33,9 @@ of 12,800 fresh samples, from the frozen encoder's features (the MLP output):
 Resumable: each (setting, method, seed) run writes ``<out>/runs/<setting>/<method>/seed<k>.json``
 when done and is then skipped; an unfinished run resumes from the newest Orbax checkpoint of its
 work directory ``<out>/work/<setting>/<method>/seed<k>``. Summary table (``table.md``),
-``summary.json`` and the plots ``mi_<setting>.png`` are written into ``<out>``.
+``summary.json`` and the plots ``mi_<setting>.png`` are written into ``<out>``;
+``--aggregate_only`` writes them from the finished runs' records without training (a run
+whose record is missing is left out; a record of another budget is refused).
 """
 
 from __future__ import annotations
@@ -263,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settings", nargs="+", default=list(configs.SETTINGS),
                         choices=list(configs.SETTINGS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--aggregate_only", action="store_true",
+                        help="train nothing; summarise the finished runs' records")
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         parser.error("--quick needs --out (keep tiny runs out of the results directory)")
@@ -271,16 +276,32 @@ def main(argv: list[str] | None = None) -> None:
     epochs, samples = ((QUICK_EPOCHS, QUICK_SAMPLES) if args.quick
                        else (configs.EPOCHS, configs.NUM_SAMPLES))
     eval_every = epochs if args.quick else EVAL_EVERY
-    truth = {"binary": true_mi_binary(), "gmm": true_mi_gmm(configs.make_gmm())[0]}
-    print(f"true MI: binary {truth['binary']:.4f} nats, gmm {truth['gmm']:.4f} nats", flush=True)
+
+    def true_mi() -> dict[str, float]:
+        truth = {"binary": true_mi_binary(), "gmm": true_mi_gmm(configs.make_gmm())[0]}
+        print(f"true MI: binary {truth['binary']:.4f} nats, gmm {truth['gmm']:.4f} nats",
+              flush=True)
+        return truth
+
+    truth = None if args.aggregate_only else true_mi()  # before a long training, at once
     todo = [(s, m, k) for s in args.settings for k in seeds for m in args.methods]
     progress = common.Progress(len(todo), "projnce")
     results: dict[str, dict[str, list[dict]]] = {s: {} for s in args.settings}
+    budget = {"epochs": epochs, "samples": samples, "trainer": common.TRAINER}
     for setting, method, seed in todo:
-        result = run_one(setting, method, seed, epochs, eval_every, samples, out, progress)
+        if args.aggregate_only:
+            result = common.load_finished(common.run_path(out, setting, method, seed), budget,
+                                          progress, f"{setting}/{method}/seed{seed}")
+            if result is None:
+                continue
+        else:
+            result = run_one(setting, method, seed, epochs, eval_every, samples, out, progress)
         results[setting].setdefault(method, []).append(result)
+    results = {setting: runs for setting, runs in results.items() if runs}
+    if not results:
+        parser.error(f"--aggregate_only: no finished run under {out / 'runs'}")
     out.mkdir(parents=True, exist_ok=True)
-    print(summarise(out, results, truth), flush=True)
+    print(summarise(out, results, truth or true_mi()), flush=True)
 
 
 if __name__ == "__main__":
