@@ -288,7 +288,7 @@ def test_bad_profile_steps_and_prefetch_are_named(tmp_path):
     for field, value, match in [
         ("profile_steps", (3, 2), r"profile_steps=\(3, 2\) must be two steps"),
         ("profile_steps", (1, 99), r"last <= 8"),
-        ("prefetch", -1, "prefetch must be >= 0"),
+        ("device_prefetch", -1, "device_prefetch must be an int >= 0"),
     ]:
         config = _config(TOTAL)
         config.train[field] = value
