@@ -28,8 +28,8 @@ from tests.train.cli_config import tiny_config
 
 #: (overrides of the tiny config, the field the message must name).
 LATE_CAUGHT = [
-    # A y-Aware loss on digits, which have no metadata (objective.evaluate at step 0).
-    ({"loss.name": "y_aware_infonce"}, "config.data.dataset"),
+    # A y-Aware loss on data without metadata (objective.evaluate at step 0).
+    ({"loss.name": "y_aware_infonce", "data.dataset": "synthetic"}, "config.data.dataset"),
     # A two-tower loss on three views per example: an odd row count (objective._paired).
     ({"loss.name": "clip", "data.num_views": 3}, "config.data.num_views"),
     # A mixing width that is not the head's (step.py at step 0).
@@ -53,7 +53,7 @@ OTHERS = [
     ({"loss.name": "sincer"}, "config.loss.name"),
     ({"loss.weights": (1.0, 2.0)}, "config.loss.weights"),
     ({"loss.temperature_warmup_steps": 5}, "config.loss.temperature_warmup_steps"),
-    ({"loss.mixing.mixup_prob": 2.0}, "config.loss.mixing.mixup_prob"),
+    ({"loss.mixing.num_classes": 1}, "config.loss.mixing.num_classes"),
     ({"data.global_batch_size": 36}, "config.data.global_batch_size"),
     ({"data.global_batch_size": 4096}, "config.data.global_batch_size"),
     ({"data.num_views": 0}, "config.data.num_views"),
