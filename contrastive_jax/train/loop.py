@@ -134,7 +134,7 @@ class _Session:
                      "state_signature": structure_signature(state)}
         self.last: dict[str, float] = {}  # the metrics of the last log step
         self.unlogged: dict[str, float] = {}  # the first step's timing, until logged
-        self.pending_stop = None  # several processes: the previous step's stop flag
+        self.pending_stop: jax.Array | None = None  # several processes: the last step's stop
 
     @classmethod
     def open(cls, run: Run, directory: epath.Path, train_input: inputs.Input,

@@ -67,7 +67,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -115,10 +115,7 @@ class LossSpec:
 
 
 #: Every field of ``config.loss`` and its default (those of :class:`LossSpec`, as a dict).
-LOSS_DEFAULTS: dict[str, Any] = {
-    f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
-    for f in dataclasses.fields(LossSpec)
-}
+LOSS_DEFAULTS: dict[str, Any] = dataclasses.asdict(LossSpec())
 
 
 def resolve_loss_config(loss_config) -> dict:
@@ -338,7 +335,7 @@ def parse_terms(loss_config) -> list[Term]:
 
 
 def evaluate(
-    terms: list[Term],
+    terms: Sequence[Term],
     projections: Array,
     targets: Targets,
     *,

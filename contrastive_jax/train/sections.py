@@ -24,12 +24,10 @@ def section_fields(spec_class: type) -> dict[str, Any]:
     from ml_collections import config_dict
 
     hints = typing.get_type_hints(spec_class)
+    defaults = spec_class()  # every field of a section has a default
     fields = {}
     for field in dataclasses.fields(spec_class):
-        if field.default is not dataclasses.MISSING:
-            value = field.default
-        else:
-            value = field.default_factory()  # type: ignore[misc]
+        value = getattr(defaults, field.name)
         if value is None:
             kinds = [t for t in typing.get_args(hints[field.name]) if t is not type(None)]
             value = config_dict.placeholder(typing.get_origin(kinds[0]) or kinds[0])

@@ -5,17 +5,15 @@ config file) into a frozen :class:`RunSpec` of typed sections, before anything i
 written; :func:`contrastive_jax.train.build.build` makes a run of it, and each module
 receives its own section:
 
-==================  ==============================================  ==========================
-section             its dataclass (defaults and value checks)       read by
-==================  ==============================================  ==========================
-``spec.train``      :class:`~contrastive_jax.train.config.TrainSpec`  the loop, the step's
-                                                                    options, the kNN monitor
-``spec.loss``       :class:`~contrastive_jax.train.objective.LossSpec`  :func:`objective.parse_terms`
-``spec.terms``      the weighted loss terms parsed from ``spec.loss``  the step
-``spec.optimizer``  :class:`~contrastive_jax.train.optim.OptimizerSpec`  :func:`optim.make_optimizer`
-``spec.model``      :class:`ModelSpec` (fields: :mod:`contrastive_jax.models.factory`)  the model
-``spec.data``       :class:`DataSpec` (fields: :func:`contrastive_jax.data.default_data_config`)  the input
-==================  ==============================================  ==========================
+* ``spec.train``: :class:`~contrastive_jax.train.config.TrainSpec`; the loop, the step's
+  options, the kNN monitor;
+* ``spec.loss``: :class:`~contrastive_jax.train.objective.LossSpec`, parsed into
+  ``spec.terms``, the weighted loss terms the step evaluates;
+* ``spec.optimizer``: :class:`~contrastive_jax.train.optim.OptimizerSpec`; the optimiser;
+* ``spec.model``: :class:`ModelSpec` (its fields: :mod:`contrastive_jax.models.factory`); the
+  model;
+* ``spec.data``: :class:`DataSpec` (its fields: :func:`contrastive_jax.data.default_data_config`);
+  the run's sizes and the input.
 
 What :func:`parse` checks: every field is declared (a misspelt one names the nearest, a
 renamed one its new name: :func:`contrastive_jax.train.config.check_config`), every value

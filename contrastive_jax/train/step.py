@@ -288,10 +288,11 @@ def _per_device(graphdef, rest, terms: tuple[objective.Term, ...],
             f"{projections.shape[-1]} class scores per example (config.model.head)"
         )
     v = local["views"].shape[1]
+    metadata = local.get("metadata")
     targets = objective.Targets(
         instance=_per_row(local["index"], v).astype(jnp.int32),
         label=label,
-        metadata=_per_row(local.get("metadata"), v),
+        metadata=None if metadata is None else _per_row(metadata, v),
         soft_label=soft_label,
     )
     total, logged = _objective(terms, projections, targets, step)
@@ -305,9 +306,9 @@ def _per_device(graphdef, rest, terms: tuple[objective.Term, ...],
     return total, (logged, new_stats)
 
 
-def _per_row(a: Array | None, v: int) -> Array | None:
+def _per_row(a: Array, v: int) -> Array:
     """A per-example array [b, ...] repeated for each of the V views of an example [b V, ...]."""
-    return None if a is None else jnp.repeat(a, v, axis=0)
+    return jnp.repeat(a, v, axis=0)
 
 
 def _rows(local: dict[str, Array], key_data: Array, mix: objective.Mixing | None):
@@ -334,7 +335,7 @@ def _objective(terms: tuple[objective.Term, ...], projections: Array,
                targets: objective.Targets, step: Array) -> tuple[Array, dict[str, Array]]:
     """The weighted loss terms on the projections [n, d], and what is logged of them: each
     term, each warm-up's temperature, the alignment and uniformity of the projections."""
-    total, values = objective.evaluate(list(terms), projections, targets, axis_name=DATA_AXIS,
+    total, values = objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS,
                                        step=step)
     logged = {f"loss/{k}": val for k, val in values.items()}
     for term in terms:
