@@ -23,8 +23,10 @@ executable instead of compiling it. ``config.train.profile_steps`` writes a
 ``jax.profiler`` trace of a range of steps next to the TensorBoard events. The input
 (:mod:`.inputs`), the host-side machinery (SIGTERM flag, compilation cache, timers,
 profiler: :mod:`.runtime`) and the checkpoints (:mod:`.checkpoint`, verified by
-:mod:`.verify`) live in their own modules; :func:`train` reads top to bottom: set up,
-restore, loop, save, summarise. The work directory may be local or ``gs://``
+:mod:`.verify`) live in their own modules. :func:`train` reads top to bottom: parse the
+config (:func:`.spec.parse`), load the input, build the run (:func:`.build.build`) and trace
+its step (:func:`.build.check_step`), all before the work directory exists; then a session
+restores, loops, saves and summarises. The work directory may be local or ``gs://``
 (:mod:`.paths`).
 
 A resumed run is the run it would have been: the input pipeline yields the
