@@ -201,7 +201,7 @@ class _Session:
     def _preempted(self, batch: inputs.Batch, logged: dict) -> bool:
         """Whether to stop after this step. With several processes the stop flag is read
         from the devices one step late, after the next step was dispatched."""
-        if jax.process_count() == 1:
+        if not _several_processes():
             return batch.stop
         preempted = self.pending_stop is not None and bool(self.pending_stop)
         self.pending_stop = logged["stop"]
@@ -397,3 +397,7 @@ def _nonfinite_text(logged: dict[str, float]) -> str:
     return ", ".join(
         f"{k}={v:.6g}" for k, v in logged.items() if k.startswith("loss") or k == "grad_norm"
     )
+
+
+def _several_processes() -> bool:
+    return jax.process_count() > 1
