@@ -1,4 +1,5 @@
-"""Console-script entry points and the quiet start-up the command-line tools share.
+"""Console-script entry points, and what the command-line tools share: the quiet start-up
+and one error policy (:func:`run_tool`, the exit codes of :class:`contrastive_jax.errors.ExitCode`).
 
 ``pip install 'contrastive_jax[train]'`` installs three commands beside ``python -m``:
 
@@ -15,6 +16,9 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Callable
+
+from contrastive_jax.errors import DISK_FULL, ExitCode, Preempted, exit_code
 
 
 def quiet_startup() -> None:
@@ -44,6 +48,32 @@ def report_error(text: str) -> None:
     """
     sys.stderr.write(f"\nerror: {text}\n")
     sys.stderr.flush()
+
+
+def run_tool(body: Callable[[], int], *, workdir: str | None = None) -> int:
+    """Runs a tool's ``body`` under the one error policy of the command-line tools.
+
+    An error of :data:`contrastive_jax.errors.EXIT_CODES` is reported on one line
+    (:func:`report_error`) and its :class:`~contrastive_jax.errors.ExitCode` returned; any
+    other propagates with its traceback (exit code 1: a bug). ``workdir`` is named in the
+    message of a full disk.
+    """
+    try:
+        return body()
+    except Preempted as err:  # not an error: the run saved and asks to be restarted
+        print(str(err), file=sys.stderr)
+        return ExitCode.PREEMPTED
+    except Exception as err:
+        code = exit_code(err)
+        if code is None:
+            raise
+        if isinstance(err, OSError) and err.errno in DISK_FULL:
+            report_error(f"writing to {workdir or 'the work directory'} failed ({err}); is the "
+                         "disk full? Checkpoints already written are kept; free space and run "
+                         "again to resume")
+        else:
+            report_error(str(err))
+        return code
 
 
 def _run(module_name: str) -> None:

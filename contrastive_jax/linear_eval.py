@@ -10,12 +10,14 @@ the given ``--checkpoint`` directory), freezes it and reports linear-probe
 bootstrap intervals; see :mod:`contrastive_jax.evaluate` for the protocol.
 The results are printed and written as JSON to ``<workdir>/eval.json``
 (or ``--output``; either may be a ``gs://`` path), the figures (confusion matrix, class-by-class cosine
-similarity, within/between-class histograms) beside it. Exit code 2 on a missing or unreadable checkpoint.
+similarity, within/between-class histograms) beside it. Exit codes: those of every
+command-line tool (:class:`~contrastive_jax.errors.ExitCode`, docs/cli.md); 2 on a missing
+or unreadable checkpoint or a bad argument.
 """
 
 from __future__ import annotations
 
-from contrastive_jax._cli import quiet_startup
+from contrastive_jax._cli import quiet_startup, run_tool
 
 quiet_startup()  # before TensorFlow and JAX load
 
@@ -24,6 +26,7 @@ import sys
 
 from absl import app, flags, logging
 
+from contrastive_jax.errors import ExitCode
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import paths
 from contrastive_jax.train.pretrained import locate_checkpoint
@@ -53,32 +56,32 @@ def main(argv: list[str]) -> int:
     logging.set_verbosity(logging.WARNING)  # JAX reports absent TPU/GPU backends at INFO
     if (_WORKDIR.value is None) == (_CHECKPOINT.value is None):
         print("error: give exactly one of --workdir and --checkpoint", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
+    return run_tool(_evaluate)
+
+
+def _evaluate() -> int:
     path = _WORKDIR.value or _CHECKPOINT.value
-    try:
-        output = paths.as_path(_OUTPUT.value or locate_checkpoint(path)[0])
-        if not _OUTPUT.value:
-            output = output / RESULTS_FILE
-        results = evaluate_checkpoint(
-            path,
-            epochs=_EPOCHS.value,
-            base_lr=_BASE_LR.value,
-            batch_size=_BATCH_SIZE.value,
-            warmup_epochs=_WARMUP_EPOCHS.value,
-            weight_decay=_WEIGHT_DECAY.value,
-            feature_norm=_FEATURE_NORM.value,
-            resamples=_RESAMPLES.value,
-            seed=_SEED.value,
-            output_dir=str(output.parent),
-            pixel_baseline=_PIXEL_BASELINE.value,
-        )
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    output = paths.as_path(_OUTPUT.value or locate_checkpoint(path)[0])
+    if not _OUTPUT.value:
+        output = output / RESULTS_FILE
+    results = evaluate_checkpoint(
+        path,
+        epochs=_EPOCHS.value,
+        base_lr=_BASE_LR.value,
+        batch_size=_BATCH_SIZE.value,
+        warmup_epochs=_WARMUP_EPOCHS.value,
+        weight_decay=_WEIGHT_DECAY.value,
+        feature_norm=_FEATURE_NORM.value,
+        resamples=_RESAMPLES.value,
+        seed=_SEED.value,
+        output_dir=str(output.parent),
+        pixel_baseline=_PIXEL_BASELINE.value,
+    )
     output.write_text(json.dumps(results, indent=2))
     print(format_results(results))
     print(f"results written to {output}")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -9,12 +9,14 @@ to every process (or launch under SLURM / Open MPI / Cloud TPU, whose environmen
 ``jax.distributed.initialize()`` reads by itself). Re-running the same command in
 the same --workdir resumes from its newest checkpoint.
 
-Exit codes: 0 done; 75 preempted by SIGTERM after saving a checkpoint (restart
+Exit codes (:class:`~contrastive_jax.errors.ExitCode`, the table of every command-line
+tool, docs/cli.md): 0 done; 75 preempted by SIGTERM after saving a checkpoint (restart
 to continue); 65 non-finite loss or gradient; 74 a checkpoint could not be
 written (full disk?) or none could be read; 2 a bad config
-(:class:`~contrastive_jax.errors.ConfigError`), input (e.g. a corrupt image, a
-dataset that is not prepared) or environment (unwritable --workdir, a checkpoint
-of another config); 1 with a traceback for anything else, which is a bug.
+(:class:`~contrastive_jax.errors.ConfigError`, refused before --workdir is created), input
+(e.g. a corrupt image, a dataset that is not prepared) or environment (unwritable
+--workdir, a checkpoint of another config); 1 with a traceback for anything else, which
+is a bug.
 With several processes, when one dies the others abort (SIGABRT) after
 --heartbeat_timeout_seconds.
 
@@ -31,7 +33,7 @@ that ship with the package are listed by ``python -m contrastive_jax.configs``.
 
 from __future__ import annotations
 
-from contrastive_jax._cli import quiet_startup, report_error
+from contrastive_jax._cli import quiet_startup, run_tool
 
 quiet_startup()  # before TensorFlow and JAX load
 
@@ -39,7 +41,6 @@ from contrastive_jax._extras import require
 
 require("contrastive_jax.pretrain", ("ml_collections", "flax", "optax", "tensorflow"))
 
-import errno
 import json
 import logging
 import sys
@@ -47,7 +48,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from contrastive_jax.errors import ConfigError, InputError, check_fields
+from contrastive_jax.errors import ConfigError, ExitCode, check_fields
 from contrastive_jax.parallel import initialize_distributed
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -82,15 +83,14 @@ _PEAK_TFLOPS = flags.DEFINE_float(
 _MFU = flags.DEFINE_float("mfu", 0.4, "--dry_run: assumed model FLOPs utilisation.")
 flags.mark_flags_as_required(["config"])
 
-EXIT_USAGE = 2  # bad config, input or environment (any other ValueError is a bug: traceback)
-#: Write errors of a full disk, a quota or a file-size limit: exit like a failed checkpoint.
-_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+EXIT_USAGE = ExitCode.USAGE  # bad config, input or environment
 
 
 def _check_override(name: str) -> None:
     """Raises ConfigError if ``--<name>`` (``config.a.b``) overrides a field no config declares."""
-    from contrastive_jax.train.config import OPEN_FIELDS, default_config
+    from contrastive_jax.train.config import OPEN_FIELDS, check_renamed, default_config
 
+    check_renamed(name)
     node, where = default_config(), "config"
     for part in name.split(".")[1:]:
         check_fields(where, [part], node.keys())
@@ -135,36 +135,16 @@ def main(argv: list[str]) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    from contrastive_jax.data import CorruptImageError  # after distributed initialisation
-    from contrastive_jax.train import loop
-    from contrastive_jax.train.checkpoint import CheckpointError
+    from contrastive_jax.train import loop  # after distributed initialisation
 
-    # Errors of the run go through report_error: threads of a failed checkpoint write may
-    # still be printing (see contrastive_jax._cli.report_error).
-    try:
+    def pretrain() -> int:
         summary = loop.train(_CONFIG.value, _WORKDIR.value)
-    except loop.Preempted as err:
-        print(str(err), file=sys.stderr)
-        return loop.EXIT_PREEMPTED
-    except loop.NonFiniteLoss as err:
-        report_error(str(err))
-        return loop.EXIT_NONFINITE
-    except CheckpointError as err:
-        report_error(str(err))
-        return loop.EXIT_CHECKPOINT
-    except OSError as err:
-        if err.errno not in _DISK_FULL:
-            report_error(str(err))
-            return EXIT_USAGE
-        report_error(f"writing to the work directory {_WORKDIR.value} failed ({err}); is the "
-                     "disk full? Checkpoints already written are kept; free space and run "
-                     "again to resume")
-        return loop.EXIT_CHECKPOINT
-    except (ConfigError, InputError, CorruptImageError, loop.ConfigMismatch) as err:
-        report_error(str(err))
-        return EXIT_USAGE
-    print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}, indent=2))
-    return 0
+        print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}, indent=2))
+        return ExitCode.OK
+
+    # Errors go through report_error: threads of a failed checkpoint write may still be
+    # printing (see contrastive_jax._cli.report_error).
+    return run_tool(pretrain, workdir=_WORKDIR.value)
 
 
 if __name__ == "__main__":

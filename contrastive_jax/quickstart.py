@@ -11,13 +11,14 @@ resumes or, when the run is complete, only evaluates. Any field can be
 overridden, e.g. ``--config.loss.name=supcon``; ``--config.num_steps=6`` is a
 smoke test of a few seconds (the warm-up is clamped to fit, with a warning).
 
-Also installed as the console script ``contrastive-jax-quickstart``. Exit code 2
-on a bad config, input or work directory, as ``python -m contrastive_jax.pretrain``.
+Also installed as the console script ``contrastive-jax-quickstart``. Its exit codes are those
+of every command-line tool (:class:`~contrastive_jax.errors.ExitCode`, docs/cli.md): 2 on a
+bad config (refused before the work directory is created), input or work directory.
 """
 
 from __future__ import annotations
 
-from contrastive_jax._cli import quiet_startup, report_error
+from contrastive_jax._cli import quiet_startup, run_tool
 
 quiet_startup()  # before TensorFlow and JAX load
 
@@ -32,8 +33,7 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from contrastive_jax.data import CorruptImageError
-from contrastive_jax.errors import ConfigError, InputError
+from contrastive_jax.errors import ExitCode
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import loop
 
@@ -48,14 +48,12 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/quickstart", "Work directory.")
 def main(argv: list[str]) -> int:
     del argv
     logging.set_verbosity(logging.WARNING)  # JAX reports absent TPU/GPU backends at INFO
-    try:
-        summary = loop.train(_CONFIG.value, _WORKDIR.value)
-        results = evaluate_checkpoint(
-            _WORKDIR.value, output_dir=_WORKDIR.value, pixel_baseline=True
-        )
-    except (ConfigError, InputError, CorruptImageError, loop.ConfigMismatch, OSError) as err:
-        report_error(str(err))
-        return 2
+    return run_tool(_quickstart, workdir=_WORKDIR.value)
+
+
+def _quickstart() -> int:
+    summary = loop.train(_CONFIG.value, _WORKDIR.value)
+    results = evaluate_checkpoint(_WORKDIR.value, output_dir=_WORKDIR.value, pixel_baseline=True)
     with open(os.path.join(summary["workdir"], RESULTS_FILE), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     metrics = summary["metrics"]
@@ -69,7 +67,7 @@ def main(argv: list[str]) -> int:
     pixels = results["pixels"]["linear"]["top1"]["accuracy"]
     print(f"linear top-1: {100 * results['top1']:.1f} % learned vs {100 * pixels:.1f} % raw pixels; "
           f"results and plots in {summary['workdir']}")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from contrastive_jax import configs
-from contrastive_jax._cli import report_error
+from contrastive_jax._cli import report_error, run_tool
+from contrastive_jax.errors import (
+    CheckpointError,
+    ConfigError,
+    ConfigMismatch,
+    ExitCode,
+    InputError,
+    NonFiniteLoss,
+    Preempted,
+)
 
 #: Start-up lines of TensorFlow, XLA and JAX a user should not see.
 NOISE = ("cpu_feature_guard", "oneDNN", "Unable to initialize backend", "absl::InitializeLog")
@@ -75,3 +88,41 @@ def test_an_error_line_starts_a_line_whatever_another_thread_writes_between(monk
     report_error("writing a checkpoint failed (No space left on device)")
     lines = stream.text.splitlines()
     assert "error: writing a checkpoint failed (No space left on device)" in lines, stream.text
+
+
+def _raise(err: BaseException):
+    def body() -> int:
+        raise err
+    return body
+
+
+@pytest.mark.parametrize(
+    "err, code",
+    [
+        (ConfigError("config.train.log_every must be an int >= 1, got 0"), ExitCode.USAGE),
+        (InputError("a corrupt image"), ExitCode.USAGE),
+        (ConfigMismatch("another model"), ExitCode.USAGE),
+        (FileNotFoundError("no checkpoint in runs/x"), ExitCode.USAGE),
+        (PermissionError(errno.EACCES, "read-only"), ExitCode.USAGE),
+        (OSError(errno.ENOSPC, "No space left on device"), ExitCode.CHECKPOINT),
+        (CheckpointError("the write failed"), ExitCode.CHECKPOINT),
+        (NonFiniteLoss("non-finite loss at step 3"), ExitCode.NONFINITE),
+        (Preempted(7), ExitCode.PREEMPTED),
+    ],
+    ids=lambda x: type(x).__name__ if isinstance(x, BaseException) else None,
+)
+def test_every_tool_maps_an_error_to_the_code_of_the_one_table(err, code, capsys):
+    assert run_tool(_raise(err), workdir="runs/x") == code
+    message = capsys.readouterr().err.strip()
+    assert str(err).split(";")[0] in message or "is the disk full?" in message, message
+
+
+def test_a_bug_propagates_with_its_traceback():
+    with pytest.raises(ValueError, match="not a config problem"):
+        run_tool(_raise(ValueError("not a config problem")))
+
+
+def test_the_exit_code_table_is_documented():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    for code in ExitCode:
+        assert f"| {int(code)} | `{code.name}` |" in text, code

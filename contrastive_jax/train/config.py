@@ -31,14 +31,16 @@ top-level key       nested field                  meaning
         --config "$(python -m contrastive_jax.configs quickstart)" \
         --config.batch_size=256 --config.num_steps=100 --config.dataset=folder:PATH
 
-Every field the code reads is declared once, with its default and a one-line comment:
-``config.train`` and the top-level keys here, ``config.loss`` in
-:data:`contrastive_jax.train.objective.LOSS_DEFAULTS`, ``config.optimizer`` in
-:data:`contrastive_jax.train.optim.OPTIMIZER_DEFAULTS`, ``config.model`` in
+Every field the code reads is declared once, with its default and a one-line comment, as
+a field of a frozen dataclass that :func:`contrastive_jax.train.spec.parse` fills and
+checks: ``config.train`` in :class:`TrainSpec` here, ``config.loss`` in
+:class:`contrastive_jax.train.objective.LossSpec`, ``config.optimizer`` in
+:class:`contrastive_jax.train.optim.OptimizerSpec`; ``config.model`` in
 :mod:`contrastive_jax.models.factory` and ``config.data`` in
-:func:`contrastive_jax.data.default_data_config`. A field that none of them declares, in
-a config file or a command-line override, is an error that names the nearest field
-(:func:`check_config`).
+:func:`contrastive_jax.data.default_data_config` (the sections whose fields depend on a
+name). :func:`default_config` is made from them. A field that none of them declares, in a
+config file or a command-line override, is an error that names the nearest field, and a
+renamed field (:data:`RENAMED`) is an error that names its new name (:func:`check_config`).
 
 ``config.dataset = "synthetic"`` trains on random in-memory images (no TensorFlow; see
 :mod:`contrastive_jax.train.synthetic`).
@@ -50,16 +52,95 @@ sets every term's (see :mod:`contrastive_jax.train.objective`).
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import ml_collections
 from ml_collections import config_dict
 
 from contrastive_jax import data, models
-from contrastive_jax.errors import check_fields
-from contrastive_jax.train import objective, optim
+from contrastive_jax.errors import ConfigError, check_fields
+from contrastive_jax.train import grad_cache, objective, optim
+from contrastive_jax.train.sections import section_fields
 
 #: Sub-configs whose keys are names rather than fields (checked where they are read:
 #: the encoder's fields depend on its name).
 OPEN_FIELDS = ("loss.kwargs", "loss.targets", "data.source_kwargs", "model.encoder")
+
+#: Fields that were renamed, old name -> new name (both without the ``config.`` prefix).
+#: A config or command line that sets an old name is refused with the new name.
+RENAMED = {
+    "train.prefetch": "train.device_prefetch",  # beside data.prefetch, the input pipeline's
+    "optimizer.epochs": "optimizer.schedule_epochs",  # beside train.epochs, the run's length
+    "optimizer.total_steps": "optimizer.schedule_steps",  # beside train.total_steps
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSpec:
+    """``config.train``: the run's length, logging, checkpoints and the step's options.
+
+    Every field's default is declared here and only here; :func:`default_config` makes
+    ``config.train`` of them and :func:`contrastive_jax.train.spec.parse` checks each value.
+    """
+
+    epochs: int = 100  # run length in epochs of the training split
+    total_steps: int = 0  # > 0 overrides epochs
+    log_every: int = 10  # steps between metric logs
+    checkpoint_every: int = 500  # steps between checkpoints (and one at the end)
+    keep_checkpoints: int = 3  # verified checkpoints kept, the newest ones
+    online_probe: bool = False  # SimCLR's linear probe on stop-gradient features
+    skip_nonfinite: bool = False  # skip NaN/inf steps instead of stopping
+    device_prefetch: int = 2  # global batches put on the devices ahead of the running step
+    # Gradient caching: examples/device per micro-batch (0: off); BN becomes ghost BN.
+    micro_batch_size: int = 0
+    # Its loop: "scan" (one encoder copy) or "unrolled" (fast convs on XLA:CPU; compile
+    # time grows with the micro-batches).
+    micro_batch_loop: str = "scan"
+    eval_every: int = 0  # steps between online kNN evaluations (a multiple of log_every); 0: off
+    knn_k: int = 20  # neighbours of the online kNN monitor (Wu et al. 2018)
+    knn_temperature: float = 0.07  # tau of the kNN monitor's neighbour weights exp(s / tau)
+    knn_bank_size: int = 10_000  # class-balanced training examples in the kNN bank; 0: all
+    knn_query_size: int = 2_000  # held-out queries of the kNN monitor; 0: the whole split
+    # JAX's persistent compilation cache: "auto" (JAX's own if set, else
+    # ~/.cache/contrastive_jax/jax_compilation_cache), a directory, or "" (leave off).
+    compilation_cache_dir: str = "auto"
+    profile_steps: tuple[int, ...] = ()  # (first, last) 1-based steps to trace with jax.profiler
+    collapse_threshold: float = -0.2  # uniformity above which embeddings count as collapsed
+    collapse_patience: int = 3  # consecutive collapsed log steps after warm-up: warn once
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "log_every", "checkpoint_every", "keep_checkpoints", "knn_k",
+                     "collapse_patience"):
+            _check_int(f"train.{name}", getattr(self, name), minimum=1)
+        for name in ("total_steps", "device_prefetch", "micro_batch_size", "eval_every",
+                     "knn_bank_size", "knn_query_size"):
+            _check_int(f"train.{name}", getattr(self, name), minimum=0)
+        grad_cache.check_loop(self.micro_batch_loop)
+        if self.eval_every % self.log_every:
+            raise ConfigError(
+                f"config.train.eval_every={self.eval_every} must be 0 (off) or a multiple of "
+                f"config.train.log_every={self.log_every} (the kNN top-1 is logged at log steps)"
+            )
+        if not self.knn_temperature > 0:
+            raise ConfigError(
+                f"config.train.knn_temperature must be > 0, got {self.knn_temperature}")
+        if not self.collapse_threshold <= 0:
+            raise ConfigError(
+                f"config.train.collapse_threshold must be <= 0 (uniformity never exceeds 0), "
+                f"got {self.collapse_threshold}")
+        steps = self.profile_steps
+        if steps and (len(steps) != 2 or not all(isinstance(s, int) for s in steps)
+                      or not 1 <= steps[0] <= steps[1]):
+            raise ConfigError(
+                f"config.train.profile_steps={steps!r} must be two steps (first, last) with "
+                "1 <= first <= last, e.g. --config.train.profile_steps='(20, 25)'"
+            )
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"config.{name} must be an int >= {minimum}, got {value!r}")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -70,42 +151,12 @@ def default_config() -> ml_collections.ConfigDict:
     config.model = ml_collections.ConfigDict()
     config.model.encoder = models.default_encoder_config()
     config.model.head = models.default_head_config()
-    loss = dict(objective.LOSS_DEFAULTS)
-    loss["temperature"] = config_dict.placeholder(float)
-    loss["warmup_temperature"] = config_dict.placeholder(float)
-    loss["mixing"] = {**loss["mixing"], "num_classes": config_dict.placeholder(int)}
-    config.loss = ml_collections.ConfigDict(loss)
-    config.optimizer = optim.default_optimizer_config()
+    config.loss = ml_collections.ConfigDict(section_fields(objective.LossSpec))
+    config.loss.mixing.num_classes = config_dict.placeholder(int)  # None: no mixing
+    config.optimizer = ml_collections.ConfigDict(section_fields(optim.OptimizerSpec))
     config.dataset = config.data.get_ref("dataset")
     config.batch_size = config.data.get_ref("global_batch_size")
-    config.train = ml_collections.ConfigDict(
-        {
-            "epochs": 100,  # run length in epochs of the training split
-            "total_steps": 0,  # > 0 overrides epochs
-            "log_every": 10,  # steps between metric logs
-            "checkpoint_every": 500,  # steps between checkpoints (and one at the end)
-            "keep_checkpoints": 3,  # verified checkpoints kept, the newest ones
-            "online_probe": False,  # SimCLR's linear probe on stop-gradient features
-            "skip_nonfinite": False,  # skip NaN/inf steps instead of stopping
-            "prefetch": 2,  # global batches put on the devices ahead of the running step
-            # Gradient caching: examples/device per micro-batch (0: off); BN becomes ghost BN.
-            "micro_batch_size": 0,
-            # Its loop: "scan" (one encoder copy) or "unrolled" (fast convs on XLA:CPU; compile
-            # time grows with the micro-batches).
-            "micro_batch_loop": "scan",
-            "eval_every": 0,  # steps between online kNN evaluations (a multiple of log_every); 0: off
-            "knn_k": 20,  # neighbours of the online kNN monitor (Wu et al. 2018)
-            "knn_temperature": 0.07,  # tau of the kNN monitor's neighbour weights exp(s / tau)
-            "knn_bank_size": 10_000,  # class-balanced training examples in the kNN bank; 0: all
-            "knn_query_size": 2_000,  # held-out queries of the kNN monitor; 0: the whole split
-            # JAX's persistent compilation cache: "auto" (JAX's own if set, else
-            # ~/.cache/contrastive_jax/jax_compilation_cache), a directory, or "" (leave off).
-            "compilation_cache_dir": "auto",
-            "profile_steps": (),  # (first, last) 1-based steps to trace with jax.profiler
-            "collapse_threshold": -0.2,  # uniformity above which embeddings count as collapsed
-            "collapse_patience": 3,  # consecutive collapsed log steps after warm-up: warn once
-        }
-    )
+    config.train = ml_collections.ConfigDict(section_fields(TrainSpec))
     config.num_steps = config.train.get_ref("total_steps")
     config.checkpoint_every = config.train.get_ref("checkpoint_every")
     return config
@@ -115,12 +166,15 @@ def check_config(config, defaults: ml_collections.ConfigDict | None = None,
                  where: str = "config") -> None:
     """Raises ConfigError for a field of ``config`` that :func:`default_config` does not declare.
 
-    The message names the field and the nearest declared one (``config.train.prefech is
-    not a config field; did you mean config.train.prefetch?``). The sub-configs of
-    :data:`OPEN_FIELDS` are keyed by names and checked where they are read.
+    The message names the field and the nearest declared one (``config.train.device_prefech
+    is not a config field; did you mean config.train.device_prefetch?``), or, for a field of
+    :data:`RENAMED`, its new name. The sub-configs of :data:`OPEN_FIELDS` are keyed by names
+    and checked where they are read.
     """
     defaults = default_config() if defaults is None else defaults
     fields = dict(config.items())
+    for name in fields:
+        check_renamed(f"{where}.{name}")
     check_fields(where, fields, defaults.keys())
     for name, value in fields.items():
         path = f"{where}.{name}"
@@ -128,3 +182,22 @@ def check_config(config, defaults: ml_collections.ConfigDict | None = None,
         if (isinstance(default, ml_collections.ConfigDict) and hasattr(value, "items")
                 and path.removeprefix("config.") not in OPEN_FIELDS):
             check_config(value, default, path)
+
+
+def check_renamed(path: str) -> None:
+    """Raises ConfigError if ``path`` (``config.a.b``) is a field of :data:`RENAMED`."""
+    new = RENAMED.get(path.removeprefix("config."))
+    if new is not None:
+        raise ConfigError(f"{path} was renamed to config.{new}; set that field instead")
+
+
+def rename_saved(saved: dict) -> dict:
+    """A config saved (as a nested dict) before a field of :data:`RENAMED` was renamed, with
+    that field under its new name; a config saved since is returned as it is."""
+    saved = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items()}
+    for old, new in RENAMED.items():
+        (section, name), (_, new_name) = old.split("."), new.split(".")
+        fields = saved.get(section)
+        if isinstance(fields, dict) and name in fields:
+            fields[new_name] = fields.pop(name)
+    return saved

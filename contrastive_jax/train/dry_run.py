@@ -30,9 +30,10 @@ Targets:
   result compares the per-device total with the device's HBM (:data:`TPU_CHIPS`) and says whether
   the step fits.
 
-Nothing is read: the dataset's class count (for the online probe) and the image side come
-from the config or :data:`KNOWN_DATASETS`; the learning-rate schedule is built for a nominal
-epoch of 1,000 steps (the schedule's values do not change the program's memory or FLOPs).
+The step is built by :func:`contrastive_jax.train.build.build`, as the trainer's is (gradient
+caching included). Nothing is read: the dataset's class count (for the online probe) and the
+image side come from the config or :data:`~contrastive_jax.train.spec.KNOWN_DATASETS`; the
+learning-rate schedule is built for a nominal epoch of 1,000 steps (the schedule's values do not change the program's memory or FLOPs).
 
 Example (8 simulated CPU devices)::
 
@@ -48,16 +49,18 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, Mesh
 
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import ConfigError, ExitCode
 from contrastive_jax.parallel import DATA_AXIS
+from contrastive_jax.train.build import DataFacts, Run, abstract_args, build
+from contrastive_jax.train.spec import KNOWN_DATASETS, RunSpec, parse
 
 GiB = 1024**3
+#: Steps of the nominal epoch the dry run sizes the learning-rate schedule for.
+NOMINAL_EPOCH_STEPS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,17 +111,6 @@ TPU_TARGETS = {
     **{f"tpu-{g}-{n}": (g, f"{g}:{t}") for g in ("v5e", "v6e") for n, t in _PLANE.items()},
 }
 
-#: Datasets the dry run knows without reading them: (classes, native image side).
-KNOWN_DATASETS = {
-    "imagenet2012": (1000, 224),
-    "cifar10": (10, 32),
-    "cifar100": (100, 32),
-    "stl10": (10, 96),
-    "digits": (10, 16),
-    "digits_cluttered": (10, 16),
-}
-
-
 def target_devices(target: str, num_devices: int | None = None) -> list:
     """The devices to compile for: the first ``num_devices`` CPU devices, or a TPU slice's.
 
@@ -166,29 +158,27 @@ def target_devices(target: str, num_devices: int | None = None) -> list:
     return list(devices)
 
 
-def _dataset_facts(config: ml_collections.ConfigDict) -> tuple[int, int]:
-    """(classes, image side) from the config, else :data:`KNOWN_DATASETS`."""
-    name = str(config.data.dataset)
-    classes, native = KNOWN_DATASETS.get(name, (None, None))
-    size = config.data.get("image_size") or native
-    if size is None:
+def _dataset_facts(spec: RunSpec, global_batch: int) -> DataFacts:
+    """The data's facts from the config or :data:`~contrastive_jax.train.spec.KNOWN_DATASETS`,
+    with a nominal epoch of 1,000 steps."""
+    name = spec.data.dataset
+    if spec.data.image_size is None:
         raise ConfigError(
             f"the dry run cannot tell the image side of config.data.dataset={name!r}; set "
             "--config.data.image_size"
         )
+    classes = KNOWN_DATASETS.get(name, (None, None))[0]
     if classes is None:
-        if config.train.online_probe:
+        if spec.train.online_probe:
             raise ConfigError(
                 f"the dry run does not know the class count of {name!r} for the online probe; "
                 "pass --config.train.online_probe=False (the probe is a small linear layer)"
             )
         classes = 1
-    return classes, int(size)
-
-
-def _abstract(tree: Any, sharding: NamedSharding) -> Any:
-    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a),
-                                                       sharding=sharding), tree)
+    if any(t.target == "metadata" for t in spec.terms):
+        raise ConfigError("the dry run does not model per-example metadata (y-Aware losses, "
+                          "config.loss.name)")
+    return DataFacts(NOMINAL_EPOCH_STEPS * global_batch, classes, spec.data.image_size)
 
 
 def dry_run(
@@ -201,6 +191,9 @@ def dry_run(
 ) -> dict[str, Any]:
     """Compiles the training step of ``config`` for ``target`` and reports memory and FLOPs.
 
+    The step is the trainer's own (:func:`contrastive_jax.train.build.build`), gradient
+    caching (``config.train.micro_batch_size``) included.
+
     Args:
       config: a pretraining config (:func:`contrastive_jax.train.config.default_config`).
       num_devices: devices of the data mesh; None: every CPU device, or the TPU slice's.
@@ -211,7 +204,8 @@ def dry_run(
 
     Returns:
       A JSON-ready dict: ``target``, ``device_kind``, ``devices``, ``global_batch``,
-      ``num_views``, ``image_size``, ``rows_per_device`` (views per device), the memory per
+      ``num_views``, ``image_size``, ``rows_per_device`` (views per device),
+      ``micro_batches`` (per device; 0: no gradient caching), the memory per
       device in bytes (``argument_bytes``, ``output_bytes``, ``alias_bytes``, ``temp_bytes``,
       ``generated_code_bytes``, ``per_device_bytes``), ``flops_per_device``,
       ``flops_per_step``, ``flops_per_image``, ``lower_seconds``, ``compile_seconds``; with
@@ -223,54 +217,32 @@ def dry_run(
         (:class:`~contrastive_jax.errors.ConfigError`).
       RuntimeError: the backend gives no memory or cost analysis of the compiled step.
     """
-    from contrastive_jax.train import loop, objective
-    from contrastive_jax.train.step import make_train_step, nonfinite_record
-
     if not 0.0 < mfu <= 1.0:
         raise ValueError(f"mfu must be in (0, 1], got {mfu}")
     if peak_tflops is not None and peak_tflops <= 0:
         raise ValueError(f"peak_tflops must be positive, got {peak_tflops}")
     devices = target_devices(target, num_devices)
-    n = len(devices)
-    terms = objective.parse_terms(config.loss)
-    if any(t.target == "metadata" for t in terms):
-        raise ConfigError("the dry run does not model per-example metadata (y-Aware losses)")
-    global_batch = int(config.data.global_batch_size)
-    if global_batch < 1 or global_batch % n:
-        raise ConfigError(
-            f"config.data.global_batch_size={global_batch} must be a positive multiple of "
-            f"the {n} devices"
-        )
-    num_classes, size = _dataset_facts(config)
-    views = int(config.data.num_views)
-    steps_per_epoch = 1000
-    total_steps = int(config.train.total_steps or config.train.epochs * steps_per_epoch)
-
+    spec = parse(config)
+    facts = _dataset_facts(spec, spec.data.global_batch_size)
     mesh = Mesh(np.asarray(devices), (DATA_AXIS,), axis_types=(AxisType.Auto,))
-    replicated = NamedSharding(mesh, P())
-    split = NamedSharding(mesh, P(DATA_AXIS))
     # Built on this host's CPU (the model's parameters and the optimiser state are real
     # arrays here); only their shapes and dtypes reach the compiled program's signature.
     with jax.default_device(jax.devices("cpu")[0]):
-        graphdef, rest, tx, schedule, state = loop.init_state(
-            config, num_classes, steps_per_epoch=steps_per_epoch,
-            global_batch_size=global_batch, total_steps=total_steps,
-        )
-    step = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
-    batch = {
-        "views": jax.ShapeDtypeStruct((global_batch, views, size, size, 3), jnp.float32,
-                                      sharding=split),
-        **{k: jax.ShapeDtypeStruct((global_batch,), jnp.int32, sharding=split)
-           for k in ("label", "index", "stop")},
-    }
-    args = (_abstract(state, replicated), batch,
-            _abstract(nonfinite_record(terms), replicated))
+        run = build(spec, mesh, facts)
     started = time.perf_counter()
-    lowered = step.lower(*args)
+    lowered = run.step.lower(*abstract_args(run))
     lowered_at = time.perf_counter()
     compiled = lowered.compile()
     compiled_at = time.perf_counter()
+    result = _analysis(compiled, target, devices, run)
+    result.update(lower_seconds=round(lowered_at - started, 1),
+                  compile_seconds=round(compiled_at - lowered_at, 1))
+    result.update(_projection(result, target, peak_tflops, mfu))
+    return result
 
+
+def _analysis(compiled: Any, target: str, devices: list, run: Run) -> dict[str, Any]:
+    """Memory per device and FLOPs of the compiled step."""
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     if memory is None or cost is None:
@@ -278,14 +250,16 @@ def dry_run(
     if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
         cost = cost[0]
     flops = float(cost.get("flops", 0.0))
+    n, global_batch = len(devices), run.plan.global_batch
     result: dict[str, Any] = {
         "target": target,
         "device_kind": devices[0].device_kind,
         "devices": n,
         "global_batch": global_batch,
-        "num_views": views,
-        "image_size": size,
-        "rows_per_device": global_batch * views // n,
+        "num_views": run.spec.data.num_views,
+        "image_size": run.facts.image_size,
+        "rows_per_device": global_batch * run.spec.data.num_views // n,
+        "micro_batches": run.plan.micro_batches,
         "argument_bytes": int(memory.argument_size_in_bytes),
         "output_bytes": int(memory.output_size_in_bytes),
         "alias_bytes": int(memory.alias_size_in_bytes),
@@ -294,25 +268,26 @@ def dry_run(
     }
     result["per_device_bytes"] = (result["argument_bytes"] + result["output_bytes"]
                                   - result["alias_bytes"] + result["temp_bytes"])
-    result.update(
-        flops_per_device=flops,
-        flops_per_step=flops * n,
-        flops_per_image=flops * n / global_batch,
-        lower_seconds=round(lowered_at - started, 1),
-        compile_seconds=round(compiled_at - lowered_at, 1),
-    )
+    result.update(flops_per_device=flops, flops_per_step=flops * n,
+                  flops_per_image=flops * n / global_batch)
+    return result
+
+
+def _projection(result: dict[str, Any], target: str, peak_tflops: float | None,
+                mfu: float) -> dict[str, Any]:
+    """The projected step time at ``peak_tflops`` x ``mfu``, and a TPU target's HBM verdict."""
+    extra: dict[str, Any] = {}
     chip = TPU_CHIPS[TPU_TARGETS[target][0]] if target in TPU_TARGETS else None
     if peak_tflops is None and chip is not None:
         peak_tflops = chip.peak_bf16_tflops
     if peak_tflops is not None:
-        step_seconds = flops / (peak_tflops * 1e12 * mfu)
-        result.update(peak_tflops=peak_tflops, mfu=mfu, step_seconds=step_seconds,
-                      images_per_s=global_batch / step_seconds if step_seconds else None)
+        step_seconds = result["flops_per_device"] / (peak_tflops * 1e12 * mfu)
+        extra.update(peak_tflops=peak_tflops, mfu=mfu, step_seconds=step_seconds,
+                     images_per_s=result["global_batch"] / step_seconds if step_seconds else None)
     if chip is not None:
-        result.update(hbm_bytes=chip.hbm_bytes,
-                      fits=result["per_device_bytes"] <= chip.hbm_bytes,
-                      headroom_bytes=chip.hbm_bytes - result["per_device_bytes"])
-    return result
+        extra.update(hbm_bytes=chip.hbm_bytes, fits=result["per_device_bytes"] <= chip.hbm_bytes,
+                     headroom_bytes=chip.hbm_bytes - result["per_device_bytes"])
+    return extra
 
 
 def format_report(result: dict[str, Any]) -> str:
@@ -380,9 +355,9 @@ def run_cli(
     try:
         result = dry_run(config, num_devices=num_devices, target=target,
                          peak_tflops=peak_tflops, mfu=mfu)
-    except ValueError as err:  # ConfigError included
+    except ValueError as err:  # ConfigError included; a bad --target or --devices too
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     print(format_report(result))
     print(json.dumps(result))
     return 0

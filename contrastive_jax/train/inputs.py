@@ -17,7 +17,7 @@ import collections
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import numpy as np
@@ -25,6 +25,9 @@ import numpy as np
 from contrastive_jax import data as data_lib
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.parallel import batch_sharding
+
+if TYPE_CHECKING:
+    from contrastive_jax.train.build import DataFacts
 
 #: ``config.data.dataset`` of random in-memory images.
 SYNTHETIC = "synthetic"
@@ -53,6 +56,8 @@ class Input(NamedTuple):
         those fields on the devices (:class:`DevicePrefetch` calls it).
       source: the dataset's :class:`contrastive_jax.data.Source` (its splits, for the
         online kNN monitor); None for synthetic data.
+      image_size: S, the side of the views [b, V, S, S, C].
+      metadata_width: p of ``metadata`` [b, p]; None: the batches have none.
     """
 
     name: str
@@ -60,6 +65,16 @@ class Input(NamedTuple):
     num_classes: int
     batches: Callable[[int], Iterator[dict[str, np.ndarray]]]
     source: Any = None
+    image_size: int = SYNTHETIC_IMAGE_SIZE
+    metadata_width: int | None = None
+
+    @property
+    def facts(self) -> DataFacts:
+        """What building a run needs of this input (:func:`contrastive_jax.train.build.build`)."""
+        from contrastive_jax.train.build import DataFacts
+
+        return DataFacts(self.num_examples, self.num_classes, self.image_size,
+                         self.metadata_width)
 
 
 def load_input(config: Any) -> Input:
@@ -73,8 +88,11 @@ def load_input(config: Any) -> Input:
             config.data, seed=config.seed, start_step=start_step, source=source
         )
 
+    from contrastive_jax.data.pipeline import resolve_image_size
+
     return Input(source.name, source.split("train").num_examples, source.num_classes, batches,
-                 source)
+                 source, image_size=resolve_image_size(config.data, source),
+                 metadata_width=len(source.metadata_names) or None)
 
 
 def synthetic_input(data_config: Any, *, seed: int) -> Input:
@@ -119,7 +137,8 @@ def synthetic_input(data_config: Any, *, seed: int) -> Input:
                 "index": index.astype(np.int32),
             }
 
-    return Input(SYNTHETIC, kwargs["num_examples"], kwargs["num_classes"], batches)
+    return Input(SYNTHETIC, kwargs["num_examples"], kwargs["num_classes"], batches,
+                 image_size=size)
 
 
 class Batch(NamedTuple):

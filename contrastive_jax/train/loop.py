@@ -8,7 +8,7 @@ raises :class:`Preempted`.
 The host runs ahead of the devices. Between log and checkpoint steps it reads
 nothing back from them: the non-finite guard stays on the devices (a
 :class:`~contrastive_jax.train.step.NonFinite` record the step updates, read at
-the next log or checkpoint step), the next ``config.train.prefetch`` batches
+the next log or checkpoint step), the next ``config.train.device_prefetch`` batches
 are put on the devices while the current step runs, and the SIGTERM flag
 travels with each batch. With one process the flag is the host's own, so no
 read is needed; with several, each step returns the flag's maximum over all
@@ -23,8 +23,10 @@ executable instead of compiling it. ``config.train.profile_steps`` writes a
 ``jax.profiler`` trace of a range of steps next to the TensorBoard events. The input
 (:mod:`.inputs`), the host-side machinery (SIGTERM flag, compilation cache, timers,
 profiler: :mod:`.runtime`) and the checkpoints (:mod:`.checkpoint`, verified by
-:mod:`.verify`) live in their own modules; :func:`train` reads top to bottom: set up,
-restore, loop, save, summarise. The work directory may be local or ``gs://``
+:mod:`.verify`) live in their own modules. :func:`train` reads top to bottom: parse the
+config (:func:`.spec.parse`), load the input, build the run (:func:`.build.build`) and trace
+its step (:func:`.build.check_step`), all before the work directory exists; then a session
+restores, loops, saves and summarises. The work directory may be local or ``gs://``
 (:mod:`.paths`).
 
 A resumed run is the run it would have been: the input pipeline yields the
@@ -41,27 +43,32 @@ import contextlib
 import json
 import logging
 import os
-import time
 from typing import Any
 
 import jax
 import ml_collections
 from etils import epath
 
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import (  # noqa: F401 - raised here, part of the loop's interface
+    ConfigMismatch,
+    ExitCode,
+    NonFiniteLoss,
+    Preempted,
+)
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import grad_cache, inputs, objective, paths, runtime
+from contrastive_jax.train import inputs, paths, runtime
+from contrastive_jax.train.build import Run, build, check_step
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
     CheckpointError,
     abstract_like,
     structure_signature,
 )
-from contrastive_jax.train.config import check_config
 from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger
-from contrastive_jax.train.step import (
-    build_model,  # noqa: F401 - part of the loop's interface (loop.build_model)
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import (  # noqa: F401 - part of the loop's interface
+    build_model,
     init_state,
     make_train_step,
     nonfinite_record,
@@ -71,26 +78,10 @@ CONFIG_FILE = "config.json"
 #: Sub-directory of the work directory for TensorBoard events and profiler traces.
 TENSORBOARD_DIR = "tensorboard"
 
-#: Exit codes of ``python -m contrastive_jax.pretrain``.
-EXIT_PREEMPTED = 75  # saved on SIGTERM; restart to continue (EX_TEMPFAIL)
-EXIT_NONFINITE = 65  # loss or gradient not finite (EX_DATAERR)
-EXIT_CHECKPOINT = 74  # a checkpoint could not be written or read (EX_IOERR)
-
-
-class Preempted(Exception):
-    """SIGTERM arrived; the current step was checkpointed."""
-
-    def __init__(self, step: int) -> None:
-        super().__init__(f"preempted by SIGTERM; checkpoint saved at step {step}")
-        self.step = step
-
-
-class NonFiniteLoss(FloatingPointError):
-    """A step produced a NaN or inf loss or gradient."""
-
-
-class ConfigMismatch(ValueError):
-    """The checkpoint in the work directory was written with an incompatible config."""
+#: Exit codes of ``python -m contrastive_jax.pretrain`` (all: :class:`~contrastive_jax.errors.ExitCode`).
+EXIT_PREEMPTED = ExitCode.PREEMPTED  # saved on SIGTERM; restart to continue (EX_TEMPFAIL)
+EXIT_NONFINITE = ExitCode.NONFINITE  # loss or gradient not finite (EX_DATAERR)
+EXIT_CHECKPOINT = ExitCode.CHECKPOINT  # a checkpoint could not be written or read (EX_IOERR)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -107,154 +98,162 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       ValueError: a bad config or input (e.g. a corrupt image file).
     """
     with runtime.SigtermFlag() as sigterm:  # SIGTERM is a flag the loop polls, from the start
-        # Set up. The config and the data are checked before the work directory is created:
-        # a run refused for its config or input leaves nothing behind.
-        check_config(config)
-        cache_dir = runtime.configure_compilation_cache(str(config.train.compilation_cache_dir))
-        terms = objective.parse_terms(config.loss)
-        mesh = make_mesh()
+        # Parse, load, build and check: a run refused for its config or input leaves nothing
+        # behind, so all of it happens before the work directory is created.
+        spec = parse(config)
+        cache_dir = runtime.configure_compilation_cache(spec.train.compilation_cache_dir)
         train_input = inputs.load_input(config)
-        plan = _Plan(config, train_input)
-        knn = KnnMonitor(config, train_input.source, total_steps=plan.total_steps) if (
-            config.train.eval_every) else None  # the online kNN monitor
-        directory = _prepare_workdir(workdir)
-        graphdef, rest, tx, schedule, state = init_state(
-            config, train_input.num_classes, steps_per_epoch=plan.steps_per_epoch,
-            global_batch_size=plan.global_batch, total_steps=plan.total_steps,
-        )
-        state = jax.device_put(state, replicated(mesh))
-        signature = structure_signature(state)
+        run = build(spec, make_mesh(), train_input.facts)
+        check_step(run)
+        knn = KnnMonitor(config, train_input.source, total_steps=run.plan.total_steps) if (
+            spec.train.eval_every) else None  # the online kNN monitor
+        session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm)
+        session.loop(knn)
+        return {"workdir": str(session.directory), **session.summary(),
+                "compilation_cache_dir": cache_dir}
 
-        # Restore the newest readable checkpoint, if any.
-        checkpointer = Checkpointer(directory, max_to_keep=config.train.keep_checkpoints)
-        state, skipped = _restore(checkpointer, state, config, signature)
-        start_step = int(state.step)
+
+class _Session:
+    """A run in its work directory: state, checkpointer, non-finite guard, logger, clock and
+    input, from the restored step to the end (:meth:`loop`)."""
+
+    def __init__(self, run: Run, directory: epath.Path, state, checkpointer: Checkpointer,
+                 skipped: int, batches: inputs.DevicePrefetch) -> None:
+        self.run, self.directory, self.state = run, directory, state
+        self.checkpointer, self.batches = checkpointer, batches
+        spec, sizes = run.spec, run.plan
+        self.start_step = int(state.step)
+        self.guard = _NonFiniteGuard(list(spec.terms), run.mesh, checkpointer, skipped,
+                                     skip=spec.train.skip_nonfinite)
+        self.logger = MetricLogger(directory, total_steps=sizes.total_steps,
+                                   start_step=self.start_step, images_per_step=sizes.global_batch)
+        self.clock = runtime.RunClock(sizes.profile, directory / TENSORBOARD_DIR)
+        self.collapse = CollapseDetector(threshold=spec.train.collapse_threshold,
+                                         patience=spec.train.collapse_patience,
+                                         after_step=sizes.warmup_steps)
+        self.meta = {"seed": spec.seed, "num_classes": run.facts.num_classes,
+                     "model": _model_fingerprint(spec.config),
+                     "state_signature": structure_signature(state)}
+        self.last: dict[str, float] = {}  # the metrics of the last log step
+        self.unlogged: dict[str, float] = {}  # the first step's timing, until logged
+        self.pending_stop: jax.Array | None = None  # several processes: the last step's stop
+
+    @classmethod
+    def open(cls, run: Run, directory: epath.Path, train_input: inputs.Input,
+             sigterm: runtime.SigtermFlag) -> _Session:
+        """Restores the newest readable checkpoint of ``directory`` (if any) and writes the
+        config beside it."""
+        state = jax.device_put(run.state, replicated(run.mesh))
+        checkpointer = Checkpointer(directory, max_to_keep=run.spec.train.keep_checkpoints)
+        state, skipped = _restore(checkpointer, state, run.spec.config,
+                                  structure_signature(state))
         if jax.process_index() == 0:
-            (directory / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
-        meta = {"seed": int(config.seed), "num_classes": train_input.num_classes,
-                "model": _model_fingerprint(config), "state_signature": signature}
-
-        step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh,
-                                  micro_batch_size=config.train.micro_batch_size,
-                                  micro_batch_loop=config.train.micro_batch_loop)
-        guard = _NonFiniteGuard(terms, mesh, checkpointer, skipped,
-                                skip=config.train.skip_nonfinite)
-        logger = MetricLogger(directory, total_steps=plan.total_steps, start_step=start_step,
-                              images_per_step=plan.global_batch)
-        if start_step:
-            logger.message(f"resumed from the checkpoint at step {start_step} in {directory}")
-        profiler = runtime.Profiler(plan.profile, directory / TENSORBOARD_DIR)
-        # With several processes the stop flag is read from the devices, one step late.
-        agree_late = _several_processes()
-        pending_stop = None  # that flag of the previous step, on the devices
-        times, timing, unlogged, last = runtime.LoopTimes(), {}, {}, {}
-        started = clock = time.perf_counter()
+            (directory / CONFIG_FILE).write_text(run.spec.config.to_json_best_effort(indent=2))
+        start_step = int(state.step)
         batches = inputs.DevicePrefetch(
-            train_input.batches(start_step), mesh, lambda: sigterm.raised,
-            depth=config.train.prefetch, remaining=plan.total_steps - start_step,
+            train_input.batches(start_step), run.mesh, lambda: sigterm.raised,
+            depth=run.spec.train.device_prefetch, remaining=run.plan.total_steps - start_step,
         )
+        session = cls(run, directory, state, checkpointer, skipped, batches)
+        if start_step:
+            session.logger.message(f"resumed from the checkpoint at step {start_step} in "
+                                   f"{directory}")
+        return session
+
+    def loop(self, knn: KnnMonitor | None) -> None:
+        """Steps to the end; the host reads nothing back but at log and checkpoint steps."""
+        profiler = self.clock.profiler
         try:
-            # The loop: the host reads nothing back but at log and checkpoint steps.
-            batches.fill()
-            for step in range(start_step, plan.total_steps):
-                done = step + 1
-                batch = batches.take()
-                profiler.before_step(done)
-                if step == start_step:  # compiled (or loaded from the cache): timed apart
-                    with runtime.CompileTimer() as compiled:
-                        state, logged, guard.record = step_fn(state, batch.arrays, guard.record)
-                        logged["loss"].block_until_ready()
-                        checkpointer.compile_checksum(state)
-                    clock = time.perf_counter()
-                    timing = unlogged = compiled.first_step(clock - started)
-                    logger.start_clock(done)
-                else:
-                    called = time.perf_counter()
-                    state, logged, guard.record = step_fn(state, batch.arrays, guard.record)
-                    times.step_call += time.perf_counter() - called
-                batches.fill()  # the next batches go to the devices while this step runs
-                message = profiler.after_step(done, logged["loss"])
+            self.batches.fill()
+            for step in range(self.start_step, self.run.plan.total_steps):
+                batch = self.batches.take()
+                profiler.before_step(step + 1)
+                logged = self._step(step, batch)
+                self.batches.fill()  # the next batches go to the devices while this step runs
+                message = profiler.after_step(step + 1, logged["loss"])
                 if message:
-                    logger.message(message)
-                if agree_late:
-                    preempted = pending_stop is not None and bool(pending_stop)
-                    pending_stop = logged["stop"]
-                    pending_stop.copy_to_host_async()
-                else:
-                    preempted = batch.stop
-                is_log = done % config.train.log_every == 0 or done == plan.total_steps
-                is_checkpoint = (done % config.train.checkpoint_every == 0
-                                 or done == plan.total_steps)
-                if not (is_log or is_checkpoint or preempted):
-                    continue
-                checked = time.perf_counter()
-                values, skipped = guard.read(done, logged, logger)
-                if is_log:
-                    last = {**values, **logger.throughput(done), "skipped_steps": float(skipped)}
-                    last.update({k: float(v) for k, v in unlogged.items()})
-                    unlogged = {}  # how long the step took to build: logged once per run
-                    if knn is not None and knn.due(done):  # its time left out of img/s
-                        last.update(knn(state, graphdef, rest))
-                        logger.start_clock(done)
-                    logger.write(done, last)
-                    warning = plan.collapse.update(done, last.get("uniformity", float("nan")))
-                    if warning:
-                        logger.warning(warning)
-                if is_checkpoint or preempted:
-                    checkpointer.save(done, state, {**meta, "step": done,
-                                                    "nonfinite_steps": skipped})
-                if preempted:
-                    checkpointer.flush()
-                    raise Preempted(done)
-                times.checks += time.perf_counter() - checked
-            loop_end = time.perf_counter()
-            checkpointer.flush()  # the last save written and verified
+                    self.logger.message(message)
+                self._after_step(step + 1, logged, self._preempted(batch, logged), knn)
+            self.clock.loop_ended()
+            self.checkpointer.flush()  # the last save written and verified
         except BaseException:
-            _close_on_error(profiler, logger, checkpointer)
+            _close_on_error(profiler, self.logger, self.checkpointer)
             raise
+        self.logger.close()
+        self.checkpointer.close()
 
-        # Save (the last checkpoint is flushed above) and summarise.
-        logger.close()
-        checkpointer.close()
-        return _summary(plan, start_step, last, skipped, times, batches.seconds, timing,
-                        started=started, clock=clock, loop_end=loop_end,
-                        workdir=str(directory), cache_dir=cache_dir)
+    def _step(self, step: int, batch: inputs.Batch) -> dict:
+        """Runs one step; the first (compiled, or loaded from the cache) is timed apart."""
+        guard, step_fn = self.guard, self.run.step
+        if step > self.start_step:
+            with self.clock.call():
+                self.state, logged, guard.record = step_fn(self.state, batch.arrays,
+                                                           guard.record)
+            return logged
+        with self.clock.first_step():
+            self.state, logged, guard.record = step_fn(self.state, batch.arrays, guard.record)
+            logged["loss"].block_until_ready()
+            self.checkpointer.compile_checksum(self.state)
+        self.unlogged = dict(self.clock.once)
+        self.logger.start_clock(step + 1)
+        return logged
 
+    def _preempted(self, batch: inputs.Batch, logged: dict) -> bool:
+        """Whether to stop after this step. With several processes the stop flag is read
+        from the devices one step late, after the next step was dispatched."""
+        if not _several_processes():
+            return batch.stop
+        preempted = self.pending_stop is not None and bool(self.pending_stop)
+        self.pending_stop = logged["stop"]
+        self.pending_stop.copy_to_host_async()
+        return preempted
 
-class _Plan:
-    """The run's sizes, checked before anything is written: global batch, steps per epoch,
-    total steps, the profiled steps and the collapse detector."""
+    def _after_step(self, done: int, logged: dict, preempted: bool,
+                    knn: KnnMonitor | None) -> None:
+        """Logs, checkpoints and stops at the steps that ask for it."""
+        train, total = self.run.spec.train, self.run.plan.total_steps
+        is_log = done % train.log_every == 0 or done == total
+        is_checkpoint = done % train.checkpoint_every == 0 or done == total
+        if not (is_log or is_checkpoint or preempted):
+            return
+        with self.clock.checking():
+            values, skipped = self.guard.read(done, logged, self.logger)
+            if is_log:
+                self._log(done, values, skipped, knn)
+            if is_checkpoint or preempted:
+                self.checkpointer.save(done, self.state, {**self.meta, "step": done,
+                                                          "nonfinite_steps": skipped})
+            if preempted:
+                self.checkpointer.flush()
+                raise Preempted(done)
 
-    def __init__(self, config: ml_collections.ConfigDict, train_input: inputs.Input) -> None:
-        self.global_batch = int(config.data.global_batch_size)
-        if self.global_batch % jax.device_count():
-            raise ConfigError(
-                f"config.data.global_batch_size={self.global_batch} must be divisible by the "
-                f"{jax.device_count()} devices"
-            )
-        self.steps_per_epoch = train_input.num_examples // self.global_batch
-        if self.steps_per_epoch < 1:
-            raise ConfigError(
-                f"config.data.global_batch_size={self.global_batch} exceeds the "
-                f"{train_input.num_examples} training examples of {train_input.name!r}"
-            )
-        self.total_steps = int(config.train.total_steps
-                               or config.train.epochs * self.steps_per_epoch)
-        self.profile = runtime.profile_range(config.train.profile_steps, self.total_steps)
-        # A bad micro_batch_size fails here, before the work directory exists.
-        grad_cache.num_micro_batches(self.global_batch // jax.device_count(),
-                                     config.train.micro_batch_size)
-        grad_cache.check_loop(config.train.micro_batch_loop)
-        if config.train.prefetch < 0:
-            raise ConfigError(
-                f"config.train.prefetch must be >= 0 batches, got {config.train.prefetch}"
-            )
-        self.collapse = CollapseDetector(
-            threshold=float(config.train.collapse_threshold),
-            patience=int(config.train.collapse_patience),
-            after_step=max(_warmup_steps(config.optimizer, self.steps_per_epoch),
-                           int(config.loss.temperature_warmup_steps)),
-        )
+    def _log(self, done: int, values: dict[str, float], skipped: int,
+             knn: KnnMonitor | None) -> None:
+        last = {**values, **self.logger.throughput(done), "skipped_steps": float(skipped)}
+        last.update({k: float(v) for k, v in self.unlogged.items()})
+        self.unlogged = {}  # how long the step took to build: logged once per run
+        if knn is not None and knn.due(done):  # its time left out of img/s
+            last.update(knn(self.state, self.run.graphdef, self.run.rest))
+            self.logger.start_clock(done)
+        self.logger.write(done, last)
+        warning = self.collapse.update(done, last.get("uniformity", float("nan")))
+        if warning:
+            self.logger.warning(warning)
+        self.last = last
+
+    def summary(self) -> dict[str, Any]:
+        """Where the run ended, its metrics, and where the host's time went."""
+        sizes = self.run.plan
+        return {
+            "start_step": self.start_step,
+            "final_step": sizes.total_steps,
+            "final_loss": self.last.get("loss", float("nan")),
+            "metrics": self.last,
+            "skipped_steps": self.guard.reported,
+            **self.clock.summary(sizes.total_steps - self.start_step, sizes.global_batch,
+                                 self.batches.seconds),
+            "collapse_warning": self.collapse.warned,
+        }
 
 
 def _restore(checkpointer: Checkpointer, state, config: ml_collections.ConfigDict,
@@ -292,7 +291,7 @@ class _NonFiniteGuard:
         self._terms, self._mesh, self._checkpointer = terms, mesh, checkpointer
         self._skip = skip
         self.record = jax.device_put(nonfinite_record(terms, skipped), replicated(mesh))
-        self._reported = skipped  # non-finite steps reported so far
+        self.reported = skipped  # non-finite steps reported so far
 
     def read(self, done: int, logged: dict, logger: MetricLogger) -> tuple[dict[str, float], int]:
         """The step's metrics and the run's non-finite count.
@@ -316,12 +315,12 @@ class _NonFiniteGuard:
                     "to skip such steps instead."
                 )
             logger.message(
-                f"skipped non-finite steps: {count - self._reported} up to step {done}, the "
+                f"skipped non-finite steps: {count - self.reported} up to step {done}, the "
                 f"first at step {first} ({text}); {count} in this run"
             )
             self.record = jax.device_put(nonfinite_record(self._terms, count),
                                          replicated(self._mesh))
-        self._reported = count
+        self.reported = count
         return {k: float(v) for k, v in values.items()}, count
 
 
@@ -339,41 +338,6 @@ def _close_on_error(profiler: runtime.Profiler, logger: MetricLogger,
             close()
         except Exception as err:  # noqa: BLE001 - reported, the original error propagates
             logging.warning("while stopping, closing the %s failed too: %s", name, err)
-
-
-def _summary(plan: _Plan, start_step: int, last: dict, skipped: int, times: runtime.LoopTimes,
-             input_seconds: float, timing: dict, *, started: float, clock: float,
-             loop_end: float, workdir: str, cache_dir: str | None) -> dict[str, Any]:
-    """The run's summary: where it ended, its metrics, and where the host's time went."""
-    finished = time.perf_counter()
-    steps_run = plan.total_steps - start_step
-    timed = max(steps_run - 1, 0)  # the steps after the first (compiled) one
-    images_per_s = timed * plan.global_batch / max(finished - clock, 1e-9)
-    return {
-        "workdir": workdir,
-        "start_step": start_step,
-        "final_step": plan.total_steps,
-        "final_loss": last.get("loss", float("nan")),
-        "metrics": last,
-        "skipped_steps": skipped,
-        "seconds": finished - started,
-        "images_per_s": images_per_s,
-        "images_per_s_per_device": images_per_s / jax.device_count(),
-        **{"trace_seconds": 0.0, "compile_seconds": 0.0, "first_step_seconds": 0.0,
-           "compile_cache_hits": 0, **timing},
-        # Host time per step, after the first: drawing and transferring the input;
-        # inside the step call (dispatch); and all of the host's work outside the
-        # step call and outside log/checkpoint steps (input, bookkeeping).
-        "input_seconds_per_step": input_seconds / max(steps_run, 1),
-        "step_call_seconds_per_step": times.step_call / max(timed, 1),
-        "host_seconds_per_step": (loop_end - clock - times.checks - times.step_call)
-        / max(timed, 1),
-        "check_seconds": times.checks,
-        # Once per run, after the last step: the final save's wait and verification, closing.
-        "final_save_seconds": finished - loop_end,
-        "compilation_cache_dir": cache_dir,
-        "collapse_warning": plan.collapse.warned,
-    }
 
 
 def _model_fingerprint(config: ml_collections.ConfigDict) -> dict:
@@ -433,13 +397,6 @@ def _nonfinite_text(logged: dict[str, float]) -> str:
     return ", ".join(
         f"{k}={v:.6g}" for k, v in logged.items() if k.startswith("loss") or k == "grad_norm"
     )
-
-
-def _warmup_steps(optimizer: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
-    """The learning-rate warm-up in steps (``warmup_steps``, else ``warmup_epochs``)."""
-    if optimizer.warmup_steps is not None:
-        return int(optimizer.warmup_steps)
-    return round(float(optimizer.warmup_epochs) * steps_per_epoch)
 
 
 def _several_processes() -> bool:

@@ -2,7 +2,7 @@
 weighted sum of several (e.g. SimCLR + SupCon "JointTraining"), looked up by name in
 the losses' registry (:func:`contrastive_jax.losses.get`).
 
-Config (``config.loss``, every field declared in :data:`LOSS_DEFAULTS`)::
+Config (``config.loss``, every field declared in :class:`LossSpec`)::
 
     name = "sincere"              # or "nt_xent+supcon" for a sum
     weights = ()                  # one weight per term; empty = all 1.0
@@ -64,9 +64,10 @@ class labels or instance ids would see images that are not theirs), and the smoo
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -93,17 +94,28 @@ class Mixing(NamedTuple):
     switch_prob: float = 0.5  # probability of CutMix rather than MixUp when both are on
 
 
-#: Every field of ``config.loss`` and its default (see the module docstring).
-LOSS_DEFAULTS: dict[str, Any] = {
-    "name": "sincere",  # a loss of contrastive_jax.losses or a term of .terms; "a+b": a sum
-    "weights": (),  # one weight per term; empty: 1.0 each
-    "temperature": None,  # None: each loss's own default; a number: every term's temperature
-    "warmup_temperature": None,  # tau at step 0, annealed to each term's own; None: off
-    "temperature_warmup_steps": 0,  # steps of the anneal from warmup_temperature; 0: off
-    "kwargs": {},  # per-term hyperparameters by term name, e.g. {"projnce": {"beta": 1.0}}
-    "targets": {},  # per-term second argument (a Targets field), e.g. {"mio": "instance"}
-    "mixing": {"num_classes": None, **Mixing._field_defaults},  # the soft-target stage (Mixing)
-}
+@dataclasses.dataclass(frozen=True)
+class LossSpec:
+    """``config.loss``: every field of the objective and its default (the module docstring
+    says what each does); :func:`parse_terms` turns it into the weighted terms."""
+
+    name: str = "sincere"  # a loss of contrastive_jax.losses or a term of .terms; "a+b": a sum
+    weights: tuple[float, ...] = ()  # one weight per term; empty: 1.0 each
+    # None: each loss's own default (the loss function's); a number: every term's temperature.
+    temperature: float | None = None
+    warmup_temperature: float | None = None  # tau at step 0, annealed to each term's own; None: off
+    temperature_warmup_steps: int = 0  # steps of the anneal from warmup_temperature; 0: off
+    # Per-term hyperparameters by term name, e.g. {"projnce": {"beta": 1.0}}.
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Per-term second argument (a Targets field), e.g. {"mio": "instance"}.
+    targets: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # The soft-target stage (Mixing); off while num_classes is None.
+    mixing: Mapping[str, Any] | None = dataclasses.field(
+        default_factory=lambda: {"num_classes": None, **Mixing._field_defaults})
+
+
+#: Every field of ``config.loss`` and its default (those of :class:`LossSpec`, as a dict).
+LOSS_DEFAULTS: dict[str, Any] = dataclasses.asdict(LossSpec())
 
 
 def resolve_loss_config(loss_config) -> dict:
@@ -112,7 +124,7 @@ def resolve_loss_config(loss_config) -> dict:
     Raises:
       ConfigError: a field :data:`LOSS_DEFAULTS` does not declare, naming the nearest one.
     """
-    fields = dict(loss_config.items())
+    fields = vars(loss_config) if isinstance(loss_config, LossSpec) else dict(loss_config.items())
     check_fields("config.loss", fields, LOSS_DEFAULTS)
     return {**LOSS_DEFAULTS, **fields}
 
@@ -323,7 +335,7 @@ def parse_terms(loss_config) -> list[Term]:
 
 
 def evaluate(
-    terms: list[Term],
+    terms: Sequence[Term],
     projections: Array,
     targets: Targets,
     *,
@@ -349,10 +361,11 @@ def evaluate(
         else:
             second = getattr(targets, term.target)
             if second is None:
-                what = {"metadata": "per-example metadata, but the dataset has none",
+                what = {"metadata": "per-example metadata, but the dataset (config.data.dataset) "
+                                    "has none",
                         "soft_label": "mixed soft targets, but the step made none "
                                       "(config.loss.mixing is off)"}.get(term.target, term.target)
-                raise ConfigError(f"loss {term.name!r} needs {what}")
+                raise ConfigError(f"config.loss.name: loss {term.name!r} needs {what}")
             value = term.fn(projections, second, axis_name=axis_name, valid=valid, **term.kwargs)
         values[term.name] = value
         total = total + term.weight * value

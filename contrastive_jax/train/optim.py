@@ -20,6 +20,7 @@ for LARS, from trust-ratio adaptation, as in SimCLR's LARS (``optax.lars`` with 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from types import SimpleNamespace
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 import optax
 
 from contrastive_jax.errors import ConfigError, check_fields
+from contrastive_jax.train.sections import section_fields
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
 LR_SCALINGS = ("linear", "sqrt", "none")
@@ -37,74 +39,102 @@ LR_SCALINGS = ("linear", "sqrt", "none")
 logger = logging.getLogger(__name__)
 
 
-#: Every optimiser field and its default: SimCLR's LARS recipe (0.3 x B/256, 10 warm-up
-#: epochs). :func:`make_optimizer` also takes a plain mapping of some of them.
-OPTIMIZER_DEFAULTS = {
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    """``config.optimizer``: every optimiser and schedule field, its default and its checks.
+
+    Defaults: SimCLR's LARS recipe (0.3 x B/256, 10 warm-up epochs). The SINCERE pretraining
+    recipe (Feeney & Hughes 2023, "SINCERE: Supervised Information Noise-Contrastive
+    Estimation REvisited", arXiv:2309.14277, Sec. 4.3: SGD with momentum 0.9, 10 epochs
+    warming up from 0.0005 to 0.5, cosine back to 0.0005 over 1,000 epochs at B = 512, weight
+    decay 1e-4 on all parameters) is ``name="sgd"``, ``base_learning_rate=0.5``,
+    ``lr_scaling="none"``, ``weight_decay=1e-4``, ``warmup_init=0.0005``,
+    ``final_lr_factor=0.001``, ``decay_norm_and_bias=True``.
+    """
+
     # One of OPTIMIZERS: "lars" (optax.lars), "sgd" (momentum SGD), "adamw".
-    "name": "lars",
+    name: str = "lars"
     # Learning rate before batch-size scaling; the peak of the schedule after it.
-    "base_learning_rate": 0.3,
+    base_learning_rate: float = 0.3
     # One of LR_SCALINGS: "linear" (x B/256), "sqrt" (x sqrt(B)) or "none".
-    "lr_scaling": "linear",
+    lr_scaling: str = "linear"
     # Weight-decay coefficient (added to the gradient for lars/sgd, decoupled for adamw).
-    "weight_decay": 1e-6,
+    weight_decay: float = 1e-6
     # Momentum of lars and sgd (adamw keeps optax's b1=0.9, b2=0.999).
-    "momentum": 0.9,
+    momentum: float = 0.9
     # LARS trust coefficient eta: trust ratio = eta * |w| / |g + wd * w|.
-    "trust_coefficient": 1e-3,
+    trust_coefficient: float = 1e-3
     # Nesterov momentum for lars and sgd.
-    "nesterov": False,
+    nesterov: bool = False
     # Linear warm-up length in epochs (may be fractional); see warmup_steps.
-    "warmup_epochs": 10.0,
+    warmup_epochs: float = 10.0
     # Warm-up length in optimiser steps; when not None it replaces warmup_epochs.
-    "warmup_steps": None,
+    warmup_steps: int | None = None
     # Learning rate at step 0, the start of the warm-up (absolute, not scaled).
-    "warmup_init": 0.0,
+    warmup_init: float = 0.0
     # Learning rate at the last step as a fraction of the peak learning rate.
-    "final_lr_factor": 0.0,
-    # Schedule length in epochs; None: the trainer's run length (or total_steps).
-    "epochs": None,
-    # Schedule length in steps; when not None it replaces epochs and the trainer's length.
-    "total_steps": None,
+    final_lr_factor: float = 0.0
+    # Schedule length in epochs; None: the run's length (train.epochs or train.total_steps).
+    schedule_epochs: float | None = None
+    # Schedule length in steps; when not None it replaces schedule_epochs and the run's length.
+    schedule_steps: int | None = None
     # Clip gradients to this global L2 norm before the optimiser; None: no clipping.
-    "grad_clip_norm": None,
+    grad_clip_norm: float | None = None
     # Also decay biases and normalisation parameters (and, for lars, adapt their rate with
     # the trust ratio); the SINCERE reference (SGD) decays every parameter.
-    "decay_norm_and_bias": False,
-}
-#: The type of the fields whose default is None (the placeholders of the ConfigDict).
-_NONE_TYPES = {"warmup_steps": int, "epochs": float, "total_steps": int, "grad_clip_norm": float}
+    decay_norm_and_bias: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ConfigError(
+                f"optimizer.name={self.name!r} is not one of {', '.join(OPTIMIZERS)}")
+        if self.lr_scaling not in LR_SCALINGS:
+            raise ConfigError(
+                f"optimizer.lr_scaling={self.lr_scaling!r} is not one of {', '.join(LR_SCALINGS)}"
+            )
+        if not float(self.base_learning_rate) > 0:
+            raise ConfigError(
+                f"optimizer.base_learning_rate must be positive, got {self.base_learning_rate}")
+        if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
+            raise ConfigError(
+                f"optimizer.grad_clip_norm must be positive, got {self.grad_clip_norm}")
+        warmup = self.warmup_steps if self.warmup_steps is not None else self.warmup_epochs
+        if warmup < 0:
+            raise ConfigError(f"optimizer: the warm-up must be non-negative, got {warmup}")
+        if self.schedule_steps is not None and self.schedule_steps <= 0:
+            raise ConfigError(
+                "optimizer.schedule_steps: the schedule must have at least one step, got "
+                f"{self.schedule_steps}")
+
+
+#: Every optimiser field and its default (those of :class:`OptimizerSpec`, as a dict).
+OPTIMIZER_DEFAULTS = dataclasses.asdict(OptimizerSpec())
 
 
 def default_optimizer_config():
-    """Optimiser and schedule defaults: SimCLR's LARS recipe (0.3 x B/256, 10 warm-up epochs).
-
-    The SINCERE pretraining recipe (Feeney & Hughes 2023, "SINCERE: Supervised Information
-    Noise-Contrastive Estimation REvisited", arXiv:2309.14277, Sec. 4.3: SGD with momentum 0.9,
-    10 epochs warming up from 0.0005 to 0.5, cosine back to 0.0005 over 1,000 epochs at
-    B = 512, weight decay 1e-4 on all parameters) is ``name="sgd"``,
-    ``base_learning_rate=0.5``, ``lr_scaling="none"``, ``weight_decay=1e-4``,
-    ``warmup_init=0.0005``, ``final_lr_factor=0.001``, ``decay_norm_and_bias=True``.
-    """
+    """``config.optimizer`` with the defaults of :class:`OptimizerSpec`."""
     import ml_collections  # the config layer's library; the optimiser itself needs none
-    from ml_collections import config_dict
 
-    return ml_collections.ConfigDict({
-        k: config_dict.placeholder(_NONE_TYPES[k]) if v is None else v
-        for k, v in OPTIMIZER_DEFAULTS.items()
-    })
+    return ml_collections.ConfigDict(section_fields(OptimizerSpec))
 
 
-def resolve(config: Any) -> SimpleNamespace:
-    """An optimiser config (``ConfigDict`` or mapping) over :data:`OPTIMIZER_DEFAULTS`.
+def resolve(config: Any) -> OptimizerSpec:
+    """An :class:`OptimizerSpec` of an optimiser config (an ``OptimizerSpec``, a
+    ``ConfigDict``, a namespace or a mapping of some fields; the others take their defaults).
 
     Raises:
-      ConfigError: a field that :data:`OPTIMIZER_DEFAULTS` does not declare (naming the
-        nearest one).
+      ConfigError: a field that :class:`OptimizerSpec` does not declare (naming the nearest
+        one, or the new name of a renamed one), or a bad value (naming the field).
     """
+    if isinstance(config, OptimizerSpec):
+        return config
     fields = vars(config) if isinstance(config, SimpleNamespace) else dict(config.items())
+    for name, new in (("epochs", "schedule_epochs"), ("total_steps", "schedule_steps")):
+        if name in fields:
+            raise ConfigError(f"config.optimizer.{name} was renamed to config.optimizer.{new}; "
+                              "set that field instead")
     check_fields("config.optimizer", fields, OPTIMIZER_DEFAULTS)
-    return SimpleNamespace(**{**OPTIMIZER_DEFAULTS, **fields})
+    return OptimizerSpec(**fields)
 
 
 def decay_mask(params: Any) -> Any:
@@ -124,19 +154,13 @@ def peak_learning_rate(config: Any, global_batch_size: int) -> float:
     """``config.base_learning_rate`` scaled by the global batch size per ``config.lr_scaling``."""
     config = resolve(config)
     base = float(config.base_learning_rate)
-    if base <= 0:
-        raise ConfigError(f"optimizer.base_learning_rate must be positive, got {base}")
     if global_batch_size <= 0:
         raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
     if config.lr_scaling == "linear":
         return base * global_batch_size / 256
     if config.lr_scaling == "sqrt":
         return base * math.sqrt(global_batch_size)
-    if config.lr_scaling == "none":
-        return base
-    raise ConfigError(
-        f"optimizer.lr_scaling={config.lr_scaling!r} is not one of {', '.join(LR_SCALINGS)}"
-    )
+    return base  # "none"
 
 
 def make_schedule(
@@ -149,13 +173,13 @@ def make_schedule(
     """Linear warm-up from ``warmup_init`` to the scaled peak, then cosine decay.
 
     The decay reaches ``final_lr_factor * peak`` at the last step and stays there. The schedule
-    length is ``config.total_steps``, else ``config.epochs * steps_per_epoch``, else the
+    length is ``config.schedule_steps``, else ``config.schedule_epochs * steps_per_epoch``, else the
     ``total_steps`` argument (the trainer's run length). A warm-up that does not fit (a run of a
     few steps with a recipe's warm-up) is clamped to ``length - 1`` steps with a warning.
 
     Args:
       config: an optimiser config (a ``ConfigDict`` or a mapping of some fields of
-        :data:`OPTIMIZER_DEFAULTS`; missing fields take their defaults).
+        :class:`OptimizerSpec`; missing fields take their defaults).
       steps_per_epoch: optimiser steps per epoch (converts epochs to steps).
       global_batch_size: images per step over all devices (scales the learning rate).
       total_steps: the run length, used when the config sets neither total_steps nor epochs.
@@ -167,22 +191,21 @@ def make_schedule(
     if steps_per_epoch <= 0:
         raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}")
     peak = peak_learning_rate(config, global_batch_size)
-    if config.total_steps is not None:
-        length = int(config.total_steps)
-    elif config.epochs is not None:
-        length = round(config.epochs * steps_per_epoch)
+    if config.schedule_steps is not None:
+        length = int(config.schedule_steps)
+    elif config.schedule_epochs is not None:
+        length = round(config.schedule_epochs * steps_per_epoch)
     elif total_steps is not None:
         length = total_steps
     else:
-        raise ConfigError("set optimizer.total_steps, optimizer.epochs or pass total_steps")
+        raise ConfigError(
+            "set optimizer.schedule_steps, optimizer.schedule_epochs or pass total_steps")
     if config.warmup_steps is not None:
         warmup = int(config.warmup_steps)
     else:
         warmup = round(config.warmup_epochs * steps_per_epoch)
     if length <= 0:
         raise ConfigError(f"the schedule must have at least one step, got {length}")
-    if warmup < 0:
-        raise ConfigError(f"the warm-up must be non-negative, got {warmup} steps")
     if warmup >= length:
         # A smoke test of a few steps with a recipe's warm-up: warm up over all but the last step.
         logger.warning(
@@ -220,7 +243,7 @@ def make_optimizer(
 
     Args:
       config: an optimiser config (a ``ConfigDict`` or a mapping of some fields of
-        :data:`OPTIMIZER_DEFAULTS`; missing fields take their defaults).
+        :class:`OptimizerSpec`; missing fields take their defaults).
       params: the parameters to optimise (an ``nnx.State`` or any pytree of arrays); checked to
         be non-empty, the optimiser state is made by ``tx.init(params)``.
       steps_per_epoch: optimiser steps per epoch.
@@ -231,10 +254,6 @@ def make_optimizer(
       ``(tx, schedule)``: the gradient transformation and its learning-rate schedule.
     """
     config = resolve(config)
-    if config.name not in OPTIMIZERS:
-        raise ConfigError(f"optimizer.name={config.name!r} is not one of {', '.join(OPTIMIZERS)}")
-    if config.grad_clip_norm is not None and config.grad_clip_norm <= 0:
-        raise ConfigError(f"optimizer.grad_clip_norm must be positive, got {config.grad_clip_norm}")
     if not jax.tree.leaves(params):
         raise ValueError("params has no leaves: nothing to optimise")
     schedule = make_schedule(

@@ -7,11 +7,18 @@ import logging
 import re
 from typing import NamedTuple
 
+import jax
 import ml_collections
+import numpy as np
 from flax import nnx
+from jax.sharding import AxisType, Mesh
 
-from contrastive_jax.train import loop, paths
+from contrastive_jax.parallel import DATA_AXIS
+from contrastive_jax.train import loop, optim, paths
+from contrastive_jax.train.build import DataFacts, build
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, abstract_like
+from contrastive_jax.train.config import rename_saved
+from contrastive_jax.train.spec import parse
 
 
 class Pretrained(NamedTuple):
@@ -48,10 +55,10 @@ def locate_checkpoint(path: str) -> tuple[str, int | None]:
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-    """The config a pretraining run saved in ``workdir``."""
-    return ml_collections.ConfigDict(
-        json.loads((paths.as_path(workdir) / loop.CONFIG_FILE).read_text())
-    )
+    """The config a pretraining run saved in ``workdir`` (fields saved under a name that was
+    since renamed, :data:`~contrastive_jax.train.config.RENAMED`, under their new name)."""
+    saved = json.loads((paths.as_path(workdir) / loop.CONFIG_FILE).read_text())
+    return ml_collections.ConfigDict(rename_saved(saved))
 
 
 def load_pretrained(path: str) -> Pretrained:
@@ -92,17 +99,21 @@ def load_pretrained(path: str) -> Pretrained:
 
 
 def _abstract_state(config: ml_collections.ConfigDict, num_classes: int):
-    """(graphdef, rest, state) shaped like the run's training state.
+    """(graphdef, rest, state) shaped like the run's training state, built by
+    :func:`contrastive_jax.train.build.build` on one device.
 
-    The optimiser state's structure does not depend on the schedule, so any
-    valid schedule length will do.
+    The state's structure depends on neither the data's size nor the schedule's length, so
+    a nominal epoch of one step will do; the schedule's warning of a warm-up longer than
+    that nominal run is not the user's concern here and is silenced.
     """
-    warmup = int(config.optimizer.warmup_steps or 0)
-    graphdef, rest, _, _, state = loop.init_state(
-        config,
-        num_classes,
-        steps_per_epoch=1,
-        global_batch_size=int(config.data.global_batch_size),
-        total_steps=max(10**9, warmup + 1),
-    )
-    return graphdef, rest, state
+    spec = parse(config)
+    mesh = Mesh(np.asarray(jax.devices()[:1]), (DATA_AXIS,), axis_types=(AxisType.Auto,))
+    facts = DataFacts(spec.data.global_batch_size, num_classes, spec.data.image_size or 1)
+    optim_logger = logging.getLogger(optim.__name__)
+    level = optim_logger.level
+    optim_logger.setLevel(logging.ERROR)
+    try:
+        run = build(spec, mesh, facts)
+    finally:
+        optim_logger.setLevel(level)
+    return run.graphdef, run.rest, run.state

@@ -6,23 +6,25 @@
   same step together.
 * :func:`configure_compilation_cache` points JAX's persistent compilation cache at a
   directory, so a restarted run loads its executable instead of compiling it.
-* :class:`CompileTimer` measures tracing and compilation (or loading from the cache);
-  :class:`LoopTimes` the host's time per step.
-* :class:`Profiler` writes a ``jax.profiler`` trace of a range of steps.
+* :class:`RunClock` holds a run's timing and profiling: the first step timed apart
+  (:class:`CompileTimer`: tracing and compilation, or loading from the cache), the host's
+  time per step, and the :class:`Profiler`, a ``jax.profiler`` trace of a range of steps.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import os
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
 import jax
 from etils import epath
 
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.train import paths
 
 #: Where ``config.train.compilation_cache_dir="auto"`` puts JAX's compilation cache
@@ -128,17 +130,69 @@ class CompileTimer:
                 "first_step_seconds": seconds, "compile_cache_hits": self.cache_hits}
 
 
-@dataclasses.dataclass
-class LoopTimes:
-    """Host seconds of a run, after its first (compiled) step.
+class RunClock:
+    """A run's timing and profiling, in one object: the first (compiled) step timed apart,
+    the host's time in step calls and at log/checkpoint steps, and the ``jax.profiler``
+    trace of ``config.train.profile_steps`` (:class:`Profiler`).
 
-    Attributes:
-      step_call: inside the step call (dispatch).
-      checks: at log and checkpoint steps (waiting, logging, saving).
+    The loop calls :meth:`first_step` (a context) around the first step, :meth:`call`
+    around the others, :meth:`checking` around the work of log and checkpoint steps, and
+    :meth:`loop_ended` after the last step; :meth:`summary` gives the figures.
     """
 
-    step_call: float = 0.0
-    checks: float = 0.0
+    def __init__(self, profile: tuple[int, int] | None, trace_directory: epath.Path) -> None:
+        self.profiler = Profiler(profile, trace_directory)
+        self.started = self.clock = time.perf_counter()  # clock: the end of the first step
+        self.step_call = 0.0  # host seconds inside the step calls, after the first
+        self.checks = 0.0  # host seconds at log and checkpoint steps
+        self.loop_end = self.started
+        self.once: dict[str, float] = {}  # trace, compile, first-step seconds, cache hits
+
+    @contextlib.contextmanager
+    def first_step(self) -> Iterator[None]:
+        """Times the first step (tracing, compiling or loading from the cache, running)."""
+        with CompileTimer() as compiled:
+            yield
+        self.clock = time.perf_counter()
+        self.once = compiled.first_step(self.clock - self.started)
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        called = time.perf_counter()
+        yield
+        self.step_call += time.perf_counter() - called
+
+    @contextlib.contextmanager
+    def checking(self) -> Iterator[None]:
+        checked = time.perf_counter()
+        yield
+        self.checks += time.perf_counter() - checked
+
+    def loop_ended(self) -> None:
+        self.loop_end = time.perf_counter()
+
+    def summary(self, steps_run: int, global_batch: int, input_seconds: float) -> dict[str, Any]:
+        """The timing figures of a run's summary (see :func:`contrastive_jax.train.loop.train`)."""
+        finished = time.perf_counter()
+        timed = max(steps_run - 1, 0)  # the steps after the first (compiled) one
+        images_per_s = timed * global_batch / max(finished - self.clock, 1e-9)
+        return {
+            "seconds": finished - self.started,
+            "images_per_s": images_per_s,
+            "images_per_s_per_device": images_per_s / jax.device_count(),
+            **{"trace_seconds": 0.0, "compile_seconds": 0.0, "first_step_seconds": 0.0,
+               "compile_cache_hits": 0, **self.once},
+            # Host time per step, after the first: drawing and transferring the input;
+            # inside the step call (dispatch); and all of the host's work outside the
+            # step call and outside log/checkpoint steps (input, bookkeeping).
+            "input_seconds_per_step": input_seconds / max(steps_run, 1),
+            "step_call_seconds_per_step": self.step_call / max(timed, 1),
+            "host_seconds_per_step": (self.loop_end - self.clock - self.checks - self.step_call)
+            / max(timed, 1),
+            "check_seconds": self.checks,
+            # Once per run, after the last step: the final save's wait and verification, closing.
+            "final_save_seconds": finished - self.loop_end,
+        }
 
 
 def profile_range(steps, total_steps: int) -> tuple[int, int] | None:
@@ -149,7 +203,7 @@ def profile_range(steps, total_steps: int) -> tuple[int, int] | None:
     if len(steps) != 2 or not all(isinstance(s, int) for s in steps) or not (
         1 <= steps[0] <= steps[1] <= total_steps
     ):
-        raise ValueError(
+        raise ConfigError(
             f"config.train.profile_steps={steps!r} must be two steps (first, last) with "
             f"1 <= first <= last <= {total_steps} (the run's total steps), e.g. "
             "--config.train.profile_steps='(20, 25)'"

@@ -9,6 +9,7 @@ batch) -> gradient of the replicated global loss, taken outside the
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -220,79 +221,10 @@ def make_train_step(
     ``micro_batch_loop`` (``config.train.micro_batch_loop``) is the form of the loop over
     micro-batches, ``"unrolled"`` or ``"scan"`` (:func:`grad_cache.embed`).
     """
-    batch_keys = ("views", "label", "index", "metadata")
     mix = objective.batch_mixing(terms)
     grad_cache.check_loop(micro_batch_loop)
-
-    def per_device(params, batch_stats, key_data, step, local):
-        # copy=True: fresh variables of this trace, so the RNG streams can be reseeded.
-        model = nnx.merge(graphdef, params, batch_stats, rest, copy=True)
-        device_key = jax.random.fold_in(
-            jax.random.wrap_key_data(key_data), jax.lax.axis_index(DATA_AXIS)
-        )
-        nnx.reseed(model, default=device_key, dropout=device_key)
-        views = local["views"]
-        b, v = views.shape[:2]
-
-        def per_row(a):
-            return None if a is None else jnp.repeat(a, v, axis=0)
-
-        rows = views.reshape((b * v,) + views.shape[2:])
-        label = per_row(local["label"]).astype(jnp.int32)
-        soft_label = None
-        if mix is not None:
-            mix_key = jax.random.fold_in(jax.random.wrap_key_data(key_data), MIXING_STREAM)
-            rows, soft_label = mixing_lib.mix_batch(
-                rows, label, mix_key, num_classes=mix.num_classes,
-                mixup_alpha=mix.mixup_alpha, cutmix_alpha=mix.cutmix_alpha,
-                mixup_prob=mix.mixup_prob, switch_prob=mix.switch_prob,
-                label_smoothing=mix.label_smoothing, axis_name=DATA_AXIS,
-            )
-        micro = grad_cache.num_micro_batches(b, micro_batch_size)
-        if micro:
-            features, projections = grad_cache.embed(
-                model.network, rows, num_micro_batches=micro, key=device_key,
-                loop=micro_batch_loop,
-            )
-        else:
-            features, projections = model.network(rows)
-        if mix is not None and projections.shape[-1] != mix.num_classes:
-            raise ConfigError(
-                f"config.loss.mixing.num_classes={mix.num_classes}, but the head outputs "
-                f"{projections.shape[-1]} class scores per example"
-            )
-        targets = objective.Targets(
-            instance=per_row(local["index"]).astype(jnp.int32),
-            label=label,
-            metadata=per_row(local.get("metadata")),
-            soft_label=soft_label,
-        )
-        total, values = objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS,
-                                           step=step)
-        logged = {f"loss/{k}": val for k, val in values.items()}
-        for term in terms:
-            if term.warmup is not None:
-                logged[f"temperature/{term.name}"] = term.warmup.at(step)
-        unit = projections.astype(jnp.float32)
-        logged["alignment"] = jax.lax.pmean(
-            metrics.alignment_from_labels(unit, targets.instance), DATA_AXIS
-        )
-        logged["uniformity"] = jax.lax.pmean(metrics.uniformity(unit), DATA_AXIS)
-        if model.probe is not None:
-            logits = model.probe(jax.lax.stop_gradient(features).astype(jnp.float32))
-            probe_loss = jax.lax.pmean(
-                optax.softmax_cross_entropy_with_integer_labels(logits, targets.label).mean(),
-                DATA_AXIS,
-            )
-            logged["probe_loss"] = probe_loss
-            logged["probe_accuracy"] = jax.lax.pmean(
-                jnp.mean(jnp.argmax(logits, -1) == targets.label), DATA_AXIS
-            )
-            total = total + probe_loss
-        new_stats = jax.tree.map(
-            lambda s: jax.lax.pmean(s, DATA_AXIS), nnx.state(model, nnx.BatchStat)
-        )
-        return total, (logged, new_stats)
+    per_device = functools.partial(
+        _per_device, graphdef, rest, tuple(terms), mix, micro_batch_size, micro_batch_loop)
 
     def loss_fn(params, batch_stats, key_data, step, batch):
         local_specs = {k: P(DATA_AXIS) for k in batch}
@@ -306,38 +238,154 @@ def make_train_step(
 
     def step(state: TrainState, batch: dict[str, Array], nonfinite: NonFinite | None = None):
         stop = batch.get("stop")
-        batch = {k: batch[k] for k in batch_keys if batch.get(k) is not None}
+        batch = {k: batch[k] for k in _BATCH_KEYS if batch.get(k) is not None}
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         (loss, (logged, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.batch_stats, jax.random.key_data(step_key), state.step, batch
         )
-        grad_norm = optax.global_norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        kept_params, kept_stats, kept_opt_state = jax.tree.map(
-            lambda a, b: jnp.where(finite, a, b),
-            (params, new_stats, opt_state),
-            (state.params, state.batch_stats, state.opt_state),
-        )
-        logged.update(
-            loss=loss,
-            learning_rate=schedule(state.step),
-            grad_norm=grad_norm,
-            finite=finite.astype(jnp.float32),
-        )
-        new = TrainState(state.step + 1, kept_params, kept_stats, kept_opt_state, state.rng)
+        new, finite = _guarded_update(tx, state, grads, loss, new_stats, logged)
+        logged["learning_rate"] = schedule(state.step)
         if stop is not None:
             logged["stop"] = jnp.max(stop).astype(jnp.float32)
         if nonfinite is None:
             return new, logged
-        first = ~finite & (nonfinite.first_step == 0)
-        nonfinite = NonFinite(
-            nonfinite.count + (~finite).astype(jnp.int32),
-            jnp.where(first, state.step + 1, nonfinite.first_step),
-            {k: jnp.where(first, logged[k].astype(jnp.float32), v)
-             for k, v in nonfinite.first_values.items()},
-        )
-        return new, logged, nonfinite
+        return new, logged, _count_nonfinite(nonfinite, finite, state.step, logged)
 
     return jax.jit(step, donate_argnums=(0, 2))
+
+
+#: The fields of a batch that reach the model (``stop`` is read apart).
+_BATCH_KEYS = ("views", "label", "index", "metadata")
+
+
+def _per_device(graphdef, rest, terms: tuple[objective.Term, ...],
+                mix: objective.Mixing | None, micro_batch_size: int | None,
+                micro_batch_loop: str, params, batch_stats, key_data: Array, step: Array,
+                local: dict[str, Array]):
+    """One device's share of the step, inside ``shard_map``: (loss, (metrics, batch stats)).
+
+    ``local`` holds the device's examples (``views`` [b, V, H, W, C], ``label``, ``index``,
+    optionally ``metadata``); the loss is the replicated global one (the terms gather the
+    projections over ``data``).
+    """
+    # copy=True: fresh variables of this trace, so the RNG streams can be reseeded.
+    model = nnx.merge(graphdef, params, batch_stats, rest, copy=True)
+    device_key = jax.random.fold_in(
+        jax.random.wrap_key_data(key_data), jax.lax.axis_index(DATA_AXIS)
+    )
+    nnx.reseed(model, default=device_key, dropout=device_key)
+    rows, label, soft_label = _rows(local, key_data, mix)
+    micro = grad_cache.num_micro_batches(local["views"].shape[0], micro_batch_size)
+    if micro:
+        features, projections = grad_cache.embed(
+            model.network, rows, num_micro_batches=micro, key=device_key, loop=micro_batch_loop,
+        )
+    else:
+        features, projections = model.network(rows)
+    if mix is not None and projections.shape[-1] != mix.num_classes:
+        raise ConfigError(
+            f"config.loss.mixing.num_classes={mix.num_classes}, but the head outputs "
+            f"{projections.shape[-1]} class scores per example (config.model.head)"
+        )
+    v = local["views"].shape[1]
+    metadata = local.get("metadata")
+    targets = objective.Targets(
+        instance=_per_row(local["index"], v).astype(jnp.int32),
+        label=label,
+        metadata=None if metadata is None else _per_row(metadata, v),
+        soft_label=soft_label,
+    )
+    total, logged = _objective(terms, projections, targets, step)
+    if model.probe is not None:
+        probe_loss, probe_logged = _probe(model.probe, features, targets.label)
+        logged.update(probe_logged)
+        total = total + probe_loss
+    new_stats = jax.tree.map(
+        lambda s: jax.lax.pmean(s, DATA_AXIS), nnx.state(model, nnx.BatchStat)
+    )
+    return total, (logged, new_stats)
+
+
+def _per_row(a: Array, v: int) -> Array:
+    """A per-example array [b, ...] repeated for each of the V views of an example [b V, ...]."""
+    return jnp.repeat(a, v, axis=0)
+
+
+def _rows(local: dict[str, Array], key_data: Array, mix: objective.Mixing | None):
+    """The device's flat rows [b V, H, W, C] (the V views of an example on consecutive
+    rows), their labels int [b V], and, with a mixing stage, the rows mixed by MixUp/CutMix
+    and their soft targets float [b V, K] (None without)."""
+    views = local["views"]
+    b, v = views.shape[:2]
+    rows = views.reshape((b * v,) + views.shape[2:])
+    label = _per_row(local["label"], v).astype(jnp.int32)
+    soft_label = None
+    if mix is not None:
+        mix_key = jax.random.fold_in(jax.random.wrap_key_data(key_data), MIXING_STREAM)
+        rows, soft_label = mixing_lib.mix_batch(
+            rows, label, mix_key, num_classes=mix.num_classes,
+            mixup_alpha=mix.mixup_alpha, cutmix_alpha=mix.cutmix_alpha,
+            mixup_prob=mix.mixup_prob, switch_prob=mix.switch_prob,
+            label_smoothing=mix.label_smoothing, axis_name=DATA_AXIS,
+        )
+    return rows, label, soft_label
+
+
+def _objective(terms: tuple[objective.Term, ...], projections: Array,
+               targets: objective.Targets, step: Array) -> tuple[Array, dict[str, Array]]:
+    """The weighted loss terms on the projections [n, d], and what is logged of them: each
+    term, each warm-up's temperature, the alignment and uniformity of the projections."""
+    total, values = objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS,
+                                       step=step)
+    logged = {f"loss/{k}": val for k, val in values.items()}
+    for term in terms:
+        if term.warmup is not None:
+            logged[f"temperature/{term.name}"] = term.warmup.at(step)
+    unit = projections.astype(jnp.float32)
+    logged["alignment"] = jax.lax.pmean(
+        metrics.alignment_from_labels(unit, targets.instance), DATA_AXIS
+    )
+    logged["uniformity"] = jax.lax.pmean(metrics.uniformity(unit), DATA_AXIS)
+    return total, logged
+
+
+def _probe(probe: nnx.Module, features: Array, label: Array) -> tuple[Array, dict[str, Array]]:
+    """SimCLR's online linear probe on stop-gradient features [n, F]: its cross-entropy
+    (added to the loss; it trains the probe alone) and its train accuracy."""
+    logits = probe(jax.lax.stop_gradient(features).astype(jnp.float32))
+    probe_loss = jax.lax.pmean(
+        optax.softmax_cross_entropy_with_integer_labels(logits, label).mean(), DATA_AXIS,
+    )
+    accuracy = jax.lax.pmean(jnp.mean(jnp.argmax(logits, -1) == label), DATA_AXIS)
+    return probe_loss, {"probe_loss": probe_loss, "probe_accuracy": accuracy}
+
+
+def _guarded_update(tx: optax.GradientTransformation, state: TrainState, grads, loss: Array,
+                    new_stats, logged: dict[str, Array]) -> tuple[TrainState, Array]:
+    """The optimiser's update, kept only if the loss and the gradient are finite (the input's
+    parameters, batch statistics and optimiser state otherwise; ``step`` advances either
+    way); logs ``loss``, ``grad_norm`` and ``finite``. Returns (new state, finite)."""
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    kept_params, kept_stats, kept_opt_state = jax.tree.map(
+        lambda a, b: jnp.where(finite, a, b),
+        (params, new_stats, opt_state),
+        (state.params, state.batch_stats, state.opt_state),
+    )
+    logged.update(loss=loss, grad_norm=grad_norm, finite=finite.astype(jnp.float32))
+    return TrainState(state.step + 1, kept_params, kept_stats, kept_opt_state, state.rng), finite
+
+
+def _count_nonfinite(nonfinite: NonFinite, finite: Array, step: Array,
+                     logged: dict[str, Array]) -> NonFinite:
+    """The record updated with this (0-based) ``step``: counted if not finite, and kept as the
+    first with its logged values if none was recorded since the host last cleared it."""
+    first = ~finite & (nonfinite.first_step == 0)
+    return NonFinite(
+        nonfinite.count + (~finite).astype(jnp.int32),
+        jnp.where(first, step + 1, nonfinite.first_step),
+        {k: jnp.where(first, logged[k].astype(jnp.float32), v)
+         for k, v in nonfinite.first_values.items()},
+    )

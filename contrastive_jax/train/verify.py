@@ -33,12 +33,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from contrastive_jax.errors import CheckpointError
+
 #: Key of the state's content checksum in the JSON item of a checkpoint.
 CHECKSUM_KEY = "state_checksum"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written, or none could be read where one exists."""
 
 
 class ChecksumMismatch(CheckpointError):

@@ -152,7 +152,7 @@ def _sgd_config(learning_rate: float, momentum: float, weight_decay: float, step
     config.warmup_steps = 0
     config.warmup_init = learning_rate
     config.final_lr_factor = 1.0  # cosine from the peak to the peak: a constant rate
-    config.total_steps = steps + 1
+    config.schedule_steps = steps + 1
     config.decay_norm_and_bias = True  # torch.optim.SGD(weight_decay=...) decays every parameter
     return config
 

@@ -65,7 +65,7 @@ def test_every_config_builds_the_proxy_network(spec):
 
 
 def test_config_spec_errors_and_epochs():
-    assert configs.get_config("mio,mio_B,lars,20").optimizer.epochs == 80.0
+    assert configs.get_config("mio,mio_B,lars,20").optimizer.schedule_epochs == 80.0
     assert configs.get_config("sincere,supcon,adamw,7").train.epochs == 7
     for bad in ("sincere,supcon,lars", "mio,mio_E", "mio", "sincere,sincere,adamw,0",
                 "mio,simclr,adamw,3,4"):

@@ -101,7 +101,7 @@ def test_mio_configs(method):
         assert term.kwargs["l2_weight"] == l2
     head = build_model(config, 10).network.head
     assert len(head.hidden_linears) == hidden and head.out_bn is not None
-    assert (config.optimizer.warmup_epochs, config.optimizer.epochs) == (2.0, 80.0)
+    assert (config.optimizer.warmup_epochs, config.optimizer.schedule_epochs) == (2.0, 80.0)
     assert config.optimizer.final_lr_factor * 0.3 == pytest.approx(1e-4)
 
 

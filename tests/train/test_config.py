@@ -90,7 +90,7 @@ def test_every_shipped_config_declares_only_known_fields(path):
 @pytest.mark.parametrize(
     "section, field, nearest",
     [
-        ("train", "prefech", "config.train.prefetch"),
+        ("train", "device_prefech", "config.train.device_prefetch"),
         ("loss", "mixng", "config.loss.mixing"),
         ("optimizer", "warmup_step", "config.optimizer.warmup_steps"),
         ("data", "globalbatch_size", "config.data.global_batch_size"),
@@ -109,8 +109,8 @@ def test_an_unknown_override_names_the_nearest_field():
 
     _check_override("config.model.encoder.channels")  # an encoder's own field: checked later
     _check_override("config.loss.kwargs.projnce")  # keyed by term names
-    with pytest.raises(ConfigError, match="did you mean config.train.prefetch"):
-        _check_override("config.train.prefech")
+    with pytest.raises(ConfigError, match="did you mean config.train.device_prefetch"):
+        _check_override("config.train.device_prefech")
     with pytest.raises(ConfigError, match="did you mean config.loss.mixing.mixup_alpha"):
         _check_override("config.loss.mixing.mixup_alph")
 
@@ -118,4 +118,33 @@ def test_an_unknown_override_names_the_nearest_field():
 def test_every_field_the_code_reads_is_declared():
     config = default_config()
     assert not config.loss.targets and config.loss.mixing.num_classes is None
-    assert config.train.prefetch == 2 and config.train.collapse_threshold == -0.2
+    assert config.train.device_prefetch == 2 and config.train.collapse_threshold == -0.2
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("train.prefetch", "train.device_prefetch"),
+        ("optimizer.epochs", "optimizer.schedule_epochs"),
+        ("optimizer.total_steps", "optimizer.schedule_steps"),
+    ],
+)
+def test_a_renamed_field_is_refused_with_its_new_name(old, new):
+    from contrastive_jax.pretrain import _check_override
+
+    section, name = old.split(".")
+    config = default_config()
+    config[section][name] = 1
+    message = f"config.{old} was renamed to config.{new}"
+    with pytest.raises(ConfigError, match=message):
+        check_config(config)
+    with pytest.raises(ConfigError, match=message):
+        _check_override(f"config.{old}")
+
+
+def test_a_saved_config_of_an_old_name_loads_under_the_new_one():
+    from contrastive_jax.train.config import rename_saved
+
+    saved = {"train": {"prefetch": 4}, "optimizer": {"epochs": 8.0, "name": "sgd"}}
+    assert rename_saved(saved) == {"train": {"device_prefetch": 4},
+                                   "optimizer": {"schedule_epochs": 8.0, "name": "sgd"}}

@@ -54,6 +54,21 @@ def test_memory_and_flops_scale_with_the_batch():
     assert "temporaries" in text and "TFLOP per step" in text and "images/s" in text
 
 
+def test_gradient_caching_reports_the_micro_batched_step():
+    """The dry run compiles the trainer's step, micro-batches included: at 256 views per
+    device the activations dominate, and caching them in micro-batches of 16 examples (32
+    views) needs fewer temporaries than the plain step."""
+    config = tiny(128)
+    config.data.image_size = 16
+    config.model.encoder.channels = (16, 32)
+    plain = dr.dry_run(config, num_devices=1)
+    config.train.micro_batch_size = 16
+    cached = dr.dry_run(config, num_devices=1)
+    assert (plain["micro_batches"], cached["micro_batches"]) == (0, 8)
+    assert cached["temp_bytes"] < plain["temp_bytes"]
+    assert cached["per_device_bytes"] < plain["per_device_bytes"]
+
+
 def test_run_cli_ends_with_a_json_line(capsys):
     # The backend runs before run_cli (so it keeps the session's 8 devices, of which it uses
     # 4); in a fresh process run_cli would set the CPU device count for the whole process.
@@ -67,7 +82,7 @@ def test_run_cli_ends_with_a_json_line(capsys):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(num_devices=3), "multiple of the 3 devices"),
+        (dict(num_devices=3), "divisible by the 3 devices"),
         (dict(num_devices=99), "num_devices=99"),
         (dict(target="tpu-v9-8"), "target='tpu-v9-8'"),
         (dict(mfu=0.0), "mfu"),

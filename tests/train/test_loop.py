@@ -77,25 +77,20 @@ def _spied(monkeypatch, events: _Events):
         events.log.append(("read", 0))
         return device_get(tree)
 
-    make_step = loop.make_train_step
+    session_step = loop._Session._step
+    calls = []
 
-    def spy_make_step(*args, **kwargs):
-        step = make_step(*args, **kwargs)
-        calls = []
-
-        def counted(*a):
-            calls.append(None)
-            events.log.append(("step", len(calls)))
-            return step(*a)
-
-        return counted
+    def spy_step(self, step, batch):
+        calls.append(None)
+        events.log.append(("step", len(calls)))
+        return session_step(self, step, batch)
 
     def draw(position, batch):
         events.log.append(("draw", position))
         return batch
 
     runs.patch_batches(monkeypatch, draw)
-    monkeypatch.setattr(loop, "make_train_step", spy_make_step)
+    monkeypatch.setattr(loop._Session, "_step", spy_step)
     monkeypatch.setattr(ArrayImpl, "_value", property(spy_value))
     monkeypatch.setattr(jax, "device_get", spy_device_get)
 
@@ -288,7 +283,7 @@ def test_bad_profile_steps_and_prefetch_are_named(tmp_path):
     for field, value, match in [
         ("profile_steps", (3, 2), r"profile_steps=\(3, 2\) must be two steps"),
         ("profile_steps", (1, 99), r"last <= 8"),
-        ("prefetch", -1, "prefetch must be >= 0"),
+        ("device_prefetch", -1, "device_prefetch must be an int >= 0"),
     ]:
         config = _config(TOTAL)
         config.train[field] = value

@@ -106,7 +106,7 @@ def test_peak_learning_rate_scaling(scaling, base, batch, peak):
 
 def test_schedule_warmup_then_cosine():
     # peak 0.6; warm-up 2 epochs x 10 steps from 0.1; cosine to 0.1 x 0.6 at step 100.
-    config = _config(warmup_epochs=2, warmup_init=0.1, final_lr_factor=0.1, epochs=10)
+    config = _config(warmup_epochs=2, warmup_init=0.1, final_lr_factor=0.1, schedule_epochs=10)
     schedule = optim.make_schedule(config, steps_per_epoch=10, global_batch_size=512)
     np.testing.assert_allclose(schedule(0), 0.1, rtol=1e-6)
     np.testing.assert_allclose(schedule(10), 0.1 + (0.6 - 0.1) / 2, rtol=1e-6)
@@ -126,7 +126,7 @@ def test_schedule_seed000_protocol():
         lr_scaling="none",
         warmup_init=0.0005,
         final_lr_factor=0.001,
-        epochs=1000,
+        schedule_epochs=1000,
     )
     schedule = optim.make_schedule(config, steps_per_epoch=97, global_batch_size=512)
     np.testing.assert_allclose(schedule(0), 0.0005, rtol=1e-4)
@@ -135,7 +135,8 @@ def test_schedule_seed000_protocol():
 
 
 def test_schedule_fractional_warmup_epochs_and_warmup_steps():
-    config = _config(warmup_epochs=0.5, epochs=4, lr_scaling="none", base_learning_rate=1.0)
+    config = _config(warmup_epochs=0.5, schedule_epochs=4, lr_scaling="none",
+                     base_learning_rate=1.0)
     schedule = optim.make_schedule(config, steps_per_epoch=10, global_batch_size=256)
     np.testing.assert_allclose(schedule(4), 0.8, rtol=1e-6)  # 5 warm-up steps
     np.testing.assert_allclose(schedule(5), 1.0, rtol=1e-6)
@@ -149,7 +150,8 @@ def test_schedule_fractional_warmup_epochs_and_warmup_steps():
 
 
 def test_schedule_length_precedence():
-    """config.total_steps, else config.epochs x steps_per_epoch, else the total_steps argument."""
+    """config.schedule_steps, else config.schedule_epochs x steps_per_epoch, else the
+    total_steps argument."""
     config = _config(warmup_steps=0, lr_scaling="none", base_learning_rate=1.0)
     kwargs = {"steps_per_epoch": 10, "global_batch_size": 256}
 
@@ -159,11 +161,11 @@ def test_schedule_length_precedence():
     np.testing.assert_allclose(
         end(optim.make_schedule(config, total_steps=60, **kwargs), 60), (0.5, 0)
     )
-    config.epochs = 4
+    config.schedule_epochs = 4
     np.testing.assert_allclose(
         end(optim.make_schedule(config, total_steps=60, **kwargs), 40), (0.5, 0)
     )
-    config.total_steps = 20
+    config.schedule_steps = 20
     np.testing.assert_allclose(
         end(optim.make_schedule(config, total_steps=60, **kwargs), 20), (0.5, 0)
     )
@@ -184,7 +186,7 @@ def test_lars_matches_numpy_reference_over_two_steps():
     """Kernels: trust-ratio-scaled, decayed update; biases and norms: plain momentum SGD."""
     wd, eta, mom = 0.5, 1e-3, 0.9
     config = _config(
-        weight_decay=wd, warmup_steps=4, warmup_init=0.1, total_steps=20, lr_scaling="none"
+        weight_decay=wd, warmup_steps=4, warmup_init=0.1, schedule_steps=20, lr_scaling="none"
     )
     params = _net_params(seed=1)
     tx, schedule = optim.make_optimizer(config, params, steps_per_epoch=10, global_batch_size=256)
@@ -211,7 +213,7 @@ def test_lars_matches_numpy_reference_over_two_steps():
 
 def test_lars_decay_norm_and_bias_adapts_every_parameter():
     wd, eta = 0.5, 1e-3
-    config = _config(weight_decay=wd, warmup_steps=0, total_steps=10, decay_norm_and_bias=True)
+    config = _config(weight_decay=wd, warmup_steps=0, schedule_steps=10, decay_norm_and_bias=True)
     params, grads = _net_params(seed=2), _random_like(_net_params(), seed=3)
     got = _one_step(config, params, grads, steps_per_epoch=10, global_batch_size=256)
     for name, w in _by_name(params).items():
@@ -230,7 +232,7 @@ def test_sgd_one_step_on_nnx_params(decay_all, nesterov):
         nesterov=nesterov,
         decay_norm_and_bias=decay_all,
         warmup_steps=0,
-        total_steps=10,
+        schedule_steps=10,
     )
     params, grads = _net_params(seed=4), _random_like(_net_params(), seed=5)
     got = _one_step(config, params, grads, steps_per_epoch=10, global_batch_size=256)
@@ -242,7 +244,7 @@ def test_sgd_one_step_on_nnx_params(decay_all, nesterov):
 
 def test_adamw_one_step_on_nnx_params():
     wd, lr = 0.1, 0.3
-    config = _config(name="adamw", weight_decay=wd, warmup_steps=0, total_steps=10)
+    config = _config(name="adamw", weight_decay=wd, warmup_steps=0, schedule_steps=10)
     params, grads = _net_params(seed=6), _random_like(_net_params(), seed=7)
     got = _one_step(config, params, grads, steps_per_epoch=10, global_batch_size=256)
     for name, w in _by_name(params).items():
@@ -253,7 +255,7 @@ def test_adamw_one_step_on_nnx_params():
 
 def test_grad_clip_norm_scales_gradients_to_the_global_norm():
     config = _config(
-        name="sgd", weight_decay=0.0, warmup_steps=0, total_steps=10, grad_clip_norm=1.0
+        name="sgd", weight_decay=0.0, warmup_steps=0, schedule_steps=10, grad_clip_norm=1.0
     )
     params, grads = _net_params(seed=8), _random_like(_net_params(), seed=9, scale=5.0)
     norm = np.sqrt(sum(np.sum(g**2) for g in _by_name(grads).values()))
@@ -270,7 +272,7 @@ def test_default_lars_trains_a_real_model():
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     x = jax.random.normal(jax.random.key(0), (8, 6, 6, 3))
     y = jax.random.normal(jax.random.key(1), (8, 2))
-    config = _config(warmup_steps=0, total_steps=10)
+    config = _config(warmup_steps=0, schedule_steps=10)
     tx, _ = optim.make_optimizer(config, params, steps_per_epoch=10, global_batch_size=256)
 
     def loss_fn(p):
@@ -295,7 +297,7 @@ def test_default_lars_trains_a_real_model():
 def test_unknown_optimizer_name():
     with pytest.raises(ValueError, match=r"optimizer\.name='rmsprop'.*lars, sgd, adamw"):
         optim.make_optimizer(
-            _config(name="rmsprop", epochs=1),
+            _config(name="rmsprop", schedule_epochs=1),
             {"w": jnp.ones((2, 2))},
             steps_per_epoch=10,
             global_batch_size=256,
@@ -305,7 +307,7 @@ def test_unknown_optimizer_name():
 def test_unknown_lr_scaling():
     with pytest.raises(ValueError, match=r"optimizer\.lr_scaling='log'.*linear, sqrt, none"):
         optim.make_schedule(
-            _config(lr_scaling="log", epochs=1), steps_per_epoch=10, global_batch_size=256
+            _config(lr_scaling="log", schedule_epochs=1), steps_per_epoch=10, global_batch_size=256
         )
 
 
@@ -316,14 +318,15 @@ def test_unknown_lr_scaling():
         ({"base_learning_rate": -0.1}, {}, "base_learning_rate must be positive"),
         ({}, {"global_batch_size": 0}, "global_batch_size must be positive"),
         ({}, {"steps_per_epoch": 0}, "steps_per_epoch must be positive"),
-        ({"epochs": None}, {}, "set optimizer.total_steps, optimizer.epochs"),
+        ({"schedule_epochs": None}, {}, "set optimizer.schedule_steps, optimizer.schedule_epochs"),
         ({"warmup_steps": -1}, {}, "warm-up must be non-negative"),
-        ({"total_steps": 0}, {}, "at least one step"),
+        ({"schedule_steps": 0}, {}, "at least one step"),
+        ({"epochs": 3.0}, {}, "optimizer.epochs was renamed to config.optimizer.schedule_epochs"),
         ({"grad_clip_norm": 0.0}, {}, "grad_clip_norm must be positive"),
     ],
 )
 def test_invalid_values(overrides, kwargs, match):
-    config = _config(epochs=10)
+    config = _config(schedule_epochs=10)
     config.update(overrides)
     call = {"steps_per_epoch": 10, "global_batch_size": 256, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -332,13 +335,15 @@ def test_invalid_values(overrides, kwargs, match):
 
 def test_empty_params():
     with pytest.raises(ValueError, match="no leaves"):
-        optim.make_optimizer(_config(epochs=10), {}, steps_per_epoch=10, global_batch_size=256)
+        optim.make_optimizer(_config(schedule_epochs=10), {}, steps_per_epoch=10,
+                             global_batch_size=256)
 
 
 def test_warmup_longer_than_a_short_run_is_clamped_with_a_warning(caplog):
     # 10 warm-up steps in a 6-step run: warm up over 5 steps, then one cosine step.
     config = _config(
-        warmup_steps=10, total_steps=6, warmup_init=0.0, lr_scaling="none", base_learning_rate=1.0
+        warmup_steps=10, schedule_steps=6, warmup_init=0.0, lr_scaling="none",
+        base_learning_rate=1.0
     )
     with caplog.at_level(logging.WARNING, logger="contrastive_jax.train.optim"):
         schedule = optim.make_schedule(config, steps_per_epoch=10, global_batch_size=256)

@@ -4,7 +4,7 @@ SINCERE runs from scratch drop the logged uniformity from about -2.3 towards 0 i
 steps (the projections gather near one point); what matters is that a run leaves that region
 again, and early. With the plain digits' augmentation and temperature 0.1 (a recipe before
 the fix), seed 1 stayed at -0.05 until step 600 of 660. The shortened runs here keep the full
-recipe's schedule (``optimizer.total_steps`` = 660) and stop early.
+recipe's schedule (``optimizer.schedule_steps`` = 660) and stop early.
 
 The recipe adds half a global-uniformity term to SINCERE, which keeps the projections spread
 from the first step: the first test checks it over the first 200 steps. The second test
@@ -42,7 +42,7 @@ def _uniformity(workdir, seed: int, steps: int, *flags: str) -> dict[int, float]
     command = [
         sys.executable, "-m", "contrastive_jax.pretrain", "--workdir", str(workdir),
         "--config", configs.path("quickstart"), f"--config.seed={seed}",
-        f"--config.num_steps={steps}", f"--config.optimizer.total_steps={FULL_LENGTH}",
+        f"--config.num_steps={steps}", f"--config.optimizer.schedule_steps={FULL_LENGTH}",
         f"--config.checkpoint_every={steps}", "--config.train.online_probe=False", *flags,
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
