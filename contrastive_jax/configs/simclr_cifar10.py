@@ -25,8 +25,10 @@ augmentation ``supcon_cifar``      ``main_supcon.py``'s ``train_transform`` (the
 per-device batch norm              README: ``--syncBN`` has no effect (``DataParallel``)
 =================================  ==========================================================
 
-What the trainer's config cannot express (head without batch norm, the reference's per-epoch
-schedule) is listed in ``contrastive_jax/configs/_supcontrast.py``.
+The reference's loss scale tau / 0.07 (``losses.py``; x 7.14 at tau = 0.5) is
+``loss.base_temperature = 0.07``. What differs (head without batch norm, the reference's
+per-epoch schedule) is listed in ``contrastive_jax/configs/_supcontrast.py`` and
+``docs/recipes.md``.
 
 Expected: 93.6 % top-1 linear evaluation on CIFAR-10 (README, "Comparison"), with the
 reference's linear stage at lr 1 (``python -m contrastive_jax.linear_eval --workdir DIR
@@ -43,5 +45,5 @@ from contrastive_jax.configs._supcontrast import supcontrast_cifar10
 def get_config():
     return supcontrast_cifar10(
         loss="nt_xent", temperature=0.5, batch_size=1024, learning_rate=0.5,
-        warmup_init=0.01, final_lr_factor=0.001,
+        warmup_init=0.01, final_lr_factor=0.001, base_temperature=0.07,
     )

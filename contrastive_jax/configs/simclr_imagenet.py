@@ -7,10 +7,14 @@ setting"), field by field:
 =================================  ==========================================================
 setting                            source
 =================================  ==========================================================
-ResNet-50, ImageNet stem, width 1  Sec. 2.3 ("We use ResNet-50 as the base encoder")
+ResNet-50, ImageNet stem, width 1  Sec. 2.3 ("We use ResNet-50 as the base encoder"); the
+                                   last BN gamma of each block zero-initialised, as in the
+                                   authors' v1 code (``resnet.py``, ``init_zero=True``)
 2-layer MLP head 2048 -> 2048      Sec. 2.3 ("a 2-layer MLP projection head to project the
 -> 128                             representation to a 128-dimensional latent space"); the hidden
-                                   layer has BN and no bias, as in the authors' code
+                                   layer has BN and no bias, the 128-d output a BN without
+                                   offset, as in the authors' v1 code (``model_util.py``): the
+                                   ``simclr_v1`` head
 NT-Xent, tau = 0.1                 loss: Sec. 2.3; tau: Table 5 (l2-normalised, tau = 0.1 is the
                                    best of 0.05 / 0.1 / 0.5 / 1 at batch 4096, 100 epochs)
 global batch 4096, 100 epochs      Sec. 2.3 ("We train at batch size 4096 for 100 epochs")
@@ -36,10 +40,16 @@ online linear probe                the authors' code trains a linear classifier 
                                    stop-gradient features during pretraining
 =================================  ==========================================================
 
-Not expressed: none of the settings above is approximated, but the precision is ours: the
-paper does not state it, and this recipe computes in float32
-(``--config.model.encoder.dtype=bfloat16 --config.model.head.dtype=bfloat16`` for mixed
-precision, float32 parameters and loss).
+Different here (``docs/recipes.md`` has every setting beside the source's, with the line of
+the authors' code):
+
+* augmentation: the v1 code crops with ``distorted_bounding_box_crop`` and a bicubic resize
+  and shifts the brightness additively (``tf.image.random_brightness``); the
+  ``simclr_imagenet`` preset crops as torchvision's ``RandomResizedCrop`` (bilinear) and
+  scales the brightness;
+* precision: the paper does not state it; this recipe computes in float32
+  (``--config.model.encoder.dtype=bfloat16 --config.model.head.dtype=bfloat16`` for mixed
+  precision, float32 parameters and loss).
 
 Expected: 64.4 % top-1 linear evaluation on ImageNet after these 100 epochs (Table 5,
 tau = 0.1 with l2 normalisation); 69.3 % after 1,000 epochs (``--config.train.epochs=1000``,
@@ -67,7 +77,8 @@ def get_config():
     config.model.encoder.stem = "imagenet"
     config.model.encoder.width = 1.0
     config.model.encoder.bn_axis_name = "data"
-    config.model.head.name = "simclr_v2"
+    config.model.encoder.zero_init_residual = True
+    config.model.head.name = "simclr_v1"
     config.model.head.num_hidden_layers = 1
     config.model.head.hidden_features = 2048
     config.model.head.out_features = 128

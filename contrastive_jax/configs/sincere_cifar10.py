@@ -20,18 +20,25 @@ cosine back to 0.0005              then cosine anneals back to 0.0005 at the las
 1,000 epochs                       Sec. 4 and 4.3
 augmentation ``supcon_cifar``      the reference code's ``train_transform`` (Sec. 4: the
                                    paper follows that code)
+batch norm over the whole batch   Sec. 4.3 (one A100: each batch norm saw all 2 x 512 views);
+                                   on several devices ``bn_axis_name = "data"`` (encoder and
+                                   head) gives the same statistics
+unscaled loss                      the SINCERE authors' ``SINCERELoss`` (tufts-ml/SupContrast,
+                                   ``revised_losses.py``) has no tau / 0.07 factor:
+                                   ``loss.base_temperature = None``
 =================================  ==========================================================
 
-What the trainer's config cannot express (head without batch norm, per-GPU batch norm) is
-listed in ``contrastive_jax/configs/_supcontrast.py``; the schedule above is the paper's own
-and is expressed exactly.
+The head without batch norm is listed in ``contrastive_jax/configs/_supcontrast.py``; the
+schedule above is the paper's own and is expressed exactly; ``docs/recipes.md`` has every
+setting beside the source's.
 
 Expected: 95.93 % top-1 / 99.78 % top-5 linear accuracy on CIFAR-10 (Table 2; SupCon 95.78 /
 99.84 with ``--config.loss.name=supcon``) and a final-epoch pretraining loss of 0.24 (Table 1;
 SupCon 4.69), after the linear stage of Sec. 4.3 (100 epochs, batch 512, 0.05 -> 5 over 10
-warm-up epochs, cosine back: ``python -m contrastive_jax.linear_eval --workdir DIR``, whose
-defaults are that protocol). The paper trained on one 40 GiB A100 (Sec. 4.3). Not run here; the
-CPU-scale proxy of the reproduction is :mod:`contrastive_jax.configs.sincere_cifar10_proxy`.
+warm-up epochs, cosine back: the schedule of ``python -m contrastive_jax.linear_eval
+--workdir DIR``, which trains on precomputed, standardised features of unaugmented
+images). The paper trained on one 40 GiB A100 (Sec. 4.3). Not run here; the CPU-scale
+proxy of the reproduction is :mod:`contrastive_jax.configs.sincere_cifar10_proxy`.
 
     contrastive-jax-pretrain --workdir runs/sincere_cifar10 \\
         --config "$(python -m contrastive_jax.configs sincere_cifar10)" \\
@@ -42,7 +49,10 @@ from contrastive_jax.configs._supcontrast import supcontrast_cifar10
 
 
 def get_config():
-    return supcontrast_cifar10(
+    config = supcontrast_cifar10(
         loss="sincere", temperature=0.1, batch_size=512, learning_rate=0.5,
-        warmup_init=0.0005, final_lr_factor=0.001,
+        warmup_init=0.0005, final_lr_factor=0.001, base_temperature=None,
     )
+    config.model.encoder.bn_axis_name = "data"
+    config.model.head.bn_axis_name = "data"
+    return config
