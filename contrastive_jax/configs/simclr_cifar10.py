@@ -39,7 +39,8 @@ reference's linear stage at lr 1 (``python -m contrastive_jax.linear_eval --work
         --config.data.data_dir=DIR        # a TFDS data directory, or a folder of images
 """
 
-from contrastive_jax.configs._supcontrast import supcontrast_cifar10
+from contrastive_jax.configs._sources import SUPCONTRAST, Row
+from contrastive_jax.configs._supcontrast import supcontrast_cifar10, supcontrast_source
 
 
 def get_config():
@@ -47,3 +48,11 @@ def get_config():
         loss="nt_xent", temperature=0.5, batch_size=1024, learning_rate=0.5,
         warmup_init=0.01, final_lr_factor=0.001, base_temperature=0.07,
     )
+
+
+#: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
+SOURCE = (
+    Row("loss, temperature", ("loss.name", "loss.temperature"), "SimCLR (SupConLoss without labels), tau = 0.5",
+        f"{SUPCONTRAST} README.md:92-95; main_supcon.py:181", ("nt_xent", 0.5)),
+    *supcontrast_source(readme="92-95", linear_lr=1),
+)

@@ -63,6 +63,8 @@ Not run here: ``docs/training.md`` has the dry-run memory and FLOP figures of th
         --dry_run --target tpu-v4-32      # memory and FLOPs per chip, no data, no TPU needed
 """
 
+from contrastive_jax.configs import _sources
+from contrastive_jax.configs._sources import Row
 from contrastive_jax.train.config import default_config
 
 
@@ -100,3 +102,57 @@ def get_config():
     config.train.log_every = 100
     config.train.checkpoint_every = 1000
     return config
+
+
+_V1 = _sources.SIMCLR_V1
+#: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
+SOURCE = (
+    Row("encoder", ("model.encoder.name", "model.encoder.stem", "model.encoder.width"),
+        "ResNet-50 (v1), 7x7 stride-2 stem and max pool, width 1", "paper Sec. 2.3",
+        ("resnet50", "imagenet", 1.0)),
+    Row("last BN gamma of each block", ("model.encoder.zero_init_residual",),
+        "zero-initialised (init_zero=True)", f"{_V1} resnet.py:324, 389", (True,)),
+    Row("projection head", ("model.head.name", "model.head.num_hidden_layers",
+                            "model.head.hidden_features", "model.head.out_features"),
+        "Linear 2048 (no bias) -> BN -> ReLU -> Linear 128 (no bias) -> BN without offset",
+        f"{_V1} model_util.py:113-120 (linear_layer: center=use_bias)",
+        ("simclr_v1", 1, 2048, 128)),
+    Row("loss, temperature", ("loss.name", "loss.temperature"), "NT-Xent, tau = 0.1",
+        "paper Sec. 2.3, Table 5", ("nt_xent", 0.1)),
+    Row("loss scale", ("loss.base_temperature",), "none",
+        f"{_V1} objective.py (add_contrastive_loss)", (None,)),
+    Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "4096, 100",
+        "paper Sec. 2.3", (4096, 100)),
+    Row("optimiser", ("optimizer.name", "optimizer.momentum", "optimizer.trust_coefficient"),
+        "LARS, momentum 0.9, eta 1e-3", f"{_V1} lars_optimizer.py (EETA_DEFAULT)",
+        ("lars", 0.9, 1e-3)),
+    Row("learning rate", ("optimizer.base_learning_rate", "optimizer.lr_scaling"),
+        "0.3 x B / 256", f"paper Sec. 2.3; {_V1} model_util.py:55", (0.3, "linear")),
+    Row("weight decay", ("optimizer.weight_decay", "optimizer.decay_norm_and_bias",
+                         "optimizer.decay_biases"),
+        "1e-6; batch norm and biases excluded (from the trust ratio too)",
+        f"paper Sec. 2.3; {_V1} model.py:179 (exclude_from_weight_decay)", (1e-6, False, False)),
+    Row("schedule", ("optimizer.warmup_epochs", "optimizer.warmup_init",
+                     "optimizer.final_lr_factor"),
+        "10 warm-up epochs from 0, cosine to 0", f"paper Sec. 2.3; {_V1} model_util.py:50-68",
+        (10.0, 0.0, 0.0)),
+    Row("batch norm", ("model.encoder.bn_axis_name", "model.head.bn_axis_name",
+                       "model.encoder.bn_momentum"),
+        "global (all cores), decay 0.9",
+        f"paper Sec. 2.2 (Global BN); {_V1} run.py (batch_norm_decay)",
+        ("data", "data", 0.9)),
+    Row("image side, views", ("data.image_size", "data.num_views"), "224, 2",
+        "paper App. A, Sec. 2.1", (224, 2)),
+    Row("augmentation", ("data.augmentation",),
+        "distorted_bounding_box_crop (area 0.08-1) + bicubic resize, flip, colour distortion "
+        "s = 1 with additive brightness, blur p = 0.5",
+        f"paper App. A; {_V1} data_util.py:88, 125, 285-295, 380-382",
+        why="our preset crops as torchvision's RandomResizedCrop (bilinear) and scales the "
+            "brightness; the v1 crop and brightness are not a preset yet (the appearance "
+            "augmentations are moving to the device)"),
+    Row("precision", ("model.encoder.dtype", "model.head.dtype"), "not stated",
+        "paper (no statement)", why="float32 chosen here"),
+    Row("online linear probe", ("train.online_probe",),
+        "a linear classifier on stop-gradient features during pretraining", "paper App. B.6",
+        (True,)),
+)

@@ -45,7 +45,8 @@ proxy of the reproduction is :mod:`contrastive_jax.configs.sincere_cifar10_proxy
         --config.data.data_dir=DIR        # a TFDS data directory, or a folder of images
 """
 
-from contrastive_jax.configs._supcontrast import supcontrast_cifar10
+from contrastive_jax.configs._sources import Row
+from contrastive_jax.configs._supcontrast import supcontrast_cifar10, supcontrast_source
 
 
 def get_config():
@@ -56,3 +57,36 @@ def get_config():
     config.model.encoder.bn_axis_name = "data"
     config.model.head.bn_axis_name = "data"
     return config
+
+
+_PAPER = "SINCERE paper"
+_ROWS = {row.setting: row for row in supcontrast_source(readme="73-76", linear_lr=5)}
+#: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
+SOURCE = (
+    Row("loss, temperature", ("loss.name", "loss.temperature"), "SINCERE, tau = 0.1",
+        f"{_PAPER} Sec. 3.2 (Eq. 12), Sec. 4.3", ("sincere", 0.1)),
+    Row("loss scale", ("loss.base_temperature",), "none",
+        "tufts-ml/SupContrast revised_losses.py:5-56 (SINCERELoss)", (None,)),
+    _ROWS["encoder"]._replace(where=f"{_PAPER} Sec. 4; {_ROWS['encoder'].where}"),
+    _ROWS["projection head"],
+    Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "512, 1000",
+        f"{_PAPER} Sec. 4.3", (512, 1000)),
+    Row("optimiser", ("optimizer.name", "optimizer.momentum"), "SGD, momentum 0.9",
+        f"{_PAPER} Sec. 4.3", ("sgd", 0.9)),
+    Row("learning rate", ("optimizer.base_learning_rate", "optimizer.lr_scaling"), "0.5",
+        f"{_PAPER} Sec. 4.3", (0.5, "none")),
+    Row("weight decay", ("optimizer.weight_decay", "optimizer.decay_norm_and_bias"),
+        "1e-4 (every parameter, as the reference code)", f"{_PAPER} Sec. 4.3", (1e-4, True)),
+    Row("schedule", ("optimizer.warmup_epochs", "optimizer.warmup_init",
+                     "optimizer.final_lr_factor"),
+        "10 warm-up epochs from 0.0005 to 0.5, cosine back to 0.0005", f"{_PAPER} Sec. 4.3",
+        (10.0, 0.0005, 0.001)),
+    Row("batch norm", ("model.encoder.bn_axis_name", "model.head.bn_axis_name"),
+        "over the whole batch (one A100)", f"{_PAPER} Sec. 4.3", ("data", "data")),
+    _ROWS["image side, augmentation"],
+    Row("linear evaluation", (),
+        "100 epochs, batch 512, 0.05 -> 5 over 10 warm-up epochs, cosine back",
+        f"{_PAPER} Sec. 4.3",
+        why="same schedule; linear_eval trains on precomputed, standardised features of "
+            "unaugmented images"),
+)

@@ -38,7 +38,8 @@ warm-up and a cosine schedule and reports the last epoch. Not run here.
         --config.data.data_dir=DIR        # a TFDS data directory, or a folder of images
 """
 
-from contrastive_jax.configs._supcontrast import supcontrast_cifar10
+from contrastive_jax.configs._sources import SUPCONTRAST, Row
+from contrastive_jax.configs._supcontrast import supcontrast_cifar10, supcontrast_source
 
 
 def get_config():
@@ -46,3 +47,11 @@ def get_config():
         loss="supcon", temperature=0.1, batch_size=1024, learning_rate=0.5,
         warmup_init=0.01, final_lr_factor=0.001, base_temperature=0.07,
     )
+
+
+#: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
+SOURCE = (
+    Row("loss, temperature", ("loss.name", "loss.temperature"), "SupCon, tau = 0.1",
+        f"{SUPCONTRAST} README.md:73-76; main_supcon.py:181", ("supcon", 0.1)),
+    *supcontrast_source(readme="73-76", linear_lr=5),
+)

@@ -50,7 +50,8 @@ Not run here.
         --config.data.data_dir=DIR        # a TFDS data directory with imagenet2012 prepared
 """
 
-from contrastive_jax.configs import simclr_imagenet
+from contrastive_jax.configs import _sources, simclr_imagenet
+from contrastive_jax.configs._sources import Row
 
 
 def get_config():
@@ -68,3 +69,57 @@ def get_config():
     config.optimizer.warmup_epochs = 12.0
     config.train.epochs = 350
     return config
+
+
+_TF = _sources.SUPCON_TF
+_SCRIPT = f"{_TF}scripts/supcon_imagenet_resnet50.sh"
+_FLAGS = f"{_TF}scripts/configs.sh"
+_ROWS = {row.setting: row for row in simclr_imagenet.SOURCE}
+#: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
+SOURCE = (
+    _ROWS["encoder"]._replace(source="ResNet-50 (v1), 7x7 stride-2 stem and max pool, width 1",
+                              where=f"{_FLAGS}:31-33, 57-59"),
+    Row("last BN gamma of each block", ("model.encoder.zero_init_residual",),
+        "not checked", f"{_TF}blocks.py (batch_norm: init_zero=False by default)",
+        why="whether the TF code's blocks zero-initialise their last gamma was not read; "
+            "left at one"),
+    Row("projection head", ("model.head.name", "model.head.out_features"),
+        "L2-normalised encoder output -> Linear 128 without bias, no batch norm",
+        f"{_FLAGS}:82, 84, 85; {_TF}projection_head.py (the last Dense has no bias)",
+        ("normalized_linear", 128)),
+    Row("loss, temperature", ("loss.name", "loss.temperature"),
+        "SupCon, sum over positives outside the log, tau = 0.1",
+        f"{_FLAGS}:66; {_SCRIPT}:33", ("supcon", 0.1)),
+    Row("loss scale", ("loss.base_temperature",), "loss x tau (--scale_by_temperature=True)",
+        f"{_FLAGS}:87", (1.0,)),
+    Row("batch", ("data.global_batch_size",), "6144", f"{_SCRIPT}:31",
+        why="4096, so that the recipe runs where simclr_imagenet runs; "
+            "--config.batch_size=6144 gives the source's (the learning rate follows)"),
+    Row("epochs", ("train.epochs",), "350", f"{_SCRIPT}:35", (350,)),
+    Row("optimiser", ("optimizer.name",), "LARS", f"{_SCRIPT}:39", ("lars",)),
+    Row("learning rate", ("optimizer.base_learning_rate", "optimizer.lr_scaling"),
+        "0.4 x B / 256", f"{_SCRIPT}:36; {_TF}launcher.py (BASE_BATCH_SIZE = 256)",
+        (0.4, "linear")),
+    Row("weight decay", ("optimizer.weight_decay", "optimizer.decay_norm_and_bias",
+                         "optimizer.decay_biases"),
+        "1e-3; only batch norm excluded (--use_bias_weight_decay=True)",
+        f"{_SCRIPT}:34; {_FLAGS}:83", (1e-3, False, True)),
+    Row("warm-up", ("optimizer.warmup_epochs",), "12 epochs (the flag's default)",
+        f"{_TF}hparams_flags.py (stage_1_warmup_epochs)", (12.0,)),
+    Row("decay", ("optimizer.final_lr_factor",), "cosine", "paper Sec. 4", (0.0,)),
+    Row("batch norm", ("model.encoder.bn_axis_name", "model.head.bn_axis_name"),
+        "global (use_global_batch_norm)", f"{_TF}hparams_flags.py (use_global_batch_norm)",
+        ("data", "data")),
+    Row("image side", ("data.image_size",), "224", f"{_FLAGS}:60", (224,)),
+    Row("augmentation", ("data.augmentation",), "AutoAugment, magnitude 1",
+        f"{_SCRIPT}:32",
+        why="AutoAugment is not implemented; SimCLR's augmentation (the paper's SimAugment "
+            "ablation is close to it)"),
+    Row("precision", ("model.encoder.dtype", "model.head.dtype"),
+        "bfloat16 model under tf.tpu.bfloat16_scope (--allow_mixed_precision=True)",
+        f"{_FLAGS}:27; {_TF}launcher.py (_call_model)", ("bfloat16", "bfloat16")),
+    Row("online linear probe", ("train.online_probe",),
+        "a classification head on stop-gradient features, weight 0 in stage 1",
+        f"{_FLAGS}:64, 68-69", why="the probe here is trained as a monitor; it cannot change the encoder "
+        "(stop-gradient), as there"),
+)
