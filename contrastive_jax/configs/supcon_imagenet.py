@@ -3,8 +3,8 @@
 Khosla et al. (2020), "Supervised Contrastive Learning", arXiv:2004.11362 (NeurIPS 2020), as
 their TF code runs it (github.com/google-research/google-research, ``supcon/``:
 ``scripts/supcon_imagenet_resnet50.sh``, ``scripts/configs.sh``, ``hparams_flags.py``), on top
-of :mod:`contrastive_jax.configs.simclr_imagenet` (encoder, LARS, cosine schedule, global batch
-norm, augmentation). What changes, and the source of each value:
+of :mod:`contrastive_jax.configs.simclr_imagenet` (encoder with zero-initialised last gamma
+of each block, LARS, cosine schedule, global batch norm, augmentation). What changes, and the source of each value:
 
 =================================  ==========================================================
 setting                            source
@@ -59,7 +59,6 @@ def get_config():
     config.loss.name = "supcon"
     config.loss.temperature = 0.1
     config.loss.base_temperature = 1.0
-    config.model.encoder.zero_init_residual = False
     config.model.encoder.dtype = "bfloat16"
     config.model.head.name = "normalized_linear"  # hidden_features, num_hidden_layers unused
     config.model.head.dtype = "bfloat16"
@@ -80,9 +79,8 @@ SOURCE = (
     _ROWS["encoder"]._replace(source="ResNet-50 (v1), 7x7 stride-2 stem and max pool, width 1",
                               where=f"{_FLAGS}:31-33, 57-59"),
     Row("last BN gamma of each block", ("model.encoder.zero_init_residual",),
-        "not checked", f"{_TF}blocks.py (batch_norm: init_zero=False by default)",
-        why="whether the TF code's blocks zero-initialise their last gamma was not read; "
-            "left at one"),
+        "zero-initialised", f"{_TF}blocks.py (BottleneckResidualBlock: third_bn init_zero=True)",
+        (True,)),
     Row("projection head", ("model.head.name", "model.head.out_features"),
         "L2-normalised encoder output -> Linear 128 without bias, no batch norm",
         f"{_FLAGS}:82, 84, 85; {_TF}projection_head.py (the last Dense has no bias)",
