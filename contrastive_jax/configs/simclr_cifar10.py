@@ -52,7 +52,8 @@ def get_config():
 
 #: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
 SOURCE = (
-    Row("loss, temperature", ("loss.name", "loss.temperature"), "SimCLR (SupConLoss without labels), tau = 0.5",
+    Row("loss, temperature", ("loss.name", "loss.temperature"),
+        "SimCLR (SupConLoss without labels), tau = 0.5",
         f"{SUPCONTRAST} README.md:92-95; main_supcon.py:181", ("nt_xent", 0.5)),
     *supcontrast_source(readme="92-95", linear_lr=1),
 )

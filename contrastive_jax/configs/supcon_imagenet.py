@@ -4,7 +4,8 @@ Khosla et al. (2020), "Supervised Contrastive Learning", arXiv:2004.11362 (NeurI
 their TF code runs it (github.com/google-research/google-research, ``supcon/``:
 ``scripts/supcon_imagenet_resnet50.sh``, ``scripts/configs.sh``, ``hparams_flags.py``), on top
 of :mod:`contrastive_jax.configs.simclr_imagenet` (encoder with zero-initialised last gamma
-of each block, LARS, cosine schedule, global batch norm, augmentation). What changes, and the source of each value:
+of each block, LARS, cosine schedule, global batch norm, augmentation). What changes, and the
+source of each value:
 
 =================================  ==========================================================
 setting                            source
@@ -118,6 +119,7 @@ SOURCE = (
         f"{_FLAGS}:27; {_TF}launcher.py (_call_model)", ("bfloat16", "bfloat16")),
     Row("online linear probe", ("train.online_probe",),
         "a classification head on stop-gradient features, weight 0 in stage 1",
-        f"{_FLAGS}:64, 68-69", why="the probe here is trained as a monitor; it cannot change the encoder "
-        "(stop-gradient), as there"),
+        f"{_FLAGS}:64, 68-69",
+        why="the probe here is trained as a monitor; it cannot change the encoder "
+            "(stop-gradient), as there"),
 )
