@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from contrastive_jax import configs
-from contrastive_jax.configs import table
+from contrastive_jax.configs import _table as table
 from contrastive_jax.train import optim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_docs_recipes_is_the_generated_table():
     written = (ROOT / "docs" / "recipes.md").read_text()
     assert written == table.markdown(), (
-        "docs/recipes.md is stale: python -m contrastive_jax.configs.table > docs/recipes.md")
+        "docs/recipes.md is stale: python -m contrastive_jax.configs --table > docs/recipes.md")
 
 
 @pytest.mark.parametrize("name", table.RECIPES)
@@ -75,3 +75,8 @@ def test_supcontrast_schedule_difference():
     gap = np.abs(ours - ref) / 0.5
     assert gap.max() == pytest.approx(0.0106, abs=5e-5)
     assert int(gap.argmax()) // steps + 1 == 373
+
+
+def test_the_command_line_prints_the_table(capsys):
+    assert configs.main(["--table"]) == 0
+    assert capsys.readouterr().out == table.markdown()

@@ -5,7 +5,7 @@ hold our value, the source's value, where the source says it (a file and line of
 authors' code, or a paper section) and, when ours differs, why. A row without a ``why``
 is a match, and its ``expected`` (the source's value in the config's terms) must equal the
 config's: ``tests/test_recipes_table.py`` checks both that and that ``docs/recipes.md`` is
-the table :mod:`contrastive_jax.configs.table` generates from the configs.
+the table ``python -m contrastive_jax.configs --table`` generates from the configs.
 """
 
 from __future__ import annotations
