@@ -109,6 +109,9 @@ def supcontrast_source(*, readme: str, linear_lr: int) -> tuple[Row, ...]:
         Row("image side, augmentation", ("data.image_size", "data.augmentation"),
             "32; crop 0.2-1, flip, jitter (0.4, 0.4, 0.4, 0.1) p 0.8, grayscale p 0.2",
             f"{ref} main_supcon.py:60, 146-155", (32, "supcon_cifar")),
+        Row("precision", ("model.encoder.dtype", "model.head.dtype"),
+            "float32 (apex is imported for its sync-BN converter; amp is not used)",
+            f"{ref} main_supcon.py:21-22, 185", ("float32", "float32")),
         Row("linear evaluation", (),
             f"lr {linear_lr}, batch 512, 100 epochs, x 0.2 at epochs 60, 75, 90, no warm-up, "
             "crop 0.2-1 + flip, best epoch reported", f"{ref} main_linear.py; README.md",
