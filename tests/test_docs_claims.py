@@ -68,10 +68,10 @@ def _defined_flags(module: str) -> set[str]:
     """Flags a ``python -m`` module defines (absl or argparse), from its source."""
     path = _module_path(module)
     sources = [_text(path)]
+    if path is not None and path.name == "__main__.py":  # a package's main, in its __init__
+        sources.append(_text(path.with_name("__init__.py")))
     if module.startswith("experiments.reproduce.") and "_common" in sources[0]:
         sources.append(_text(ROOT / "experiments" / "reproduce" / "_common.py"))
-    if module == "contrastive_jax.configs":
-        return ALWAYS
     found = set(ALWAYS)
     for source in sources:
         found |= set(re.findall(r"DEFINE_\w+\(\s*[\"'](\w+)[\"']", source))

@@ -25,8 +25,10 @@ augmentation ``supcon_cifar``      ``main_supcon.py``'s ``train_transform`` (the
 per-device batch norm              README: ``--syncBN`` has no effect (``DataParallel``)
 =================================  ==========================================================
 
-What the trainer's config cannot express (head without batch norm, the reference's per-epoch
-schedule) is listed in ``contrastive_jax/configs/_supcontrast.py``.
+The reference's loss scale tau / 0.07 (``losses.py``; x 7.14 at tau = 0.5) is
+``loss.base_temperature = 0.07``. What differs (head without batch norm, the reference's
+per-epoch schedule) is listed in ``contrastive_jax/configs/_supcontrast.py`` and
+``docs/recipes.md``.
 
 Expected: 93.6 % top-1 linear evaluation on CIFAR-10 (README, "Comparison"), with the
 reference's linear stage at lr 1 (``python -m contrastive_jax.linear_eval --workdir DIR
@@ -37,11 +39,21 @@ reference's linear stage at lr 1 (``python -m contrastive_jax.linear_eval --work
         --config.data.data_dir=DIR        # a TFDS data directory, or a folder of images
 """
 
-from contrastive_jax.configs._supcontrast import supcontrast_cifar10
+from contrastive_jax.configs._sources import SUPCONTRAST, Row
+from contrastive_jax.configs._supcontrast import supcontrast_cifar10, supcontrast_source
 
 
 def get_config():
     return supcontrast_cifar10(
         loss="nt_xent", temperature=0.5, batch_size=1024, learning_rate=0.5,
-        warmup_init=0.01, final_lr_factor=0.001,
+        warmup_init=0.01, final_lr_factor=0.001, base_temperature=0.07,
     )
+
+
+#: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
+SOURCE = (
+    Row("loss, temperature", ("loss.name", "loss.temperature"),
+        "SimCLR (SupConLoss without labels), tau = 0.5",
+        f"{SUPCONTRAST} README.md:92-95; main_supcon.py:181", ("nt_xent", 0.5)),
+    *supcontrast_source(readme="92-95", linear_lr=1),
+)

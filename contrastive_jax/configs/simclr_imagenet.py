@@ -7,10 +7,14 @@ setting"), field by field:
 =================================  ==========================================================
 setting                            source
 =================================  ==========================================================
-ResNet-50, ImageNet stem, width 1  Sec. 2.3 ("We use ResNet-50 as the base encoder")
+ResNet-50, ImageNet stem, width 1  Sec. 2.3 ("We use ResNet-50 as the base encoder"); the
+                                   last BN gamma of each block zero-initialised, as in the
+                                   authors' v1 code (``resnet.py``, ``init_zero=True``)
 2-layer MLP head 2048 -> 2048      Sec. 2.3 ("a 2-layer MLP projection head to project the
 -> 128                             representation to a 128-dimensional latent space"); the hidden
-                                   layer has BN and no bias, as in the authors' code
+                                   layer has BN and no bias, the 128-d output a BN without
+                                   offset, as in the authors' v1 code (``model_util.py``): the
+                                   ``simclr_v1`` head
 NT-Xent, tau = 0.1                 loss: Sec. 2.3; tau: Table 5 (l2-normalised, tau = 0.1 is the
                                    best of 0.05 / 0.1 / 0.5 / 1 at batch 4096, 100 epochs)
 global batch 4096, 100 epochs      Sec. 2.3 ("We train at batch size 4096 for 100 epochs")
@@ -36,10 +40,16 @@ online linear probe                the authors' code trains a linear classifier 
                                    stop-gradient features during pretraining
 =================================  ==========================================================
 
-Not expressed: none of the settings above is approximated, but the precision is ours: the
-paper does not state it, and this recipe computes in float32
-(``--config.model.encoder.dtype=bfloat16 --config.model.head.dtype=bfloat16`` for mixed
-precision, float32 parameters and loss).
+Different here (``docs/recipes.md`` has every setting beside the source's, with the line of
+the authors' code):
+
+* augmentation: the v1 code crops with ``distorted_bounding_box_crop`` and a bicubic resize
+  and shifts the brightness additively (``tf.image.random_brightness``); the
+  ``simclr_imagenet`` preset crops as torchvision's ``RandomResizedCrop`` (bilinear) and
+  scales the brightness;
+* precision: the paper does not state it; this recipe computes in float32
+  (``--config.model.encoder.dtype=bfloat16 --config.model.head.dtype=bfloat16`` for mixed
+  precision, float32 parameters and loss).
 
 Expected: 64.4 % top-1 linear evaluation on ImageNet after these 100 epochs (Table 5,
 tau = 0.1 with l2 normalisation); 69.3 % after 1,000 epochs (``--config.train.epochs=1000``,
@@ -53,6 +63,8 @@ Not run here: ``docs/training.md`` has the dry-run memory and FLOP figures of th
         --dry_run --target tpu-v4-32      # memory and FLOPs per chip, no data, no TPU needed
 """
 
+from contrastive_jax.configs import _sources
+from contrastive_jax.configs._sources import Row
 from contrastive_jax.train.config import default_config
 
 
@@ -67,7 +79,8 @@ def get_config():
     config.model.encoder.stem = "imagenet"
     config.model.encoder.width = 1.0
     config.model.encoder.bn_axis_name = "data"
-    config.model.head.name = "simclr_v2"
+    config.model.encoder.zero_init_residual = True
+    config.model.head.name = "simclr_v1"
     config.model.head.num_hidden_layers = 1
     config.model.head.hidden_features = 2048
     config.model.head.out_features = 128
@@ -89,3 +102,57 @@ def get_config():
     config.train.log_every = 100
     config.train.checkpoint_every = 1000
     return config
+
+
+_V1 = _sources.SIMCLR_V1
+#: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
+SOURCE = (
+    Row("encoder", ("model.encoder.name", "model.encoder.stem", "model.encoder.width"),
+        "ResNet-50 (v1), 7x7 stride-2 stem and max pool, width 1", "paper Sec. 2.3",
+        ("resnet50", "imagenet", 1.0)),
+    Row("last BN gamma of each block", ("model.encoder.zero_init_residual",),
+        "zero-initialised (init_zero=True)", f"{_V1} resnet.py:324, 389", (True,)),
+    Row("projection head", ("model.head.name", "model.head.num_hidden_layers",
+                            "model.head.hidden_features", "model.head.out_features"),
+        "Linear 2048 (no bias) -> BN -> ReLU -> Linear 128 (no bias) -> BN without offset",
+        f"{_V1} model_util.py:98, 103-120 (linear_layer: center=use_bias)",
+        ("simclr_v1", 1, 2048, 128)),
+    Row("loss, temperature", ("loss.name", "loss.temperature"), "NT-Xent, tau = 0.1",
+        f"paper Sec. 2.3, Table 5; {_V1} run.py:186", ("nt_xent", 0.1)),
+    Row("loss scale", ("loss.base_temperature",), "none",
+        f"{_V1} objective.py:38-92 (add_contrastive_loss)", (None,)),
+    Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "4096, 100",
+        "paper Sec. 2.3", (4096, 100)),
+    Row("optimiser", ("optimizer.name", "optimizer.momentum", "optimizer.trust_coefficient"),
+        "LARS, momentum 0.9, eta 1e-3", f"{_V1} lars_optimizer.py:26 (EETA_DEFAULT)",
+        ("lars", 0.9, 1e-3)),
+    Row("learning rate", ("optimizer.base_learning_rate", "optimizer.lr_scaling"),
+        "0.3 x B / 256", f"paper Sec. 2.3; {_V1} model_util.py:55", (0.3, "linear")),
+    Row("weight decay", ("optimizer.weight_decay", "optimizer.decay_norm_and_bias",
+                         "optimizer.decay_biases"),
+        "1e-6; batch norm and biases excluded (from the trust ratio too)",
+        f"paper Sec. 2.3; {_V1} model.py:179 (exclude_from_weight_decay)", (1e-6, False, False)),
+    Row("schedule", ("optimizer.warmup_epochs", "optimizer.warmup_init",
+                     "optimizer.final_lr_factor"),
+        "10 warm-up epochs from 0, cosine to 0", f"paper Sec. 2.3; {_V1} model_util.py:50-68",
+        (10.0, 0.0, 0.0)),
+    Row("batch norm", ("model.encoder.bn_axis_name", "model.head.bn_axis_name",
+                       "model.encoder.bn_momentum"),
+        "global (all cores), decay 0.9",
+        f"paper Sec. 2.2 (Global BN); {_V1} run.py:54 (batch_norm_decay)",
+        ("data", "data", 0.9)),
+    Row("image side, views", ("data.image_size", "data.num_views"), "224, 2",
+        "paper App. A, Sec. 2.1", (224, 2)),
+    Row("augmentation", ("data.augmentation",),
+        "distorted_bounding_box_crop (area 0.08-1) + bicubic resize, flip, colour distortion "
+        "s = 1 with additive brightness, blur p = 0.5",
+        f"paper App. A; {_V1} data_util.py:88, 125 (brightness), 222-295 (crop), 366-383 (blur)",
+        why="our preset crops as torchvision's RandomResizedCrop (bilinear) and scales the "
+            "brightness; the v1 crop and brightness are not a preset yet (the appearance "
+            "augmentations are moving to the device)"),
+    Row("precision", ("model.encoder.dtype", "model.head.dtype"), "not stated",
+        "paper (no statement)", why="float32 chosen here"),
+    Row("online linear probe", ("train.online_probe",),
+        "a linear classifier on stop-gradient features during pretraining", "paper App. B.6",
+        (True,)),
+)

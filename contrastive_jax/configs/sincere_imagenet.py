@@ -18,9 +18,22 @@ so the SupCon recipe's accuracy is the reference. Not run here.
 """
 
 from contrastive_jax.configs import supcon_imagenet
+from contrastive_jax.configs._sources import Row
 
 
 def get_config():
     config = supcon_imagenet.get_config()
     config.loss.name = "sincere"
     return config
+
+
+#: Every setting beside the source's (``docs/recipes.md``): SupCon's, with SINCERE's loss.
+SOURCE = tuple(
+    Row("loss, temperature", ("loss.name", "loss.temperature"), "SINCERE, tau = 0.1",
+        "SINCERE paper Sec. 3.2 (Eq. 12), Sec. 4.3", ("sincere", 0.1))
+    if row.setting == "loss, temperature" else
+    row._replace(expected=None, why="SupCon's recipe kept (Sec. 4.3: the paper keeps "
+                 "Khosla et al.'s hyperparameters), so that the two differ in the loss alone")
+    if row.setting == "loss scale" else row
+    for row in supcon_imagenet.SOURCE
+)

@@ -19,7 +19,7 @@ from contrastive_jax.models.factory import (
     default_encoder_config,
     default_head_config,
 )
-from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead
+from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead, NormalizedLinearHead
 from contrastive_jax.models.mlp import MLP
 from contrastive_jax.models.model import ContrastiveModel
 from contrastive_jax.models.resnet import BasicBlock, Bottleneck, ResNet
@@ -40,6 +40,7 @@ __all__ = [
     "LinearHead",
     "MLP",
     "MLPHead",
+    "NormalizedLinearHead",
     "ResNet",
     "SmallCNN",
     "ViTVariant",

@@ -37,8 +37,11 @@ records) of every other encoder is unchanged.
 Head config fields (defaults from :func:`default_head_config`):
 
 ============================  =========================================================
-``name``                      ``simclr_v2`` (MLP, BN in hidden layers) | ``mio`` (MLP
-                              with a final BN) | ``linear`` (one Linear) |
+``name``                      ``simclr_v2`` (MLP, BN in hidden layers) | ``simclr_v1``
+                              (as simclr_v2, then BN without offset on the output:
+                              SimCLR v1's code) | ``mio`` (MLP with a final BN) |
+                              ``normalized_linear`` (L2-normalised input, one Linear
+                              without bias: SupCon's TF code) | ``linear`` (one Linear) |
                               ``classifier`` (Linear to ``num_classes``) |
                               ``identity`` (no projection: the encoder output)
                               (default ``simclr_v2``)
@@ -68,7 +71,7 @@ from flax import nnx
 
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.models.cnn import SmallCNN
-from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead
+from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead, NormalizedLinearHead
 from contrastive_jax.models.mlp import MLP
 from contrastive_jax.models.resnet import ResNet
 from contrastive_jax.models.vit import VIT_VARIANTS, VisionTransformer
@@ -79,7 +82,8 @@ ENCODER_NAMES = (*RESNET_DEPTHS, *VIT_VARIANTS, "small_cnn", "mlp")
 SMALL_CNN_DEFAULTS = {"channels": (32, 64), "strides": (1, 2)}
 #: Fields of the ``mlp`` encoder only, with their defaults (``in_features`` is required).
 MLP_DEFAULTS = {"in_features": None, "widths": (16, 16, 2), "use_bias": True, "init_std": None}
-HEAD_NAMES = ("simclr_v2", "mio", "linear", "classifier", "identity")
+HEAD_NAMES = ("simclr_v2", "simclr_v1", "mio", "normalized_linear", "linear", "classifier",
+              "identity")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -228,13 +232,14 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
     c = _resolve(config, HEAD_DEFAULTS, "head")
     dtype = DTYPES[c["dtype"]]
     try:
-        if c["name"] in ("simclr_v2", "mio"):
+        if c["name"] in ("simclr_v2", "simclr_v1", "mio"):
             return MLPHead(
                 in_features,
                 c["out_features"],
                 hidden_features=c["hidden_features"],
                 num_hidden_layers=c["num_hidden_layers"],
-                last_bn=c["name"] == "mio",
+                last_bn=c["name"] in ("simclr_v1", "mio"),
+                last_bn_center=c["name"] == "mio",
                 bn_axis_name=c["bn_axis_name"],
                 bn_momentum=c["bn_momentum"],
                 dtype=dtype,
@@ -242,6 +247,8 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
             )
         if c["name"] == "linear":
             return LinearHead(in_features, c["out_features"], dtype=dtype, rngs=rngs)
+        if c["name"] == "normalized_linear":
+            return NormalizedLinearHead(in_features, c["out_features"], dtype=dtype, rngs=rngs)
         if c["name"] == "identity":
             return IdentityHead(in_features)
         num_classes = c["num_classes"]

@@ -5,11 +5,17 @@
   - SimCLR v2 (Chen et al., 2020, "Big Self-Supervised Models are Strong
     Semi-Supervised Learners"): ``last_bn=False``. SimCLR v1's head is
     ``num_hidden_layers=1``, v2's "3-layer" head ``num_hidden_layers=2``.
+  - SimCLR v1's code (github.com/google-research/simclr, ``model_util.py``
+    ``projection_head``/``linear_layer``): ``last_bn=True, last_bn_center=False``, the
+    128-d output batch-normalised with a scale and no offset (``center=use_bias=False``).
   - MIO (Manna et al.; reference ``ProjectionHead(use_bn=True, last_bn=True)``):
     ``last_bn=True`` with 1 hidden layer (models A/C) or 2 (models B/D):
     Linear(2048→2048) → BN → ReLU [→ Linear(→2048) → BN → ReLU] → Linear(→128) → BN.
 - :class:`LinearHead`: one Linear layer with bias, [B, in] -> [B, out]; the linear
   projection head and the classifier of supervised baselines and soft-target losses.
+- :class:`NormalizedLinearHead`: h / ||h|| -> one Linear without bias, [B, in] -> [B, out];
+  the SupCon authors' TF code with ``--normalize_embedding=True
+  --projection_head_layers=128 --use_projection_batch_norm=False``.
 - :class:`IdentityHead`: no parameters, [B, in] -> [B, in]; the loss then sees the
   encoder output itself (the synthetic reproductions, whose embedding is the MLP's output).
 
@@ -42,7 +48,9 @@ class MLPHead(nnx.Module):
       hidden_features: width of the hidden layers; ``None`` means ``in_features``.
       num_hidden_layers: number of Linear → BN → ReLU layers before the last
         Linear (0 gives a single bias-free Linear).
-      last_bn: BatchNorm (with scale and bias) after the last Linear (MIO).
+      last_bn: BatchNorm after the last Linear (MIO; SimCLR v1's code).
+      last_bn_center: that BatchNorm has an offset (beta); False: scale only, as SimCLR
+        v1's ``linear_layer(use_bias=False, use_bn=True)`` (``center=False``).
       bn_axis_name: mesh axis over which BN statistics are averaged, or ``None``.
       bn_momentum: running-average decay of BN statistics.
       dtype: compute dtype; parameters are always float32.
@@ -57,6 +65,7 @@ class MLPHead(nnx.Module):
         hidden_features: int | None = None,
         num_hidden_layers: int = 1,
         last_bn: bool = False,
+        last_bn_center: bool = True,
         bn_axis_name: str | None = None,
         bn_momentum: float = 0.9,
         dtype: jnp.dtype = jnp.float32,
@@ -77,11 +86,12 @@ class MLPHead(nnx.Module):
         if not 0.0 <= bn_momentum < 1.0:
             raise ValueError(f"bn_momentum must be in [0, 1), got {bn_momentum!r}")
 
-        def bn(features: int) -> nnx.BatchNorm:
+        def bn(features: int, center: bool = True) -> nnx.BatchNorm:
             # Two-pass batch variance, as the encoders' BatchNorm (models/resnet.py:_bn).
             return nnx.BatchNorm(
                 features,
                 use_running_average=False,
+                use_bias=center,
                 momentum=bn_momentum,
                 epsilon=1e-5,
                 use_fast_variance=False,
@@ -99,7 +109,7 @@ class MLPHead(nnx.Module):
         )
         self.hidden_bns = nnx.List([bn(width) for width in widths[1:]])
         self.out = nnx.Linear(widths[-1], out_features, use_bias=False, dtype=dtype, rngs=rngs)
-        self.out_bn = bn(out_features) if last_bn else None
+        self.out_bn = bn(out_features, last_bn_center) if last_bn else None
 
     def __call__(self, h: jax.Array) -> jax.Array:
         x = h
@@ -132,6 +142,37 @@ class LinearHead(nnx.Module):
 
     def __call__(self, h: jax.Array) -> jax.Array:
         return self.linear(h).astype(jnp.float32)
+
+
+class NormalizedLinearHead(nnx.Module):
+    """The L2-normalised encoder output through one Linear without bias:
+    h [B, in_features] -> (h / ||h||_2) W, float32 [B, out_features].
+
+    The SupCon authors' TF code (google-research/google-research ``supcon/``) with
+    ``--normalize_embedding=True`` (``models.py``: the projection head's input is the
+    normalised embedding), ``--projection_head_layers=128`` (one Dense layer, the last one,
+    which ``projection_head.py`` builds without a bias) and ``--use_projection_batch_norm=False``;
+    its kernel is initialised from N(0, 0.01^2), as there.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        _check_positive("in_features", in_features)
+        _check_positive("out_features", out_features)
+        self.linear = nnx.Linear(
+            in_features, out_features, use_bias=False, dtype=dtype,
+            kernel_init=nnx.initializers.normal(stddev=0.01), rngs=rngs)
+
+    def __call__(self, h: jax.Array) -> jax.Array:
+        h = h.astype(jnp.float32)
+        unit = h * jax.lax.rsqrt(jnp.maximum(jnp.sum(h * h, axis=-1, keepdims=True), 1e-12))
+        return self.linear(unit).astype(jnp.float32)
 
 
 class IdentityHead(nnx.Module):

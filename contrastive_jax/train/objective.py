@@ -9,6 +9,7 @@ Config (``config.loss``, every field declared in :class:`LossSpec`)::
     temperature = None            # None: each loss's own default; a number: every term's
     warmup_temperature = None     # tau at step 0, annealed to each term's (None: off)
     temperature_warmup_steps = 0  # steps of that anneal (0: off)
+    base_temperature = None       # None: unscaled; b: each term x (its tau / b)
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
     targets = {}                  # per-term second argument, e.g. {"mio": "instance"}
     mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
@@ -16,6 +17,15 @@ Config (``config.loss``, every field declared in :class:`LossSpec`)::
 ``temperature`` goes to every term that takes one; a temperature in a term's ``kwargs``
 wins over it; with neither, the loss's own default applies (MIO 0.5, the ProjNCE family
 0.07, SINCERE/SupCon/NT-Xent 0.1, the losses on class scores 1).
+
+``base_temperature`` (None: off) multiplies each term that takes a temperature by
+``tau / base_temperature``, tau the term's temperature at that step: the loss scale of the
+SupCon authors' code. Their PyTorch code (github.com/HobbitLong/SupContrast, ``losses.py``,
+``loss = -(temperature / base_temperature) * mean_log_prob_pos`` with ``base_temperature =
+0.07``) is ``base_temperature=0.07``; their TF code's ``--scale_by_temperature=True``
+(google-research ``supcon/losses.py``: the loss times tau) is ``base_temperature=1.0``. With
+SGD or LARS the scale changes the step size (weight decay excepted) as a learning-rate factor
+would; it is a config field so that a recipe states it.
 
 ``warmup_temperature`` (with ``temperature_warmup_steps`` > 0) starts every term that
 takes a temperature at that temperature and anneals it geometrically to the term's own
@@ -105,6 +115,9 @@ class LossSpec:
     temperature: float | None = None
     warmup_temperature: float | None = None  # tau at step 0, annealed to each term's own; None: off
     temperature_warmup_steps: int = 0  # steps of the anneal from warmup_temperature; 0: off
+    # None: unscaled; b: each term times its temperature / b (the SupCon code's loss scale:
+    # HobbitLong/SupContrast b = 0.07, the TF code's scale_by_temperature b = 1).
+    base_temperature: float | None = None
     # Per-term hyperparameters by term name, e.g. {"projnce": {"beta": 1.0}}.
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Per-term second argument (a Targets field), e.g. {"mio": "instance"}.
@@ -157,6 +170,7 @@ class Term(NamedTuple):
     kwargs: Mapping[str, object]
     mixing: Mixing | None = None
     warmup: TemperatureWarmup | None = None
+    base_temperature: float | None = None  # the term is scaled by tau / base_temperature
 
 
 class Targets(NamedTuple):
@@ -308,6 +322,10 @@ def parse_terms(loss_config) -> list[Term]:
         initial = None
     if initial is not None and not float(initial) > 0:
         raise ConfigError(f"config.loss.warmup_temperature must be > 0, got {initial!r}")
+    base = loss_config["base_temperature"]
+    if base is not None and (isinstance(base, bool) or not isinstance(base, (int, float))
+                             or not base > 0):
+        raise ConfigError(f"config.loss.base_temperature must be > 0 or None, got {base!r}")
     terms = []
     for name, weight in zip(names, weights, strict=True):
         fn, target = losses.get(name), losses.second_argument(name)
@@ -326,7 +344,12 @@ def parse_terms(loss_config) -> list[Term]:
             final = kwargs.get("temperature",
                                inspect.signature(fn).parameters["temperature"].default)
             warmup = TemperatureWarmup(float(initial), float(final), int(warmup_steps))
-        terms.append(Term(name, float(weight), target, fn, kwargs, mixing, warmup))
+        if base is not None and not takes_temperature:
+            raise ConfigError(
+                f"config.loss.base_temperature scales a term by its temperature, but {name!r} "
+                "takes none")
+        terms.append(Term(name, float(weight), target, fn, kwargs, mixing, warmup,
+                          None if base is None else float(base)))
     if initial is not None and not any(t.warmup for t in terms):
         raise ConfigError(
             f"config.loss.warmup_temperature is set, but no term of {names} takes a temperature"
@@ -344,6 +367,9 @@ def evaluate(
     step: Array | None = None,
 ) -> tuple[Array, dict[str, Array]]:
     """Weighted sum of the terms on ``projections`` [n, d]; returns (total, {name: value}).
+
+    A term with ``base_temperature`` is its loss times ``tau / base_temperature`` (the value
+    logged is the scaled one, as in the SupCon authors' code).
 
     ``step`` (int [], 0-based) sets the temperature of the terms with a warm-up.
     """
@@ -367,9 +393,19 @@ def evaluate(
                                       "(config.loss.mixing is off)"}.get(term.target, term.target)
                 raise ConfigError(f"config.loss.name: loss {term.name!r} needs {what}")
             value = term.fn(projections, second, axis_name=axis_name, valid=valid, **term.kwargs)
+        if term.base_temperature is not None:
+            value = value * (_temperature(term) / term.base_temperature)
         values[term.name] = value
         total = total + term.weight * value
     return total, values
+
+
+def _temperature(term: Term) -> Array | float:
+    """The temperature a term is evaluated at: its kwargs' (a warm-up's at this step), else
+    its loss function's default."""
+    if "temperature" in term.kwargs:
+        return term.kwargs["temperature"]  # type: ignore[return-value]
+    return inspect.signature(term.fn).parameters["temperature"].default
 
 
 def _paired(term: Term, projections: Array, valid: Array | None, axis_name) -> Array:

@@ -12,6 +12,8 @@ Biases and normalisation parameters (BatchNorm/LayerNorm scale and offset; in pr
 parameter with ``ndim <= 1``) are excluded by one mask, :func:`decay_mask`, from weight decay and,
 for LARS, from trust-ratio adaptation, as in SimCLR's LARS (``optax.lars`` with the same mask for
 ``weight_decay_mask`` and ``trust_ratio_mask`` reproduces it exactly, classic momentum included).
+``decay_biases=True`` excludes the normalisation parameters only (:func:`norm_mask`), as the
+SupCon authors' TF code with ``--use_bias_weight_decay=True``.
 
     tx, schedule = make_optimizer(config.optimizer, params, steps_per_epoch=97,
                                   global_batch_size=512, total_steps=97_000)
@@ -83,6 +85,10 @@ class OptimizerSpec:
     # Also decay biases and normalisation parameters (and, for lars, adapt their rate with
     # the trust ratio); the SINCERE reference (SGD) decays every parameter.
     decay_norm_and_bias: bool = False
+    # With decay_norm_and_bias False: decay (and, for lars, adapt) the biases of Linear and
+    # Conv layers too, excluding the normalisation parameters only; the SupCon TF code's
+    # use_bias_weight_decay=True (its LARS excludes the variables named batch_normalization).
+    decay_biases: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
@@ -148,6 +154,42 @@ def decay_mask(params: Any) -> Any:
       and embeddings, ``False`` for biases and BatchNorm/LayerNorm scales and offsets.
     """
     return jax.tree.map(lambda p: jnp.ndim(p) > 1, params)
+
+
+def norm_mask(params: Any) -> Any:
+    """The normalisation exclusion mask: ``False`` for the parameters of BatchNorm and
+    LayerNorm layers, ``True`` for every other parameter (kernels and biases alike).
+
+    A normalisation layer is recognised by its ``scale`` parameter (Flax's BatchNorm and
+    LayerNorm name theirs ``scale`` and ``bias``; Linear and Conv layers ``kernel`` and
+    ``bias``): a leaf is excluded when it or a sibling is named ``scale``.
+
+    Args:
+      params: a pytree of arrays keyed by names, e.g. the ``nnx.Param`` state of ``nnx.split``.
+
+    Returns:
+      A pytree of the same structure with boolean leaves.
+    """
+    paths = [tuple(_key(k) for k in path)
+             for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    norm_layers = {_layer(path) for path in paths if "scale" in path[-2:]}
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: _layer(tuple(_key(k) for k in path)) not in norm_layers, params)
+
+
+def _key(key: Any) -> Any:
+    for attribute in ("key", "name", "idx"):
+        if hasattr(key, attribute):
+            return getattr(key, attribute)
+    return key
+
+
+def _layer(path: tuple) -> tuple:
+    """The layer of a parameter's path: the path without the parameter's name (and without
+    the ``value`` attribute of an ``nnx.Param`` leaf)."""
+    if path and path[-1] == "value":
+        path = path[:-1]
+    return path[:-1]
 
 
 def peak_learning_rate(config: Any, global_batch_size: int) -> float:
@@ -239,7 +281,8 @@ def make_optimizer(
     * ``"adamw"``: AdamW with the mask for its decoupled weight decay.
 
     ``config.decay_norm_and_bias=True`` drops the mask (every parameter is decayed and, for LARS,
-    adapted). With ``config.grad_clip_norm`` set, gradients are first clipped to that global norm.
+    adapted); ``config.decay_biases=True`` replaces it by :func:`norm_mask` (only the
+    normalisation parameters are excluded). With ``config.grad_clip_norm`` set, gradients are first clipped to that global norm.
 
     Args:
       config: an optimiser config (a ``ConfigDict`` or a mapping of some fields of
@@ -262,7 +305,8 @@ def make_optimizer(
         global_batch_size=global_batch_size,
         total_steps=total_steps,
     )
-    mask = True if config.decay_norm_and_bias else decay_mask
+    mask = (True if config.decay_norm_and_bias
+            else norm_mask if config.decay_biases else decay_mask)
     if config.name == "lars":
         tx = optax.lars(
             schedule,
