@@ -45,14 +45,25 @@ class DataFacts(NamedTuple):
     Attributes:
       num_examples: training examples per epoch (sizes an epoch in steps).
       num_classes: classes of the labels (the online probe's outputs).
-      image_size: S, the side of every view of a batch [B, V, S, S, 3].
+      image_size: S, the side of every view of a batch [B, V, S, S, 3]; None for vectors.
       metadata_width: p of the per-example metadata float [B, p]; None: the data has none.
+      vector_width: F of feature-vector views [B, V, F]; None for images.
     """
 
     num_examples: int
     num_classes: int
-    image_size: int
+    image_size: int | None
     metadata_width: int | None = None
+    vector_width: int | None = None
+
+    @property
+    def view_shape(self) -> tuple[int, ...]:
+        """The shape of one view: (F,) for vectors, (S, S, 3) for images."""
+        if self.vector_width is not None:
+            return (self.vector_width,)
+        if self.image_size is None:
+            raise ValueError("DataFacts needs image_size or vector_width")
+        return (self.image_size, self.image_size, 3)
 
 
 class Plan(NamedTuple):
@@ -150,10 +161,9 @@ def abstract_args(run: Run) -> tuple[Any, dict[str, jax.ShapeDtypeStruct], Any]:
     replicated = NamedSharding(run.mesh, P())
     split = NamedSharding(run.mesh, P(DATA_AXIS))
     b, facts = run.plan.global_batch, run.facts
-    size = facts.image_size
     batch = {
-        "views": jax.ShapeDtypeStruct((b, run.spec.data.num_views, size, size, 3), jnp.float32,
-                                      sharding=split),
+        "views": jax.ShapeDtypeStruct((b, run.spec.data.num_views, *facts.view_shape),
+                                      jnp.float32, sharding=split),
         **{k: jax.ShapeDtypeStruct((b,), jnp.int32, sharding=split)
            for k in ("label", "index", "stop")},
     }

@@ -56,8 +56,9 @@ class Input(NamedTuple):
         those fields on the devices (:class:`DevicePrefetch` calls it).
       source: the dataset's :class:`contrastive_jax.data.Source` (its splits, for the
         online kNN monitor); None for synthetic data.
-      image_size: S, the side of the views [b, V, S, S, C].
+      image_size: S, the side of the views [b, V, S, S, C]; None for feature vectors.
       metadata_width: p of ``metadata`` [b, p]; None: the batches have none.
+      vector_width: F of feature-vector views [b, V, F]; None for images.
     """
 
     name: str
@@ -65,8 +66,9 @@ class Input(NamedTuple):
     num_classes: int
     batches: Callable[[int], Iterator[dict[str, np.ndarray]]]
     source: Any = None
-    image_size: int = SYNTHETIC_IMAGE_SIZE
+    image_size: int | None = SYNTHETIC_IMAGE_SIZE
     metadata_width: int | None = None
+    vector_width: int | None = None
 
     @property
     def facts(self) -> DataFacts:
@@ -74,7 +76,7 @@ class Input(NamedTuple):
         from contrastive_jax.train.build import DataFacts
 
         return DataFacts(self.num_examples, self.num_classes, self.image_size,
-                         self.metadata_width)
+                         self.metadata_width, self.vector_width)
 
 
 def load_input(config: Any) -> Input:
@@ -90,9 +92,12 @@ def load_input(config: Any) -> Input:
 
     from contrastive_jax.data.pipeline import resolve_image_size
 
+    shape = tuple(source.image_shape)
+    vectors = len(shape) == 1  # feature vectors [F] have no side
     return Input(source.name, source.split("train").num_examples, source.num_classes, batches,
-                 source, image_size=resolve_image_size(config.data, source),
-                 metadata_width=len(source.metadata_names) or None)
+                 source, image_size=None if vectors else resolve_image_size(config.data, source),
+                 metadata_width=len(source.metadata_names) or None,
+                 vector_width=int(shape[0]) if vectors else None)
 
 
 def synthetic_input(data_config: Any, *, seed: int) -> Input:

@@ -740,8 +740,8 @@ def optimizer_config(**overrides) -> types.SimpleNamespace:
     fields = dict(
         name="lars", base_learning_rate=0.3, lr_scaling="linear", weight_decay=1e-6,
         momentum=0.9, trust_coefficient=1e-3, nesterov=False, warmup_epochs=10.0,
-        warmup_steps=None, warmup_init=0.0, final_lr_factor=0.0, epochs=None,
-        total_steps=None, grad_clip_norm=None, decay_norm_and_bias=False,
+        warmup_steps=None, warmup_init=0.0, final_lr_factor=0.0, schedule_epochs=None,
+        schedule_steps=None, grad_clip_norm=None, decay_norm_and_bias=False, decay_biases=False,
     )
     fields.update(overrides)
     return types.SimpleNamespace(**fields)

@@ -61,7 +61,7 @@ def test_every_config_builds_the_proxy_network(spec):
         assert (opt.name, opt.base_learning_rate, opt.weight_decay) == ("adamw", 1e-3, 5e-5)
         assert (opt.lr_scaling, opt.warmup_steps, opt.final_lr_factor) == ("none", 0, 1.0)
     else:
-        assert (opt.name, opt.base_learning_rate, opt.epochs) == ("lars", 1.5, 4.0 * 36)
+        assert (opt.name, opt.base_learning_rate, opt.schedule_epochs) == ("lars", 1.5, 4.0 * 36)
 
 
 def test_config_spec_errors_and_epochs():
