@@ -90,7 +90,7 @@ def load_input(config: Any) -> Input:
             config.data, seed=config.seed, start_step=start_step, source=source
         )
 
-    from contrastive_jax.data.pipeline import resolve_image_size
+    from contrastive_jax.data._resolve import resolve_image_size
 
     shape = tuple(source.image_shape)
     vectors = len(shape) == 1  # feature vectors [F] have no side
