@@ -3,6 +3,8 @@ the augmentation recipe (no TensorFlow; both input paths read these)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_collections
 
 from contrastive_jax.data.augment_config import AugmentConfig, augmentation_preset
@@ -12,6 +14,7 @@ from contrastive_jax.errors import ConfigError
 __all__ = [
     "DEFAULT_VARIABLE_SIZE",
     "IMAGENET_CROP_FRACTION",
+    "check_loader",
     "resolve_augmentation",
     "resolve_crop_fraction",
     "resolve_image_size",
@@ -52,7 +55,8 @@ def resolve_crop_fraction(config: ml_collections.ConfigDict, source: Source) -> 
 def resolve_augmentation(
     config: ml_collections.ConfigDict, source: Source, image_size: int
 ) -> AugmentConfig:
-    """The preset named by ``config.augmentation`` (``"auto"``: see the config docs)."""
+    """The preset named by ``config.augmentation`` (``"auto"``: see the config docs), with
+    ``config.randaugment_layers`` / ``randaugment_magnitude`` where set."""
     name = config.augmentation
     if name == "auto":
         if source.name in ("digits", "digits_cluttered"):
@@ -61,4 +65,23 @@ def resolve_augmentation(
             name = "phantoms"
         else:
             name = "simclr_cifar" if image_size <= 32 else "simclr_imagenet"
-    return augmentation_preset(name, image_size)
+    aug = augmentation_preset(name, image_size)
+    overrides = {field: config.get(field) for field in ("randaugment_layers",
+                                                         "randaugment_magnitude")}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(aug, **overrides) if overrides else aug
+
+
+def check_loader(config: ml_collections.ConfigDict) -> None:
+    """Raises ConfigError if ``config.augmentation`` names a preset that ``config.loader``
+    cannot run: AutoAugment / RandAugment, TensorFlow's crop sampler, the bicubic resize
+    and the additive brightness exist on the default (``"grain"``) path only."""
+    name = config.get("augmentation", "auto")
+    if name == "auto" or config.get("loader", "grain") != "tf":
+        return
+    host_only = augmentation_preset(name, 224).host_only
+    if host_only:
+        raise ConfigError(
+            f"config.data.augmentation={name!r} sets {', '.join(host_only)}, which only the "
+            "default input path implements; config.data.loader='tf' cannot run it: "
+            "set config.data.loader='grain'")

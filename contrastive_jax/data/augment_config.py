@@ -54,6 +54,28 @@ class AugmentConfig:
       noise_std: range of the standard deviation of additive Gaussian noise,
         drawn per view; the noise is shared by the three channels (luminance
         noise). ``(0, 0)`` switches it off.
+      crop_sampler: how the crop window is drawn when ``crop_scale`` is set:
+        ``"torchvision"`` (``RandomResizedCrop``: up to 10 draws, area uniform, aspect
+        ratio log-uniform, else a central crop) or ``"tf_bounding_box"``
+        (``tf.image.sample_distorted_bounding_box`` with the whole image as the box and
+        ``min_object_covered=0.1``, as SimCLR's and SupCon's TF code call it: up to 100
+        draws of an aspect ratio uniform in ``crop_ratio`` and an integer height uniform
+        over those whose area lies in ``crop_scale``, kept if it covers at least 10 % of
+        the image; see :func:`.host_views.tf_crop_window`).
+      crop_fallback: ``"tf_bounding_box"`` only: the window when no draw succeeds,
+        ``"whole"`` (the image: the TF op's, SimCLR's) or ``"center_square"`` (the central
+        square of side ``min(H, W)``, also taken for a drawn window equal to the whole
+        image: SupCon's ``_distorted_crop_window``).
+      crop_interpolation: resampling of the crop to ``S x S``: ``"bilinear"`` or
+        ``"bicubic"`` (Pillow's, antialiased when it shrinks).
+      policy: ``"none"``, ``"autoaugment"`` (AutoAugment's ImageNet policy v0) or
+        ``"randaugment"``: integer-image ops (:mod:`.image_policies`) on the host after
+        the crop and the flip, before the appearance stages; the default input path only.
+      randaugment_layers, randaugment_magnitude: RandAugment's N and M (the source's
+        defaults 2 and 10).
+      brightness: the colour jitter's brightness, ``"multiplicative"`` (torchvision's,
+        SimCLR v2's: ``x * U(max(0, 1 - b), 1 + b)``) or ``"additive"`` (SimCLR v1's
+        ``tf.image.random_brightness``: ``x + U(-b, b)``); clipped to [0, 1] either way.
     """
 
     crop_scale: tuple[float, float] | None = (0.08, 1.0)
@@ -72,6 +94,40 @@ class AugmentConfig:
     cutout_prob: float = 0.0
     cutout_fraction: float = 0.25
     noise_std: tuple[float, float] = (0.0, 0.0)
+    crop_sampler: str = "torchvision"
+    crop_fallback: str = "whole"
+    crop_interpolation: str = "bilinear"
+    policy: str = "none"
+    randaugment_layers: int = 2
+    randaugment_magnitude: float = 10.0
+    brightness: str = "multiplicative"
+
+    def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"AugmentConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.randaugment_layers < 0 or not 0 <= self.randaugment_magnitude <= 10:
+            raise ConfigError(
+                "AugmentConfig.randaugment_layers must be >= 0 and randaugment_magnitude in "
+                f"[0, 10], got {self.randaugment_layers!r}, {self.randaugment_magnitude!r}")
+
+    @property
+    def host_only(self) -> tuple[str, ...]:
+        """The fields set to what only the default (grain) input path implements."""
+        defaults = {"crop_sampler": "torchvision", "crop_interpolation": "bilinear",
+                    "policy": "none", "brightness": "multiplicative"}
+        return tuple(name for name, value in defaults.items() if getattr(self, name) != value)
+
+
+#: The allowed values of the string fields of :class:`AugmentConfig`.
+_CHOICES = {
+    "crop_sampler": ("torchvision", "tf_bounding_box"),
+    "crop_fallback": ("whole", "center_square"),
+    "crop_interpolation": ("bilinear", "bicubic"),
+    "policy": ("none", "autoaugment", "randaugment"),
+    "brightness": ("multiplicative", "additive"),
+}
 
 
 def simclr_jitter(strength: float) -> tuple[float, float, float, float]:
@@ -113,6 +169,29 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
         grayscale_prob=0.2,
         blur_prob=(1.0, 0.1),
         solarize_prob=(0.0, 0.2),
+    ),
+    # SimCLR v1's code (google-research/simclr@be133b3, data_util.py): the
+    # simclr_imagenet preset with its crop (distorted_bounding_box_crop, area 0.08-1,
+    # aspect 3/4-4/3, 100 attempts, then the whole image; bicubic resize, lines 222-295)
+    # and its additive brightness (tf.image.random_brightness, line 125).
+    "simclr_v1_imagenet": lambda size: AugmentConfig(
+        crop_scale=(0.08, 1.0), jitter=simclr_jitter(1.0), grayscale_prob=0.2, blur_prob=(0.5,),
+        crop_sampler="tf_bounding_box", crop_interpolation="bicubic", brightness="additive",
+    ),
+    # SupCon's ImageNet pipeline (google-research/google-research supcon/preprocessing.py,
+    # --augmentation_type=AUTOAUGMENT): _distorted_crop_window (area 0.08-1, aspect
+    # 0.75-1.33, 100 attempts, else the central square) with a bilinear resize, a flip,
+    # AutoAugment v0; no colour jitter, grayscale or blur (the model's deferred blur is
+    # for SIMCLR-type augmentations only).
+    "supcon_autoaugment": lambda size: AugmentConfig(
+        crop_scale=(0.08, 1.0), crop_ratio=(0.75, 1.33), crop_sampler="tf_bounding_box",
+        crop_fallback="center_square", policy="autoaugment",
+    ),
+    # SupCon's --augmentation_type=RANDAUGMENT: the same crop and flip, then
+    # RandAugment (N = 2, M = 10 by default; data.randaugment_* override them).
+    "supcon_randaugment": lambda size: AugmentConfig(
+        crop_scale=(0.08, 1.0), crop_ratio=(0.75, 1.33), crop_sampler="tf_bounding_box",
+        crop_fallback="center_square", policy="randaugment",
     ),
     "mio": _mio,
     # Plain digits proxy (the digit fills the 16x16 canvas at full contrast):
@@ -174,6 +253,8 @@ def augmentation_preset(name: str, image_size: int) -> AugmentConfig:
     """Returns the named recipe for output images of side ``image_size``.
 
     Names: ``simclr_cifar``, ``supcon_cifar``, ``simclr_imagenet``,
+    ``simclr_v1_imagenet`` (SimCLR v1 code's crop and additive brightness),
+    ``supcon_autoaugment`` and ``supcon_randaugment`` (SupCon's TF code),
     ``byol_imagenet``, ``mio`` (MIO Table 3; blur and solarisation only above
     32 px), ``digits``, ``digits_cluttered``, ``phantoms``, ``cifar_proxy``, the
     linear-probe recipes

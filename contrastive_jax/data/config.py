@@ -36,6 +36,8 @@ def default_data_config() -> ml_collections.ConfigDict:
         ``phantoms`` for phantoms,
         ``simclr_cifar`` for other images of side <= 32, else
         ``simclr_imagenet``.
+      randaugment_layers, randaugment_magnitude: RandAugment's N and M for a preset with
+        ``policy="randaugment"``; None: the preset's (the source's 2 and 10).
       global_batch_size: examples per pretraining step over all processes;
         divisible by the process count. Steps per epoch:
         ``n_train // global_batch_size`` (the remainder of each epoch is
@@ -80,6 +82,8 @@ def default_data_config() -> ml_collections.ConfigDict:
     c.image_size = config_dict.placeholder(int)
     c.num_views = 2
     c.augmentation = "auto"
+    c.randaugment_layers = config_dict.placeholder(int)
+    c.randaugment_magnitude = config_dict.placeholder(float)
     c.global_batch_size = 128
     c.train_subset = config_dict.placeholder(int)
     c.label_noise = 0.0

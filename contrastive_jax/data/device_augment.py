@@ -5,7 +5,8 @@ The host (:mod:`.host_views`) decodes, crops, resizes and flips, and ships uint8
 training step reads, inside one jitted function:
 
 1. colour jitter with probability ``jitter_prob``: brightness, contrast, saturation and
-   hue in a random order (torchvision's ``ColorJitter``, SimCLR Appendix A);
+   hue in a random order (torchvision's ``ColorJitter``, SimCLR Appendix A; with
+   ``brightness="additive"`` SimCLR v1's additive brightness);
 2. grayscale with probability ``grayscale_prob``;
 3. Gaussian blur with the view's probability ``blur_prob[v % len]``, sigma ``U(blur_sigma)``,
    a ``2 r + 1`` kernel with ``r = max(S // 20, ceil(2 sigma_max))``, reflect padding;
@@ -103,12 +104,17 @@ def adjust_hue(x: jax.Array, delta: jax.Array) -> jax.Array:
 
 
 def color_jitter(
-    x: jax.Array, key: jax.Array, strengths: tuple[float, float, float, float]
+    x: jax.Array,
+    key: jax.Array,
+    strengths: tuple[float, float, float, float],
+    *,
+    additive_brightness: bool = False,
 ) -> jax.Array:
     """torchvision ``ColorJitter`` of [S, S, 3]: the active ops in a random order.
 
     Factors ``U(max(0, 1 - s), 1 + s)`` for brightness, contrast and saturation, a hue
-    shift ``U(-h, h)``; ``strengths`` is ``(b, c, s, h)``.
+    shift ``U(-h, h)``; ``strengths`` is ``(b, c, s, h)``. ``additive_brightness``: the
+    brightness is SimCLR v1's ``tf.image.random_brightness`` instead, ``clip(x + U(-b, b))``.
     """
     brightness, contrast, saturation, hue = strengths
     k_factor, k_order = jax.random.split(key)
@@ -119,7 +125,9 @@ def color_jitter(
         return lo + (1.0 + s - lo) * u[i]
 
     ops: list[Callable[[jax.Array], jax.Array]] = []
-    if brightness > 0:
+    if brightness > 0 and additive_brightness:
+        ops.append(lambda y: jnp.clip(y + brightness * (2 * u[0] - 1), 0.0, 1.0))
+    elif brightness > 0:
         ops.append(lambda y: adjust_brightness(y, factor(0, brightness)))
     if contrast > 0:
         ops.append(lambda y: adjust_contrast(y, factor(1, contrast)))
@@ -175,7 +183,8 @@ def appearance(x: jax.Array, key: jax.Array, cfg: AugmentConfig, *, view: int) -
     size = x.shape[0]
     keys = jax.random.split(key, 12)
     if any(s > 0 for s in cfg.jitter):
-        x = _with_prob(keys[0], cfg.jitter_prob, lambda y=x: color_jitter(y, keys[1], cfg.jitter), x)
+        x = _with_prob(keys[0], cfg.jitter_prob, lambda y=x: color_jitter(
+            y, keys[1], cfg.jitter, additive_brightness=cfg.brightness == "additive"), x)
     x = _with_prob(keys[2], cfg.grayscale_prob, lambda y=x: grayscale(y), x)
     blur_p = cfg.blur_prob[view % len(cfg.blur_prob)]
     sigma = jax.random.uniform(keys[4], minval=cfg.blur_sigma[0], maxval=cfg.blur_sigma[1])

@@ -213,6 +213,13 @@ class PretrainIterator(Iterator[Batch]):
         self._train = train
         self.image_size = resolve_image_size(config, self.source)
         self.augmentation = resolve_augmentation(config, self.source, self.image_size)
+        if self.augmentation.host_only:
+            raise ConfigError(
+                f"augmentation {config.augmentation!r} sets "
+                f"{', '.join(self.augmentation.host_only)}, which only the default input "
+                f"path implements, not the tf.data path (config.data.loader='tf', or a "
+                f"TFRecord dataset): set config.data.loader='grain' (TFRecord datasets: "
+                f"convert them with `python -m contrastive_jax.data.prepare`)")
         self.num_views = int(config.num_views)
         self.global_batch_size = int(config.global_batch_size)
         self.local_batch_size = _per_process(
