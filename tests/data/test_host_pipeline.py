@@ -26,6 +26,9 @@ def _configs(image_folder: str, array_record_dir: str) -> dict[str, object]:
         "arrays": digits_config(),
         "folder": digits_config(dataset="image_folder", data_dir=image_folder, image_size=8,
                                 global_batch_size=4, augmentation="simclr_imagenet"),
+        "folder_autoaugment": digits_config(dataset="image_folder", data_dir=image_folder,
+                                            image_size=8, global_batch_size=4,
+                                            augmentation="supcon_autoaugment"),
         "array_record": digits_config(dataset="varimg", data_dir=array_record_dir,
                                       image_size=16, global_batch_size=8),
     }
@@ -35,7 +38,7 @@ def _take(iterator, n: int) -> list[dict[str, np.ndarray]]:
     return [next(iterator) for _ in range(n)]
 
 
-@pytest.mark.parametrize("kind", ["arrays", "folder", "array_record"])
+@pytest.mark.parametrize("kind", ["arrays", "folder", "folder_autoaugment", "array_record"])
 def test_batches_are_a_pure_function_of_seed_and_step(image_folder, array_record_dir, kind):
     config = _configs(image_folder, array_record_dir)[kind]
     source = data.load_source(config)
