@@ -64,7 +64,9 @@ def test_recipe_settings(name):
         lr, wd = (0.3, 1e-6) if name == "simclr_imagenet" else (0.4, 1e-3)
         assert config.optimizer.base_learning_rate == lr and config.optimizer.weight_decay == wd
         assert config.model.encoder.bn_axis_name == config.model.head.bn_axis_name == "data"
-        assert (config.data.image_size, config.data.augmentation) == (224, "simclr_imagenet")
+        # SimCLR v1's code's crop and brightness; SupCon's --augmentation_type=AUTOAUGMENT.
+        preset = "simclr_v1_imagenet" if name == "simclr_imagenet" else "supcon_autoaugment"
+        assert (config.data.image_size, config.data.augmentation) == (224, preset)
     else:
         assert config.optimizer.name == "sgd" and config.optimizer.lr_scaling == "none"
         assert config.optimizer.base_learning_rate == 0.5 and config.train.epochs == 1000

@@ -35,4 +35,7 @@ class Row(NamedTuple):
 
 SIMCLR_V1 = "google-research/simclr@be133b3"
 SUPCON_TF = "google-research/google-research supcon/"
+#: The AutoAugment / RandAugment module SupCon's code imports (lines as in the
+#: tf-models-official 2.4.0 wheel).
+TF_MODELS_AUGMENT = "tensorflow/models official/vision/image_classification/augment.py"
 SUPCONTRAST = "HobbitLong/SupContrast"

@@ -33,8 +33,11 @@ global batch norm                  Sec. 2.2 ("Global BN": mean and variance aggr
 augmentation                       App. A: random resized crop (area 0.08-1, aspect 3/4-4/3),
                                    flip, colour distortion strength 1.0 (jitter 0.8, 0.8, 0.8,
                                    0.2 with p = 0.8, grayscale p = 0.2), Gaussian blur with
-                                   p = 0.5, sigma U(0.1, 2.0) and a kernel 10 % of the side: the
-                                   ``simclr_imagenet`` preset
+                                   p = 0.5, sigma U(0.1, 2.0) and a kernel 10 % of the side; the
+                                   v1 code's crop (``distorted_bounding_box_crop``, bicubic
+                                   resize) and additive brightness
+                                   (``tf.image.random_brightness``): the
+                                   ``simclr_v1_imagenet`` preset
 224 x 224 views, two per image     App. A; Sec. 2.1 (two views)
 online linear probe                the authors' code trains a linear classifier on
                                    stop-gradient features during pretraining
@@ -43,10 +46,11 @@ online linear probe                the authors' code trains a linear classifier 
 Different here (``docs/recipes.md`` has every setting beside the source's, with the line of
 the authors' code):
 
-* augmentation: the v1 code crops with ``distorted_bounding_box_crop`` and a bicubic resize
-  and shifts the brightness additively (``tf.image.random_brightness``); the
-  ``simclr_imagenet`` preset crops as torchvision's ``RandomResizedCrop`` (bilinear) and
-  scales the brightness;
+* the image ops' arithmetic: contrast blends with the mean luma and saturation with each
+  pixel's luma (torchvision's), where the v1 code's ``tf.image.random_contrast`` uses each
+  channel's mean and ``random_saturation`` scales the HSV saturation; the blur pads by
+  reflection (v1: zeros); the bicubic resize is Pillow's, antialiased when it shrinks
+  (v1's ``tf.image.resize_bicubic`` is not);
 * precision: the paper does not state it; this recipe computes in float32
   (``--config.model.encoder.dtype=bfloat16 --config.model.head.dtype=bfloat16`` for mixed
   precision, float32 parameters and loss).
@@ -73,7 +77,7 @@ def get_config():
     config.data.dataset = "imagenet2012"
     config.data.image_size = 224
     config.data.num_views = 2
-    config.data.augmentation = "simclr_imagenet"
+    config.data.augmentation = "simclr_v1_imagenet"
     config.data.global_batch_size = 4096
     config.model.encoder.name = "resnet50"
     config.model.encoder.stem = "imagenet"
@@ -146,10 +150,14 @@ SOURCE = (
     Row("augmentation", ("data.augmentation",),
         "distorted_bounding_box_crop (area 0.08-1) + bicubic resize, flip, colour distortion "
         "s = 1 with additive brightness, blur p = 0.5",
-        f"paper App. A; {_V1} data_util.py:88, 125 (brightness), 222-295 (crop), 366-383 (blur)",
-        why="our preset crops as torchvision's RandomResizedCrop (bilinear) and scales the "
-            "brightness; the v1 crop and brightness are not a preset yet (the appearance "
-            "augmentations are moving to the device)"),
+        f"paper App. A; {_V1} data_util.py:121-125 (brightness), 222-295 (crop), "
+        "366-383 (blur), 416-438 (order)", ("simclr_v1_imagenet",)),
+    Row("image ops' arithmetic", ("data.augmentation",),
+        "tf.image.random_contrast (per-channel mean), random_saturation (HSV), blur with zero "
+        "padding, tf.image.resize_bicubic (not antialiased)",
+        f"{_V1} data_util.py:126-136, 298-336, 295",
+        why="torchvision's contrast (mean luma) and saturation (luma blend), the blur pads by "
+            "reflection, Pillow's bicubic filter (antialiased when it shrinks)"),
     Row("precision", ("model.encoder.dtype", "model.head.dtype"), "not stated",
         "paper (no statement)", why="float32 chosen here"),
     Row("online linear probe", ("train.online_probe",),
