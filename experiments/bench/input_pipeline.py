@@ -4,6 +4,12 @@
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset folder:../shared/data/cifar10
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset digits --batches 50
     XLA_FLAGS= python experiments/bench/input_pipeline.py --formats --workdir /tmp/bench_input
+    XLA_FLAGS= python experiments/bench/input_pipeline.py --presets supcon_autoaugment \
+        --workdir /tmp/bench_paths
+
+``--presets A,B`` mode: the grain path's host rate (as in ``--paths``, same JPEG folder)
+for ``simclr_imagenet`` and each named augmentation preset, in one run (the host share of a
+preset: its crop, resize and flip, and AutoAugment / RandAugment where it sets a policy).
 
 ``--paths`` mode (the host cost of the two input paths, side by side in one run): a folder
 of ``--examples`` synthetic JPEGs with ImageNet's size distribution (sides normal about
@@ -410,10 +416,24 @@ def compare_paths(args) -> None:
           f"the ResNet-50 step {step / 1e9:.1f} GFLOP: {100 * moved / step:.2f} % of the step")
 
 
+def compare_presets(args) -> None:
+    print(f"{len(os.sched_getaffinity(0))} host cores, load average "
+          f"{os.getloadavg()[0]:.1f} at start (quote only figures from quiet cores)")
+    folder = imagenet_like_folder(args.workdir, args.examples)
+    print("\n| preset (grain path) | two-view 224 px images per host CPU-second |\n|---|---|")
+    for preset in ("simclr_imagenet", *args.presets.split(",")):
+        config = format_config(f"folder:{folder}", None, 224, args.batch)
+        config.augmentation = preset
+        print(f"| {preset} | {path_rate(config, args.batches):.1f} |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--paths", action="store_true",
                         help="the tf.data and grain paths side by side (see the docstring)")
+    parser.add_argument("--presets", default=None,
+                        help="comma-separated augmentation presets: their grain host rates")
     parser.add_argument("--examples", type=int, default=256, help="--paths: JPEGs written")
     parser.add_argument("--profile_images", type=int, default=48,
                         help="--paths: images of the per-stage profile")
@@ -441,6 +461,9 @@ def main() -> None:
         return
     if args.paths:
         compare_paths(args)
+        return
+    if args.presets:
+        compare_presets(args)
         return
 
     config = default_config()

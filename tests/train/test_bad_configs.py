@@ -57,6 +57,9 @@ OTHERS = [
     ({"data.global_batch_size": 36}, "config.data.global_batch_size"),
     ({"data.global_batch_size": 4096}, "config.data.global_batch_size"),
     ({"data.num_views": 0}, "config.data.num_views"),
+    # AutoAugment runs on the default (grain) input path only.
+    ({"data.augmentation": "supcon_autoaugment", "data.loader": "tf"},
+     "config.data.augmentation"),
 ]
 
 
