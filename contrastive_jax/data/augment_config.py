@@ -187,8 +187,10 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
         crop_scale=(0.08, 1.0), crop_ratio=(0.75, 1.33), crop_sampler="tf_bounding_box",
         crop_fallback="center_square", policy="autoaugment",
     ),
-    # SupCon's --augmentation_type=RANDAUGMENT: the same crop and flip, then
-    # RandAugment (N = 2, M = 10 by default; data.randaugment_* override them).
+    # SupCon's --augmentation_type=RANDAUGMENT: the same crop and flip, then RandAugment
+    # with the Model Garden's defaults N = 2, M = 10 (what its STACKED_RANDAUGMENT runs, as
+    # in scripts/cross_entropy_imagenet_resnet200.sh; plain RANDAUGMENT passes
+    # --augmentation_magnitude as M, which no script sets): data.randaugment_* override them.
     "supcon_randaugment": lambda size: AugmentConfig(
         crop_scale=(0.08, 1.0), crop_ratio=(0.75, 1.33), crop_sampler="tf_bounding_box",
         crop_fallback="center_square", policy="randaugment",
