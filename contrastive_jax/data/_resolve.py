@@ -69,6 +69,10 @@ def resolve_augmentation(
     overrides = {field: config.get(field) for field in ("randaugment_layers",
                                                          "randaugment_magnitude")}
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides and aug.policy != "randaugment":
+        raise ConfigError(
+            f"config.data.{next(iter(overrides))} is set, but augmentation {name!r} does not "
+            "run RandAugment (a preset with policy='randaugment': supcon_randaugment)")
     return dataclasses.replace(aug, **overrides) if overrides else aug
 
 

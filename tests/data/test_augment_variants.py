@@ -121,6 +121,9 @@ def test_randaugment_overrides(digits_source):
     with pytest.raises(ConfigError, match="randaugment_magnitude"):
         resolve_augmentation(digits_config(augmentation="supcon_randaugment",
                                            randaugment_magnitude=11.0), digits_source, 16)
+    with pytest.raises(ConfigError, match="does not run RandAugment"):
+        resolve_augmentation(digits_config(augmentation="supcon_autoaugment",
+                                           randaugment_layers=1), digits_source, 16)
 
 
 @pytest.mark.parametrize("preset", ["supcon_autoaugment", "simclr_v1_imagenet"])
