@@ -5,6 +5,10 @@
 folder from a TFDS data directory; :func:`decode_image_file` decodes one file and names
 it when it cannot. :mod:`contrastive_jax.data.sources` reads a data config's folder
 through these and re-exports them.
+
+A folder may be a URL (``gs://bucket/folder``): it is listed and its files are read through
+``etils.epath`` (``gs://`` through ``tf.io.gfile`` where TensorFlow is installed and
+``EPATH_USE_TF`` is not false, else ``gcsfs``); local folders through ``os``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,37 @@ from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, 
 from contrastive_jax.errors import CorruptImageError, InputError
 
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # those tfds.ImageFolder lists
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+def read_file(path: str) -> bytes:
+    """The bytes of a local file or of a URL's object (``gs://...``, through ``etils.epath``)."""
+    if _is_url(path):
+        from etils import epath
+
+        return epath.Path(path).read_bytes()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _listdir(folder: str) -> list[str]:
+    """The names in ``folder`` (local or URL), sorted."""
+    if _is_url(folder):
+        from etils import epath
+
+        return sorted(p.name for p in epath.Path(folder).iterdir())
+    return sorted(os.listdir(folder))
+
+
+def _isdir(path: str) -> bool:
+    if _is_url(path):
+        from etils import epath
+
+        return epath.Path(path).is_dir()
+    return os.path.isdir(path)
 
 
 def decode_image_file(path: str) -> np.ndarray:
@@ -32,10 +67,9 @@ def decode_image_file(path: str) -> np.ndarray:
     except ImportError:
         from contrastive_jax.data.host_views import decode
 
-        with open(path, "rb") as f:
-            return np.asarray(decode(f.read(), f"file {path}"))
+        return np.asarray(decode(read_file(path), f"file {path}"))
     try:
-        data = tf.io.read_file(path)
+        data = read_file(path) if _is_url(path) else tf.io.read_file(path)
         return tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
         raise CorruptImageError(f"cannot decode image file {path}: {e.message}") from e
@@ -48,17 +82,17 @@ def is_image_folder(path: str) -> bool:
     """
     for split_dir in _subdirs(path):
         for class_dir in _subdirs(split_dir)[:1]:
-            if any(f.lower().endswith(_IMAGE_EXTENSIONS) for f in os.listdir(class_dir)):
+            if any(f.lower().endswith(_IMAGE_EXTENSIONS) for f in _listdir(class_dir)):
                 return True
     return False
 
 
 def _subdirs(folder: str) -> list[str]:
     """The sub-folders of ``folder``, sorted by name; none if it is not a folder."""
-    if not os.path.isdir(folder):
+    if not _isdir(folder):
         return []
-    children = (os.path.join(folder, c) for c in sorted(os.listdir(folder)))
-    return [c for c in children if os.path.isdir(c)]
+    children = (os.path.join(folder, c) for c in _listdir(folder))
+    return [c for c in children if _isdir(c)]
 
 
 def image_folder_source(
@@ -83,7 +117,7 @@ def image_folder_source(
       A source with file-backed splits. ``image_shape`` is the common shape of
       the first 8 training images, or (None, None, 3) if they differ.
     """
-    if not os.path.isdir(root):
+    if not _isdir(root):
         raise InputError(f"image folder {root!r} does not exist or is not a directory")
     split_dirs = _subdirs(root)
     class_names = sorted({os.path.basename(c) for s in split_dirs for c in _subdirs(s)})
@@ -92,9 +126,7 @@ def image_folder_source(
     for split_dir in split_dirs:
         paths, labels = [], []
         for class_dir in _subdirs(split_dir):
-            files = sorted(
-                f for f in os.listdir(class_dir) if f.lower().endswith(_IMAGE_EXTENSIONS)
-            )
+            files = [f for f in _listdir(class_dir) if f.lower().endswith(_IMAGE_EXTENSIONS)]
             paths += [os.path.join(class_dir, f) for f in files]
             labels += [label_of[os.path.basename(class_dir)]] * len(files)
         if paths:

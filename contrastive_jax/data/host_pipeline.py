@@ -42,6 +42,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from contrastive_jax.data._image_folder import read_file
 from contrastive_jax.data._resolve import resolve_augmentation, resolve_image_size
 from contrastive_jax.data.base import Source, Split, symmetric_label_noise
 from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
@@ -179,8 +180,7 @@ class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
         image, label, index, metadata = self._examples(row)
         if isinstance(image, (bytes, str, np.str_)):
             if not isinstance(image, bytes):
-                with open(image, "rb") as f:
-                    image = f.read()
+                image = read_file(str(image))
             image = decode(image, self._examples.name(row))
         views = views_of(image, view_rngs(self._seed, step, index, self.num_views),
                          self.augmentation, self.image_size)

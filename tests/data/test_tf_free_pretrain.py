@@ -89,7 +89,7 @@ def test_pretrain_from_an_image_folder_without_tensorflow(tmp_path):
     assert "tensorflow modules: []" in out, out
 
 
-def _cli_env_without_tensorflow(tmp_path, num_devices: int, cache_dir: str) -> dict[str, str]:
+def cli_env_without_tensorflow(tmp_path, num_devices: int, cache_dir: str) -> dict[str, str]:
     """The CLI's environment with TensorFlow blocked at start-up (a ``sitecustomize``)."""
     from tests.train import runs
 
@@ -101,33 +101,51 @@ def _cli_env_without_tensorflow(tmp_path, num_devices: int, cache_dir: str) -> d
     return env
 
 
-def _folder_flags(folder: str, total: int) -> tuple[str, ...]:
-    return ("--config.data.loader=grain", "--config.data.dataset=image_folder",
-            f"--config.data.data_dir={folder}", "--config.data.image_size=16",
+#: The two kinds of image data the default path reads from disk.
+KINDS = ("image_folder", "array_record")
+
+
+def data_flags(data: tuple[str, str], total: int) -> tuple[str, ...]:
+    dataset, data_dir = data
+    return ("--config.data.loader=grain", f"--config.data.dataset={dataset}",
+            f"--config.data.data_dir={data_dir}", "--config.data.image_size=16",
             "--config.data.global_batch_size=16", f"--config.train.total_steps={total}",
             "--config.train.checkpoint_every=2")
 
 
+def write_datasets(root: str) -> dict[str, tuple[str, str]]:
+    """kind -> (config.data.dataset, config.data.data_dir) of a small dataset of each kind
+    under ``root`` (``folder/`` and ``tfds/``), written with TensorFlow present."""
+    folder = write_image_folder(os.path.join(root, "folder"), shape=(20, 24, 3),
+                                per_class=(24, 4))
+    records = write_tfds_dataset(os.path.join(root, "tfds"), "varimg", "array_record",
+                                 train=48, test=8, shards=2)
+    return {"image_folder": ("image_folder", folder), "array_record": ("varimg", records)}
+
+
 @pytest.fixture(scope="module")
-def folder_and_cache(tmp_path_factory) -> tuple[str, str]:
-    root = tmp_path_factory.mktemp("folder_cli")
-    folder = write_image_folder(str(root / "folder"), shape=(20, 24, 3), per_class=(24, 4))
-    return folder, str(tmp_path_factory.mktemp("jax_cache"))
+def datasets(tmp_path_factory) -> dict[str, tuple[str, str]]:
+    return write_datasets(str(tmp_path_factory.mktemp("tf_free_cli")))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("jax_cache"))
 
 
 @pytest.mark.slow
-def test_two_processes_match_one_without_tensorflow(folder_and_cache, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_processes_match_one_without_tensorflow(datasets, cache, tmp_path, kind):
     from tests.train import runs
     from tests.train.test_tfds_pretrain import _free_port
 
-    folder, cache = folder_and_cache
-    flags = _folder_flags(folder, 3)
+    flags = data_flags(datasets[kind], 3)
     single = str(tmp_path / "single")
-    env8 = _cli_env_without_tensorflow(tmp_path, 8, cache)
+    env8 = cli_env_without_tensorflow(tmp_path, 8, cache)
     assert runs.run_pretrain(single, *flags, env=env8) == 0, runs.log_text(single)
     pair = str(tmp_path / "pair")
     address = f"--coordinator_address=localhost:{_free_port()}"
-    env4 = _cli_env_without_tensorflow(tmp_path, 4, cache)
+    env4 = cli_env_without_tensorflow(tmp_path, 4, cache)
     procs = []
     for pid in (0, 1):
         log = open(f"{pair}.p{pid}.log", "w", encoding="utf-8")  # noqa: SIM115
@@ -146,16 +164,17 @@ def test_two_processes_match_one_without_tensorflow(folder_and_cache, tmp_path):
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_without_tensorflow_is_bit_identical(folder_and_cache, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_sigkill_then_resume_without_tensorflow_is_bit_identical(datasets, cache, tmp_path,
+                                                                  kind):
     import signal
     import time
 
     from tests.train import runs
 
-    folder, cache = folder_and_cache
     total = 8
-    flags = _folder_flags(folder, total)
-    env = _cli_env_without_tensorflow(tmp_path, 8, cache)
+    flags = data_flags(datasets[kind], total)
+    env = cli_env_without_tensorflow(tmp_path, 8, cache)
     reference = str(tmp_path / "reference")
     assert runs.run_pretrain(reference, *flags, env=env) == 0, runs.log_text(reference)
     workdir = str(tmp_path / "killed")

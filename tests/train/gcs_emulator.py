@@ -7,7 +7,9 @@ endpoint settings: TensorStore (Orbax's array writes) through ``TENSORSTORE_GCS_
 with a fixed token (``GOOGLE_AUTH_TOKEN_FOR_TESTING``); ``etils.epath`` (config.json,
 metrics.jsonl, TensorBoard events, Orbax's directories and metadata) through fsspec's
 ``gcsfs`` (``EPATH_USE_TF=false``: TensorFlow's ``tf.io.gfile`` has no endpoint setting),
-which, like ``google-cloud-storage``, reads ``STORAGE_EMULATOR_HOST``.
+which, like ``google-cloud-storage``, reads ``STORAGE_EMULATOR_HOST``; array_record's reader
+(the default input path's ArrayRecord files, through google-cloud-cpp) through
+``CLOUD_STORAGE_EMULATOR_ENDPOINT``, with which it sends no credentials.
 
 The emulator (2026.7.19) leaves out the ``x-goog-generation`` header of a media download,
 which TensorStore takes a read object's generation from: without it every read reports
@@ -35,6 +37,7 @@ def environment(url: str) -> dict[str, str]:
     return {
         "STORAGE_EMULATOR_HOST": url,  # gcsfs, google-cloud-storage
         "TENSORSTORE_GCS_HTTP_URL": url,
+        "CLOUD_STORAGE_EMULATOR_ENDPOINT": url,  # array_record (google-cloud-cpp)
         "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",  # TensorStore: no credential lookup
         "EPATH_USE_TF": "false",  # epath through fsspec (gcsfs), not tf.io.gfile
         # gcsfs would ask the real Storage Control API for the bucket's layout.

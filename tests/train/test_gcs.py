@@ -4,7 +4,9 @@ the config, the metric log and the TensorBoard events all write to over HTTP.
 
 A run killed with SIGKILL and started again with the same command resumes from its last
 checkpoint in the bucket and ends bit-identical to an uninterrupted run; the evaluation
-restores the network from the bucket.
+restores the network from the bucket. With TensorFlow blocked, the default input path
+pretrains from an image folder and from an ArrayRecord TFDS dataset in the bucket, with the
+losses of the same run on a local copy.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from orbax.checkpoint._src.path import gcs_utils
 from contrastive_jax.train import pretrained
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.metrics_log import METRICS_FILE, MetricLogger
+from tests.data import test_tf_free_pretrain as tf_free
 from tests.train import gcs_emulator, runs
 
 pytestmark = pytest.mark.slow
@@ -159,3 +162,30 @@ def test_a_resumed_logger_keeps_the_earlier_lines_in_the_bucket(bucket):
             logger.write(step, {"loss": loss})
         logger.close()
     assert _losses(workdir) == {1: 1.5, 2: 1.25, 3: 1.0}
+
+
+@pytest.fixture(scope="module")
+def datasets_here_and_in_the_bucket(bucket, tmp_path_factory):
+    """kind -> ((dataset, local data_dir), (dataset, gs:// data_dir)): the same files."""
+    root = str(tmp_path_factory.mktemp("datasets"))
+    local = tf_free.write_datasets(root)
+    gpath.backend_lib.fsspec_backend.fs("gs://").put(f"{root}/", f"{bucket}/data/",
+                                                      recursive=True)
+    _forget_listings()
+    return {kind: ((name, data_dir), (name, f"{bucket}/data/{os.path.relpath(data_dir, root)}"))
+            for kind, (name, data_dir) in local.items()}
+
+
+@pytest.mark.parametrize("kind", tf_free.KINDS)
+def test_pretrain_from_the_bucket_without_tensorflow(datasets_here_and_in_the_bucket, tmp_path,
+                                                     kind):
+    here, there = datasets_here_and_in_the_bucket[kind]
+    assert there[1].startswith("gs://")
+    env = tf_free.cli_env_without_tensorflow(tmp_path, 8, str(tmp_path / "jax_cache"))
+    losses = []
+    for name, data in (("local", here), ("bucket", there)):
+        workdir = str(tmp_path / name)
+        assert runs.run_pretrain(workdir, *tf_free.data_flags(data, 2), env=env) == 0, \
+            runs.log_text(workdir)
+        losses.append(runs.losses_by_step(workdir))
+    assert sorted(losses[1]) == [1, 2] and losses[1] == losses[0]

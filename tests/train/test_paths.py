@@ -6,21 +6,26 @@ it. This exercises the path layer and every file the trainer, the metric logger,
 checkpoint bookkeeping (directory, listing, moving a damaged checkpoint aside) and the
 evaluation write or read. It does not exercise Orbax's array writes: TensorStore opens
 ``gs://`` with its own GCS driver, which no in-memory filesystem stands in for;
-``test_gcs.py`` runs the trainer against a local GCS emulator for that.
+``test_gcs.py`` runs the trainer against a local GCS emulator for that. An image folder in
+the bucket is listed and read by the default input path as its local copy is.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
+import numpy as np
 import pytest
 from etils.epath import gpath
 from fsspec.implementations.memory import MemoryFileSystem
 from fsspec.registry import _registry as fsspec_registry
 from orbax.checkpoint._src.path import gcs_utils
 
+from contrastive_jax import data
 from contrastive_jax.train import checkpoint, loop, paths, pretrained
 from contrastive_jax.train.metrics_log import METRICS_FILE, MetricLogger
+from tests.data.helpers import digits_config, write_image_folder
 
 
 class _FakeGCS(MemoryFileSystem):
@@ -94,3 +99,23 @@ def test_checkpoint_bookkeeping_in_the_bucket(bucket, monkeypatch):
         assert not (checkpointer.directory / "7").exists()
     finally:
         checkpointer.close()
+
+
+def test_an_image_folder_in_the_bucket_reads_as_its_local_copy(bucket, tmp_path):
+    local = write_image_folder(str(tmp_path / "folder"), shape=(20, 24, 3), per_class=(8, 2))
+    for parent, _, files in os.walk(local):
+        for name in files:
+            path = os.path.join(parent, name)
+            target = gpath.PosixGPath(f"{bucket}/folder/{os.path.relpath(path, local)}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(open(path, "rb").read())
+    batches = []
+    for root in (local, f"{bucket}/folder"):
+        config = digits_config(dataset="image_folder", data_dir=root, image_size=8,
+                               global_batch_size=4, augmentation="simclr_imagenet")
+        source = data.load_source(config)
+        assert source.class_names == ("cat", "dog") and source.split("train").num_examples == 16
+        batches.append(next(data.pretrain_batches(config, seed=0, source=source)))
+    assert batches[1].keys() == batches[0].keys()
+    for key in batches[0]:
+        np.testing.assert_array_equal(batches[1][key], batches[0][key])
