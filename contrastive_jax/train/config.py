@@ -59,9 +59,9 @@ import ml_collections
 from ml_collections import config_dict
 
 from contrastive_jax import data, models
+from contrastive_jax._sections import section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.train import grad_cache, objective, optim
-from contrastive_jax.train.sections import section_fields
 
 #: Sub-configs whose keys are names rather than fields (checked where they are read:
 #: the encoder's fields depend on its name).

@@ -436,7 +436,7 @@ def evaluate(
                                       "(config.loss.mixing is off)"}.get(term.target, term.target)
                 raise ConfigError(f"config.loss.name: loss {term.name!r} needs {what}")
             value = term.fn(projections, second, axis_name=axis_name, valid=valid, **kwargs)
-        if term.base_temperature is not None:
+        if term.base_temperature is not None and tau is not None:  # parse: tau is set
             value = value * (tau / term.base_temperature)
         values[term.name] = value
         total = total + term.weight * value

@@ -107,7 +107,7 @@ def test_a_vit_takes_its_input_side_from_the_data():
     config = configs.get("quickstart")
     config.model.encoder.name = "vit_ti4"
     spec = parse(config)
-    assert spec.model.encoder["image_size"] == 16
+    assert spec.model.encoder.image_size == 16
     assert config.model.encoder.image_size is None  # the config as given is kept
     mesh = jax.sharding.Mesh(jax.devices()[:1], ("data",))
     check_step(build(spec, mesh, DataFacts(1437, 10, 16)))
