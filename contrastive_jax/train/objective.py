@@ -15,8 +15,9 @@ Config (``config.loss``, every field declared in :class:`LossSpec`)::
     mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
 
 ``temperature`` goes to every term that takes one; a temperature in a term's ``kwargs``
-wins over it; with neither, the loss's own default applies (MIO 0.5, the ProjNCE family
-0.07, SINCERE/SupCon/NT-Xent 0.1, the losses on class scores 1).
+wins over it; with neither, the loss's own default applies, the one its function declares
+(e.g. :func:`contrastive_jax.losses.mio`'s 0.5): :func:`parse_terms` reads it there, once,
+into the term's :attr:`Term.temperature`, and :func:`evaluate` passes that to the loss.
 
 ``base_temperature`` (None: off) multiplies each term that takes a temperature by
 ``tau / base_temperature``, tau the term's temperature at that step: the loss scale of the
