@@ -57,6 +57,14 @@ OTHERS = [
     ({"data.global_batch_size": 36}, "config.data.global_batch_size"),
     ({"data.global_batch_size": 4096}, "config.data.global_batch_size"),
     ({"data.num_views": 0}, "config.data.num_views"),
+    # The data's and the model's values, checked by DataSpec / EncoderSpec / HeadSpec at parse.
+    ({"data.loader": "fast"}, "config.data.loader"),
+    ({"data.metadata": "labels"}, "config.data.metadata"),
+    ({"data.label_noise": 1.5}, "config.data.label_noise"),
+    ({"data.augmentation": "strong"}, "config.data.augmentation"),
+    ({"model.encoder.dtype": "float16"}, "encoder config.dtype"),
+    ({"model.encoder.in_features": 8}, "config.model.encoder.in_features"),
+    ({"model.head.name": "classifier"}, "head config.num_classes"),
 ]
 
 
