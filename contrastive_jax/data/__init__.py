@@ -12,7 +12,7 @@ Quick use::
     for batch in data.make_eval_iterator(config, "test", 256, source=source):
         ...                                      # {"image", "label", "index", "valid"}
 
-Modules: :mod:`.config` (the data config), :mod:`.base` (the source
+Modules: :mod:`.config` (the data config, :class:`DataSpec`), :mod:`.base` (the source
 interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS),
 :mod:`.arrays` (in-memory arrays as a source, registered dataset names),
 :mod:`.records` (the ArrayRecord / TFRecord files of a prepared TFDS dataset,
@@ -48,7 +48,7 @@ _EXPORTS = {
         ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment_config"
     ),
     **dict.fromkeys(("Source", "Split", "symmetric_label_noise"), "base"),
-    "default_data_config": "config",
+    **dict.fromkeys(("KNOWN_DATASETS", "DataSpec", "data_spec", "default_data_config"), "config"),
     **dict.fromkeys(
         ("MixSample", "apply_mix", "mix_batch", "sample_mix", "smooth_labels"), "mixing"
     ),
@@ -66,7 +66,7 @@ _EXPORTS = {
 }
 #: What a module needs beyond JAX; every module not named here is the TensorFlow pipeline's.
 _NEEDS = {
-    "base": (), "mixing": (), "config": ("ml_collections",), "augment_config": (),
+    "base": (), "mixing": (), "config": (), "augment_config": (),
     "device_augment": (), "host_views": ("PIL",),
     "host_pipeline": ("grain", "PIL", "ml_collections", "sklearn"),
     "sources": ("ml_collections", "sklearn"),
@@ -97,9 +97,11 @@ __all__ = [
     "AugmentConfig",
     "CorruptImageError",
     "CorruptRecordError",
+    "DataSpec",
     "DatasetNotPreparedError",
     "EvalIterator",
     "HostPretrainIterator",
+    "KNOWN_DATASETS",
     "MixSample",
     "PretrainIterator",
     "RecordSet",
@@ -109,6 +111,7 @@ __all__ = [
     "array_source",
     "augmentation_preset",
     "class_balanced_subset",
+    "data_spec",
     "default_data_config",
     "load_source",
     "make_eval_iterator",

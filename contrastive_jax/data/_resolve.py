@@ -4,12 +4,14 @@ the augmentation recipe (no TensorFlow; both input paths read these)."""
 from __future__ import annotations
 
 import dataclasses
-
-import ml_collections
+from typing import TYPE_CHECKING
 
 from contrastive_jax.data.augment_config import AugmentConfig, augmentation_preset
 from contrastive_jax.data.base import Source
 from contrastive_jax.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ml_collections
 
 __all__ = [
     "DEFAULT_VARIABLE_SIZE",

@@ -43,13 +43,12 @@ from contrastive_jax.data.base import (
     check_classes,
     check_metadata_names,
 )
+from contrastive_jax.data.config import METADATA_CHOICES
 from contrastive_jax.data.vectors import VectorSplit, vector_source
 from contrastive_jax.errors import ConfigError
 
 #: Built-in dataset names, which :func:`register_source` refuses.
 BUILTIN_NAMES = ("digits", "digits_cluttered", "phantoms", "image_folder")
-#: Values of ``config.data.metadata``.
-METADATA_CHOICES = ("source", "label_onehot")
 
 SourceFactory = Callable[[ml_collections.ConfigDict], Source]
 _REGISTRY: dict[str, SourceFactory] = {}

@@ -1,14 +1,39 @@
-"""The data config: one ``ml_collections.ConfigDict`` read by the whole input pipeline."""
+"""The data config: every field of ``config.data`` and its default, declared once in
+:class:`DataSpec` and checked there; :func:`default_data_config` is the command line's
+``ml_collections.ConfigDict`` of it."""
 
 from __future__ import annotations
 
-import ml_collections
-from ml_collections import config_dict
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from contrastive_jax._sections import section_fields
+from contrastive_jax.errors import ConfigError, check_fields
+
+#: Values of ``config.data.loader``: the pretraining input paths.
+LOADERS = ("grain", "tf")
+#: Values of ``config.data.metadata``.
+METADATA_CHOICES = ("source", "label_onehot")
+
+#: Datasets whose class count and native image side are known without reading them.
+KNOWN_DATASETS = {
+    "imagenet2012": (1000, 224),
+    "cifar10": (10, 32),
+    "cifar100": (100, 32),
+    "stl10": (10, 96),
+    "digits": (10, 16),
+    "digits_cluttered": (10, 16),
+}
 
 
-def default_data_config() -> ml_collections.ConfigDict:
-    """Defaults of every data field (plain built-in digits; the quickstart config picks
-    ``digits_cluttered``).
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+    """``config.data``, read by the whole input pipeline (plain built-in digits by default;
+    the quickstart config picks ``digits_cluttered``). Frozen; every value is checked here.
+
+    The pipeline reads it as it reads the command line's ``ConfigDict`` (attributes, and
+    :meth:`get`), so its functions take either.
 
     Fields:
       dataset: ``"digits"`` (default) | ``"digits_cluttered"`` | ``"phantoms"``
@@ -72,29 +97,87 @@ def default_data_config() -> ml_collections.ConfigDict:
       loader_threads: host threads of the ``"grain"`` path; None: the usable cores, at
         most 16.
     """
-    c = ml_collections.ConfigDict()
-    c.dataset = "digits"
-    c.data_dir = config_dict.placeholder(str)
-    c.download = False
-    c.in_memory = config_dict.placeholder(bool)
-    c.stream_lanes = config_dict.placeholder(int)
-    c.shuffle_buffer = 10_000
-    c.image_size = config_dict.placeholder(int)
-    c.num_views = 2
-    c.augmentation = "auto"
-    c.randaugment_layers = config_dict.placeholder(int)
-    c.randaugment_magnitude = config_dict.placeholder(float)
-    c.global_batch_size = 128
-    c.train_subset = config_dict.placeholder(int)
-    c.label_noise = 0.0
-    c.data_seed = 0
-    c.source_kwargs = ml_collections.ConfigDict()
-    c.metadata = "source"
-    c.metadata_scale = config_dict.placeholder(tuple)
-    c.mean = config_dict.placeholder(tuple)
-    c.std = config_dict.placeholder(tuple)
-    c.eval_crop_fraction = config_dict.placeholder(float)
-    c.prefetch = 2
-    c.loader = "grain"
-    c.loader_threads = config_dict.placeholder(int)
-    return c
+
+    dataset: str = "digits"
+    data_dir: str | None = None
+    download: bool = False
+    in_memory: bool | None = None
+    stream_lanes: int | None = None
+    shuffle_buffer: int = 10_000
+    image_size: int | None = None
+    num_views: int = 2
+    augmentation: str = "auto"
+    randaugment_layers: int | None = None
+    randaugment_magnitude: float | None = None
+    global_batch_size: int = 128
+    train_subset: int | None = None
+    label_noise: float = 0.0
+    data_seed: int = 0
+    source_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    metadata: str = "source"
+    metadata_scale: tuple[float, ...] | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    eval_crop_fraction: float | None = None
+    prefetch: int = 2
+    loader: str = "grain"
+    loader_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        from contrastive_jax.data._resolve import check_loader  # no TensorFlow
+        from contrastive_jax.data.augment_config import PRESET_NAMES
+
+        if not isinstance(self.dataset, str) or not self.dataset:
+            raise ConfigError(f"config.data.dataset must be a dataset name, got {self.dataset!r}")
+        for name in ("num_views", "global_batch_size", "shuffle_buffer"):
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("stream_lanes", "image_size", "train_subset", "loader_threads"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=1)
+        _check_int("prefetch", self.prefetch, minimum=0)
+        _check_int("data_seed", self.data_seed, minimum=0)
+        if not 0.0 <= float(self.label_noise) <= 1.0:
+            raise ConfigError(f"config.data.label_noise must be in [0, 1], got {self.label_noise!r}")
+        if (self.eval_crop_fraction is not None
+                and not 0.0 < float(self.eval_crop_fraction) <= 1.0):
+            raise ConfigError(f"config.data.eval_crop_fraction must be in (0, 1], got "
+                              f"{self.eval_crop_fraction!r}")
+        for name, choices in (("loader", LOADERS), ("metadata", METADATA_CHOICES),
+                              ("augmentation", ("auto", *PRESET_NAMES))):
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"config.data.{name} must be one of {choices}, got {getattr(self, name)!r}")
+        check_loader(self)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The field ``name`` (``default`` for a name that is not one), as
+        ``ConfigDict.get`` reads it."""
+        return getattr(self, name, default)
+
+    @property
+    def known_image_size(self) -> int | None:
+        """The side of the images when known before reading them: ``image_size``, else
+        :data:`KNOWN_DATASETS`'; None otherwise."""
+        return self.image_size or KNOWN_DATASETS.get(self.dataset, (None, None))[1]
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"config.data.{name} must be an int >= {minimum}, got {value!r}")
+
+
+def data_spec(fields: Any) -> DataSpec:
+    """The :class:`DataSpec` of ``config.data`` (a ``ConfigDict`` or a mapping of some
+    fields); raises ConfigError for a field it does not declare (naming the nearest) or a
+    bad value."""
+    fields = {k: dict(v.items()) if hasattr(v, "items") else v for k, v in fields.items()}
+    check_fields("config.data", fields, [f.name for f in dataclasses.fields(DataSpec)])
+    return DataSpec(**fields)
+
+
+def default_data_config():
+    """:class:`DataSpec`'s fields and defaults as an ``ml_collections.ConfigDict`` (the
+    command line's; needs ml_collections)."""
+    import ml_collections
+
+    return ml_collections.ConfigDict(section_fields(DataSpec))

@@ -46,6 +46,7 @@ from contrastive_jax.data._image_folder import read_file
 from contrastive_jax.data._resolve import resolve_augmentation, resolve_image_size
 from contrastive_jax.data.base import Source, Split, symmetric_label_noise
 from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
+from contrastive_jax.data.config import LOADERS
 from contrastive_jax.data.device_augment import make_device_augment
 from contrastive_jax.data.host_views import decode, view_rngs, views_of
 from contrastive_jax.errors import ConfigError
@@ -202,10 +203,6 @@ class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
         batch = next(self._iterator)
         self.step += 1
         return batch
-
-
-#: ``config.loader`` values: the default path of this module, and the tf.data path.
-LOADERS = ("grain", "tf")
 
 
 def pretrain_batches(

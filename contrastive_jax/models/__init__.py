@@ -10,14 +10,19 @@ require("contrastive_jax.models", ("flax",))
 from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.factory import (
     DTYPES,
-    ENCODER_DEFAULTS,
     ENCODER_NAMES,
-    HEAD_DEFAULTS,
+    ENCODER_ONLY,
     HEAD_NAMES,
+    EncoderSpec,
+    HeadSpec,
+    ModelSpec,
     create_encoder,
     create_head,
     default_encoder_config,
     default_head_config,
+    encoder_spec,
+    head_spec,
+    model_spec,
 )
 from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead, NormalizedLinearHead
 from contrastive_jax.models.mlp import MLP
@@ -27,19 +32,21 @@ from contrastive_jax.models.vit import VIT_VARIANTS, EncoderBlock, VisionTransfo
 
 __all__ = [
     "DTYPES",
-    "ENCODER_DEFAULTS",
     "ENCODER_NAMES",
-    "HEAD_DEFAULTS",
+    "ENCODER_ONLY",
     "HEAD_NAMES",
     "VIT_VARIANTS",
     "BasicBlock",
     "Bottleneck",
     "ContrastiveModel",
     "EncoderBlock",
+    "EncoderSpec",
+    "HeadSpec",
     "IdentityHead",
     "LinearHead",
     "MLP",
     "MLPHead",
+    "ModelSpec",
     "NormalizedLinearHead",
     "ResNet",
     "SmallCNN",
@@ -49,4 +56,7 @@ __all__ = [
     "create_head",
     "default_encoder_config",
     "default_head_config",
+    "encoder_spec",
+    "head_spec",
+    "model_spec",
 ]

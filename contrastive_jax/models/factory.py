@@ -1,6 +1,12 @@
-"""Build encoders and heads from configs: a ``ml_collections.ConfigDict`` or any mapping.
+"""Build encoders and heads from configs: an :class:`EncoderSpec` / :class:`HeadSpec`, a
+``ml_collections.ConfigDict`` or any mapping.
 
-Encoder config fields (defaults from :func:`default_encoder_config`):
+Every field and its default is declared once, in the frozen dataclasses :class:`EncoderSpec`
+and :class:`HeadSpec`, which check every value; :func:`default_encoder_config` and
+:func:`default_head_config` are the command line's ``ConfigDict`` of them, and
+:func:`encoder_spec` / :func:`head_spec` read a config into them.
+
+Encoder config fields:
 
 ============================  =========================================================
 ``name``                      ``resnet18`` | ``resnet34`` | ``resnet50`` | ``vit_ti16`` |
@@ -29,12 +35,12 @@ Encoder config fields (defaults from :func:`default_encoder_config`):
                               of normal weights with zero biases (default None)
 ============================  =========================================================
 
-``channels`` and ``strides`` (:data:`SMALL_CNN_DEFAULTS`) and the ``mlp`` fields
-(:data:`MLP_DEFAULTS`) are not in :func:`default_encoder_config`: a config sets them
+``channels`` and ``strides`` and the ``mlp`` fields (:data:`ENCODER_ONLY`) are not in
+:func:`default_encoder_config`: a config sets them
 beside ``name="small_cnn"`` / ``name="mlp"``, so the model config (which a checkpoint
 records) of every other encoder is unchanged.
 
-Head config fields (defaults from :func:`default_head_config`):
+Head config fields:
 
 ============================  =========================================================
 ``name``                      ``simclr_v2`` (MLP, BN in hidden layers) | ``simclr_v1``
@@ -69,6 +75,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
+from contrastive_jax._sections import section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead, NormalizedLinearHead
@@ -78,88 +85,146 @@ from contrastive_jax.models.vit import VIT_VARIANTS, VisionTransformer
 
 RESNET_DEPTHS = {"resnet18": 18, "resnet34": 34, "resnet50": 50}
 ENCODER_NAMES = (*RESNET_DEPTHS, *VIT_VARIANTS, "small_cnn", "mlp")
-#: Fields of the ``small_cnn`` encoder only, with their defaults.
-SMALL_CNN_DEFAULTS = {"channels": (32, 64), "strides": (1, 2)}
-#: Fields of the ``mlp`` encoder only, with their defaults (``in_features`` is required).
-MLP_DEFAULTS = {"in_features": None, "widths": (16, 16, 2), "use_bias": True, "init_std": None}
 HEAD_NAMES = ("simclr_v2", "simclr_v1", "mio", "normalized_linear", "linear", "classifier",
               "identity")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-#: Encoder fields and defaults: a CIFAR-stem ResNet-18 in float32 with per-device BN.
-ENCODER_DEFAULTS = {
-    "name": "resnet18",
-    "dtype": "float32",
-    "stem": "cifar",
-    "width": 1.0,
-    "zero_init_residual": False,
-    "bn_axis_name": None,
-    "bn_momentum": 0.9,
-    "image_size": None,
-    "pool": "cls",
-    "dropout_rate": 0.0,
-    "attention_dropout_rate": 0.0,
-    "drop_path_rate": 0.0,
-}
-#: Head fields and defaults: SimCLR-v2 MLP with one hidden layer of the encoder width, out 128.
-HEAD_DEFAULTS = {
-    "name": "simclr_v2",
-    "num_hidden_layers": 1,
-    "hidden_features": None,
-    "out_features": 128,
-    "num_classes": None,
-    "bn_axis_name": None,
-    "bn_momentum": 0.9,
-    "dtype": "float32",
-}
-#: The type of the fields whose default is None (the placeholders of the ConfigDicts).
-_NONE_TYPES = {"bn_axis_name": str, "image_size": int, "hidden_features": int, "num_classes": int}
+#: Fields of one encoder only (beside ``name``), not in :func:`default_encoder_config`.
+ENCODER_ONLY = {"small_cnn": ("channels", "strides"),
+                "mlp": ("in_features", "widths", "use_bias", "init_std")}
 
 
-def _config_dict(defaults: dict[str, Any]):
-    """``defaults`` as an ``ml_collections.ConfigDict`` (None fields typed placeholders)."""
-    import ml_collections  # the config layer's library; building models needs no ml_collections
-    from ml_collections import config_dict
+@dataclasses.dataclass(frozen=True)
+class EncoderSpec:
+    """``config.model.encoder``: every field and its default (the table above); frozen, every
+    value checked. Default: a CIFAR-stem ResNet-18 in float32 with per-device BN."""
 
-    return ml_collections.ConfigDict({
-        k: config_dict.placeholder(_NONE_TYPES[k]) if v is None else v for k, v in defaults.items()
-    })
+    name: str = "resnet18"
+    dtype: str = "float32"
+    stem: str = "cifar"
+    width: float = 1.0
+    zero_init_residual: bool = False
+    bn_axis_name: str | None = None
+    bn_momentum: float = 0.9
+    image_size: int | None = None
+    pool: str = "cls"
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    drop_path_rate: float = 0.0
+    channels: tuple[int, ...] = (32, 64)  # small_cnn
+    strides: tuple[int, ...] = (1, 2)  # small_cnn
+    in_features: int | None = None  # mlp (required)
+    widths: tuple[int, ...] = (16, 16, 2)  # mlp
+    use_bias: bool = True  # mlp
+    init_std: float | None = None  # mlp
+
+    def __post_init__(self) -> None:
+        _check_common("encoder", self.name, ENCODER_NAMES, self.dtype, self.bn_axis_name)
+        if not isinstance(self.zero_init_residual, bool):
+            raise ConfigError(f"encoder config.zero_init_residual must be a bool, got "
+                              f"{self.zero_init_residual!r}")
+        if self.name == "mlp" and self.in_features is None:
+            raise ConfigError(
+                "encoder config.in_features (the width D of the input vectors) is required "
+                "for the mlp encoder"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadSpec:
+    """``config.model.head``: every field and its default (the table above); frozen, every
+    value checked. Default: SimCLR-v2's MLP, one hidden layer of the encoder's width, out 128."""
+
+    name: str = "simclr_v2"
+    num_hidden_layers: int = 1
+    hidden_features: int | None = None
+    out_features: int = 128
+    num_classes: int | None = None
+    bn_axis_name: str | None = None
+    bn_momentum: float = 0.9
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _check_common("head", self.name, HEAD_NAMES, self.dtype, self.bn_axis_name)
+        k = self.num_classes
+        if self.name == "classifier" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ConfigError(f"head config.num_classes must be a positive integer for the "
+                              f"classifier head, got {k!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """``config.model``: the encoder's and the head's sections."""
+
+    encoder: EncoderSpec = dataclasses.field(default_factory=EncoderSpec)
+    head: HeadSpec = dataclasses.field(default_factory=HeadSpec)
+
+
+def _check_common(kind: str, name: str, names: tuple[str, ...], dtype: str,
+                  bn_axis_name: str | None) -> None:
+    if name not in names:
+        raise ConfigError(f"{kind} config.name must be one of {names}, got {name!r}")
+    if dtype not in DTYPES:
+        raise ConfigError(f"{kind} config.dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    if bn_axis_name is not None and not isinstance(bn_axis_name, str):
+        raise ConfigError(
+            f"{kind} config.bn_axis_name must be a string or None, got {bn_axis_name!r}")
+
+
+def _fields(config: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(config):
+        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    return dict(config.items()) if hasattr(config, "items") else dict(vars(config))
+
+
+def encoder_spec(config: Any) -> EncoderSpec:
+    """The :class:`EncoderSpec` of ``config.model.encoder`` (any mapping or attribute object of
+    some fields; an :class:`EncoderSpec` is returned as it is). Raises ConfigError naming a
+    field that is not one (the fields of :data:`ENCODER_ONLY` only beside their encoder's
+    name) or a bad value."""
+    if isinstance(config, EncoderSpec):
+        return config
+    fields = _fields(config)
+    only = {f for fs in ENCODER_ONLY.values() for f in fs}
+    known = {f.name for f in dataclasses.fields(EncoderSpec)} - only
+    check_fields("config.model.encoder", fields,
+                 known | set(ENCODER_ONLY.get(fields.get("name", ""), ())))
+    return EncoderSpec(**fields)
+
+
+def head_spec(config: Any) -> HeadSpec:
+    """The :class:`HeadSpec` of ``config.model.head`` (as :func:`encoder_spec`)."""
+    if isinstance(config, HeadSpec):
+        return config
+    fields = _fields(config)
+    check_fields("config.model.head", fields, [f.name for f in dataclasses.fields(HeadSpec)])
+    return HeadSpec(**fields)
+
+
+def model_spec(config: Any) -> ModelSpec:
+    """The :class:`ModelSpec` of ``config.model`` (its ``encoder`` and ``head``)."""
+    fields = _fields(config)
+    check_fields("config.model", fields, ("encoder", "head"))
+    return ModelSpec(encoder_spec(fields.get("encoder", {})), head_spec(fields.get("head", {})))
 
 
 def default_encoder_config():
-    """:data:`ENCODER_DEFAULTS` as an ``ml_collections.ConfigDict`` (needs ml_collections)."""
-    return _config_dict(ENCODER_DEFAULTS)
+    """:class:`EncoderSpec`'s fields but :data:`ENCODER_ONLY`'s, with their defaults, as an
+    ``ml_collections.ConfigDict`` (needs ml_collections)."""
+    import ml_collections  # the config layer's library; building models needs no ml_collections
+
+    only = {f for fs in ENCODER_ONLY.values() for f in fs}
+    return ml_collections.ConfigDict(
+        {k: v for k, v in section_fields(EncoderSpec).items() if k not in only})
 
 
 def default_head_config():
-    """:data:`HEAD_DEFAULTS` as an ``ml_collections.ConfigDict`` (needs ml_collections)."""
-    return _config_dict(HEAD_DEFAULTS)
+    """:class:`HeadSpec`'s fields and defaults as an ``ml_collections.ConfigDict`` (needs
+    ml_collections)."""
+    import ml_collections
 
-
-def _resolve(config: Any, defaults: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The config's fields over the defaults, as a plain dict; rejects unknown fields."""
-    fields = dict(config.items()) if hasattr(config, "items") else dict(vars(config))
-    known = set(defaults)
-    values = dict(defaults)
-    own = {"small_cnn": SMALL_CNN_DEFAULTS, "mlp": MLP_DEFAULTS}.get(fields.get("name"))
-    if kind == "encoder" and own is not None:
-        known |= set(own)
-        values.update(own)
-    check_fields(f"config.model.{kind}", fields, known)
-    values.update(fields)
-    choices = ENCODER_NAMES if kind == "encoder" else HEAD_NAMES
-    if values["name"] not in choices:
-        raise ConfigError(f"{kind} config.name must be one of {choices}, got {values['name']!r}")
-    if values["dtype"] not in DTYPES:
-        raise ConfigError(
-            f"{kind} config.dtype must be one of {tuple(DTYPES)}, got {values['dtype']!r}"
-        )
-    if values["bn_axis_name"] is not None and not isinstance(values["bn_axis_name"], str):
-        raise ConfigError(
-            f"{kind} config.bn_axis_name must be a string or None, got {values['bn_axis_name']!r}"
-        )
-    return values
+    return ml_collections.ConfigDict(section_fields(HeadSpec))
 
 
 def create_encoder(
@@ -173,43 +238,34 @@ def create_encoder(
     Raises:
       ConfigError: unknown name or field, or an invalid value; the message names the field.
     """
-    c = _resolve(config, ENCODER_DEFAULTS, "encoder")
-    if not isinstance(c["zero_init_residual"], bool):
-        raise ConfigError(
-            f"encoder config.zero_init_residual must be a bool, got {c['zero_init_residual']!r}"
-        )
-    dtype = DTYPES[c["dtype"]]
+    c = encoder_spec(config)
+    dtype = DTYPES[c.dtype]
     try:
-        if c["name"] == "small_cnn":
-            return SmallCNN(c["channels"], c["strides"], dtype=dtype, rngs=rngs)
-        if c["name"] == "mlp":
-            if c["in_features"] is None:
-                raise ConfigError(
-                    "encoder config.in_features (the width D of the input vectors) is required "
-                    "for the mlp encoder"
-                )
-            return MLP(c["in_features"], c["widths"], use_bias=c["use_bias"],
-                       init_std=c["init_std"], dtype=dtype, rngs=rngs)
-        if c["name"] in RESNET_DEPTHS:
+        if c.name == "small_cnn":
+            return SmallCNN(c.channels, c.strides, dtype=dtype, rngs=rngs)
+        if c.name == "mlp":
+            return MLP(c.in_features, c.widths, use_bias=c.use_bias, init_std=c.init_std,
+                       dtype=dtype, rngs=rngs)
+        if c.name in RESNET_DEPTHS:
             return ResNet(
-                RESNET_DEPTHS[c["name"]],
-                stem=c["stem"],
-                width=c["width"],
-                zero_init_residual=c["zero_init_residual"],
-                bn_axis_name=c["bn_axis_name"],
-                bn_momentum=c["bn_momentum"],
+                RESNET_DEPTHS[c.name],
+                stem=c.stem,
+                width=c.width,
+                zero_init_residual=c.zero_init_residual,
+                bn_axis_name=c.bn_axis_name,
+                bn_momentum=c.bn_momentum,
                 dtype=dtype,
                 rngs=rngs,
             )
-        variant = dataclasses.asdict(VIT_VARIANTS[c["name"]])
-        if c["image_size"] is not None:
-            variant["image_size"] = c["image_size"]
+        variant = dataclasses.asdict(VIT_VARIANTS[c.name])
+        if c.image_size is not None:
+            variant["image_size"] = c.image_size
         return VisionTransformer(
             **variant,
-            pool=c["pool"],
-            dropout_rate=c["dropout_rate"],
-            attention_dropout_rate=c["attention_dropout_rate"],
-            drop_path_rate=c["drop_path_rate"],
+            pool=c.pool,
+            dropout_rate=c.dropout_rate,
+            attention_dropout_rate=c.attention_dropout_rate,
+            drop_path_rate=c.drop_path_rate,
             dtype=dtype,
             rngs=rngs,
         )
@@ -229,33 +285,28 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
     """
     if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features < 1:
         raise ValueError(f"in_features must be a positive integer, got {in_features!r}")
-    c = _resolve(config, HEAD_DEFAULTS, "head")
-    dtype = DTYPES[c["dtype"]]
+    c = head_spec(config)
+    dtype = DTYPES[c.dtype]
     try:
-        if c["name"] in ("simclr_v2", "simclr_v1", "mio"):
+        if c.name in ("simclr_v2", "simclr_v1", "mio"):
             return MLPHead(
                 in_features,
-                c["out_features"],
-                hidden_features=c["hidden_features"],
-                num_hidden_layers=c["num_hidden_layers"],
-                last_bn=c["name"] in ("simclr_v1", "mio"),
-                last_bn_center=c["name"] == "mio",
-                bn_axis_name=c["bn_axis_name"],
-                bn_momentum=c["bn_momentum"],
+                c.out_features,
+                hidden_features=c.hidden_features,
+                num_hidden_layers=c.num_hidden_layers,
+                last_bn=c.name in ("simclr_v1", "mio"),
+                last_bn_center=c.name == "mio",
+                bn_axis_name=c.bn_axis_name,
+                bn_momentum=c.bn_momentum,
                 dtype=dtype,
                 rngs=rngs,
             )
-        if c["name"] == "linear":
-            return LinearHead(in_features, c["out_features"], dtype=dtype, rngs=rngs)
-        if c["name"] == "normalized_linear":
-            return NormalizedLinearHead(in_features, c["out_features"], dtype=dtype, rngs=rngs)
-        if c["name"] == "identity":
+        if c.name == "linear":
+            return LinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs)
+        if c.name == "normalized_linear":
+            return NormalizedLinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs)
+        if c.name == "identity":
             return IdentityHead(in_features)
-        num_classes = c["num_classes"]
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ConfigError(
-                f"num_classes must be a positive integer for the classifier head, got {num_classes!r}"
-            )
-        return LinearHead(in_features, num_classes, dtype=dtype, rngs=rngs)
+        return LinearHead(in_features, c.num_classes, dtype=dtype, rngs=rngs)
     except ValueError as e:
         raise ConfigError(f"head config.{e}") from e

@@ -35,10 +35,10 @@ Every field the code reads is declared once, with its default and a one-line com
 a field of a frozen dataclass that :func:`contrastive_jax.train.spec.parse` fills and
 checks: ``config.train`` in :class:`TrainSpec` here, ``config.loss`` in
 :class:`contrastive_jax.train.objective.LossSpec`, ``config.optimizer`` in
-:class:`contrastive_jax.train.optim.OptimizerSpec`; ``config.model`` in
-:mod:`contrastive_jax.models.factory` and ``config.data`` in
-:func:`contrastive_jax.data.default_data_config` (the sections whose fields depend on a
-name). :func:`default_config` is made from them. A field that none of them declares, in a
+:class:`contrastive_jax.train.optim.OptimizerSpec`, ``config.data`` in
+:class:`contrastive_jax.data.DataSpec`, ``config.model.encoder`` and ``config.model.head`` in
+:class:`contrastive_jax.models.EncoderSpec` and :class:`~contrastive_jax.models.HeadSpec`.
+:func:`default_config` is made from them. A field that none of them declares, in a
 config file or a command-line override, is an error that names the nearest field, and a
 renamed field (:data:`RENAMED`) is an error that names its new name (:func:`check_config`).
 
@@ -46,8 +46,8 @@ renamed field (:data:`RENAMED`) is an error that names its new name (:func:`chec
 :mod:`contrastive_jax.train.synthetic`).
 
 ``config.loss.temperature`` is None by default: each loss then trains at its own default
-temperature (MIO 0.5, the ProjNCE family 0.07, SINCERE, SupCon and NT-Xent 0.1); a number
-sets every term's (see :mod:`contrastive_jax.train.objective`).
+temperature, the one its function declares; a number sets every term's (see
+:mod:`contrastive_jax.train.objective`).
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ import ml_collections
 from ml_collections import config_dict
 
 from contrastive_jax import data, models
+from contrastive_jax._sections import section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.train import grad_cache, objective, optim
-from contrastive_jax.train.sections import section_fields
 
 #: Sub-configs whose keys are names rather than fields (checked where they are read:
 #: the encoder's fields depend on its name).

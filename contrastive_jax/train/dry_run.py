@@ -32,7 +32,7 @@ Targets:
 
 The step is built by :func:`contrastive_jax.train.build.build`, as the trainer's is (gradient
 caching included). Nothing is read: the dataset's class count (for the online probe) and the
-image side come from the config or :data:`~contrastive_jax.train.spec.KNOWN_DATASETS`; the
+image side come from the config or :data:`~contrastive_jax.data.KNOWN_DATASETS`; the
 learning-rate schedule is built for a nominal epoch of 1,000 steps (the schedule's values do not change the program's memory or FLOPs).
 
 Example (8 simulated CPU devices)::
@@ -53,10 +53,11 @@ import ml_collections
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
+from contrastive_jax.data.config import KNOWN_DATASETS
 from contrastive_jax.errors import ConfigError, ExitCode
 from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train.build import DataFacts, Run, abstract_args, build
-from contrastive_jax.train.spec import KNOWN_DATASETS, RunSpec, parse
+from contrastive_jax.train.spec import RunSpec, parse
 
 GiB = 1024**3
 #: Steps of the nominal epoch the dry run sizes the learning-rate schedule for.
@@ -159,10 +160,10 @@ def target_devices(target: str, num_devices: int | None = None) -> list:
 
 
 def _dataset_facts(spec: RunSpec, global_batch: int) -> DataFacts:
-    """The data's facts from the config or :data:`~contrastive_jax.train.spec.KNOWN_DATASETS`,
+    """The data's facts from the config or :data:`~contrastive_jax.data.KNOWN_DATASETS`,
     with a nominal epoch of 1,000 steps."""
-    name = spec.data.dataset
-    if spec.data.image_size is None:
+    name, side = spec.data.dataset, spec.data.known_image_size
+    if side is None:
         raise ConfigError(
             f"the dry run cannot tell the image side of config.data.dataset={name!r}; set "
             "--config.data.image_size"
@@ -178,7 +179,7 @@ def _dataset_facts(spec: RunSpec, global_batch: int) -> DataFacts:
     if any(t.target == "metadata" for t in spec.terms):
         raise ConfigError("the dry run does not model per-example metadata (y-Aware losses, "
                           "config.loss.name)")
-    return DataFacts(NOMINAL_EPOCH_STEPS * global_batch, classes, spec.data.image_size)
+    return DataFacts(NOMINAL_EPOCH_STEPS * global_batch, classes, side)
 
 
 def dry_run(

@@ -1,6 +1,7 @@
 """The trainer's input: a dataset of :mod:`contrastive_jax.data`, or random in-memory images.
 
-:func:`load_input` reads ``config.data``. ``config.dataset = "synthetic"`` gives
+:func:`load_input` reads the run's data section (``spec.data``, a
+:class:`~contrastive_jax.data.DataSpec`). ``config.dataset = "synthetic"`` gives
 :class:`SyntheticInput`, random images that need neither TensorFlow nor a dataset on disk
 (smoke tests, benchmarks, an accelerator image without TensorFlow); every other dataset
 goes through :func:`contrastive_jax.data.pretrain_batches` (``config.data.loader``: the
@@ -27,6 +28,7 @@ from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.parallel import batch_sharding
 
 if TYPE_CHECKING:
+    from contrastive_jax.data.config import DataSpec
     from contrastive_jax.train.build import DataFacts
 
 #: ``config.data.dataset`` of random in-memory images.
@@ -79,52 +81,50 @@ class Input(NamedTuple):
                          self.metadata_width, self.vector_width)
 
 
-def load_input(config: Any) -> Input:
-    """The :class:`Input` of a pretraining config (``config.data``, ``config.seed``)."""
-    if config.data.dataset == SYNTHETIC:
-        return synthetic_input(config.data, seed=config.seed)
-    source = data_lib.load_source(config.data)
+def load_input(data: DataSpec, *, seed: int) -> Input:
+    """The :class:`Input` of a run's data section; ``seed`` (the run's) orders the
+    augmentation."""
+    if data.dataset == SYNTHETIC:
+        return synthetic_input(data, seed=seed)
+    source = data_lib.load_source(data)
 
     def batches(start_step: int) -> Iterator[dict[str, np.ndarray]]:
-        return data_lib.pretrain_batches(
-            config.data, seed=config.seed, start_step=start_step, source=source
-        )
+        return data_lib.pretrain_batches(data, seed=seed, start_step=start_step, source=source)
 
     from contrastive_jax.data._resolve import resolve_image_size
 
     shape = tuple(source.image_shape)
     vectors = len(shape) == 1  # feature vectors [F] have no side
     return Input(source.name, source.split("train").num_examples, source.num_classes, batches,
-                 source, image_size=None if vectors else resolve_image_size(config.data, source),
+                 source, image_size=None if vectors else resolve_image_size(data, source),
                  metadata_width=len(source.metadata_names) or None,
                  vector_width=int(shape[0]) if vectors else None)
 
 
-def synthetic_input(data_config: Any, *, seed: int) -> Input:
+def synthetic_input(data: DataSpec, *, seed: int) -> Input:
     """Random images: N(0, 1) pixels, label = example index mod ``num_classes``.
 
     Reads ``global_batch_size``, ``num_views``, ``image_size`` (None: 32) and
-    ``source_kwargs`` (:data:`SYNTHETIC_DEFAULTS`) of ``data_config``. Each process draws
+    ``source_kwargs`` (:data:`SYNTHETIC_DEFAULTS`) of ``data``. Each process draws
     its own rows of the step's global batch from a generator seeded by (seed, step,
     process), in numpy on the host.
 
     Examples:
-      >>> config = {"global_batch_size": 8, "num_views": 2, "image_size": 4,
-      ...           "source_kwargs": {}}
-      >>> batch = next(synthetic_input(config, seed=0).batches(0))
+      >>> from contrastive_jax.data import DataSpec
+      >>> data = DataSpec(dataset="synthetic", global_batch_size=8, image_size=4)
+      >>> batch = next(synthetic_input(data, seed=0).batches(0))
       >>> batch["views"].shape, batch["label"].tolist()
       ((8, 2, 4, 4, 3), [0, 1, 2, 3, 4, 5, 6, 7])
     """
-    kwargs = dict(data_config["source_kwargs"].items())
+    kwargs = dict(data.source_kwargs.items())
     check_fields("config.data.source_kwargs", kwargs, SYNTHETIC_DEFAULTS)
     kwargs = {**SYNTHETIC_DEFAULTS, **kwargs}
     for name, value in kwargs.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"config.data.source_kwargs.{name} must be a positive int, "
                               f"got {value!r}")
-    size = data_config["image_size"] or SYNTHETIC_IMAGE_SIZE
-    views = int(data_config["num_views"])
-    global_batch = int(data_config["global_batch_size"])
+    size = data.image_size or SYNTHETIC_IMAGE_SIZE
+    views, global_batch = data.num_views, data.global_batch_size
     processes, process = jax.process_count(), jax.process_index()
     if global_batch % processes:
         raise ConfigError(f"config.data.global_batch_size={global_batch} must be divisible by "

@@ -37,16 +37,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
-import ml_collections
 import numpy as np
 from flax import nnx
 
 from contrastive_jax import data as data_lib
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.eval.knn import knn_scores
+
+if TYPE_CHECKING:
+    from contrastive_jax.data.config import DataSpec
+    from contrastive_jax.train.config import TrainSpec
 
 #: Names of the scalars a :class:`KnnMonitor` returns.
 METRICS = ("knn_top1", "knn_seconds")
@@ -70,54 +73,41 @@ class KnnMonitor:
     """Weighted kNN top-1 of the encoder's features on a fixed bank and query set.
 
     Args:
-      config: the run's config; reads ``config.train.eval_every``, ``log_every``,
-        ``knn_k``, ``knn_temperature``, ``knn_bank_size``, ``knn_query_size``,
-        ``config.data`` (evaluation transform, ``data_seed``) and ``global_batch_size``.
+      train: the run's train section (checked values); reads ``eval_every``, ``knn_k``,
+        ``knn_temperature``, ``knn_bank_size`` and ``knn_query_size``.
+      data: the run's data section: the evaluation transform, ``data_seed`` and
+        ``global_batch_size``.
       source: the run's loaded source.
       total_steps: the run's length (the last step is always evaluated).
 
     Raises:
-      ConfigError: ``eval_every`` is negative or not a multiple of ``log_every``,
-        ``knn_k`` < 1 or larger than the bank, ``knn_temperature`` <= 0, a size < 0, or
-        a source without a test split has too few training examples for bank and queries.
+      ConfigError: ``knn_k`` larger than the bank, a dataset without labelled splits, or
+        a source without a test split whose training split is streamed or too small for
+        bank and queries.
 
     Examples:
       In the loop, at a log step::
 
-          monitor = KnnMonitor(config, source, total_steps=total_steps)
+          monitor = KnnMonitor(spec.train, spec.data, source, total_steps=total_steps)
           if monitor.due(step):
               scalars.update(monitor(state, graphdef, rest))
     """
 
-    def __init__(self, config: ml_collections.ConfigDict, source: data_lib.Source | None, *,
+    def __init__(self, train: TrainSpec, data: DataSpec, source: data_lib.Source | None, *,
                  total_steps: int) -> None:
-        train = config.train
-        self.every = int(train.eval_every)
+        self.every = train.eval_every
         self.total_steps = int(total_steps)
-        self.k = int(train.knn_k)
+        self.k = train.knn_k
         self.temperature = float(train.knn_temperature)
-        bank_size = int(train.knn_bank_size)
-        query_size = int(train.knn_query_size)
-        log_every = int(train.log_every)
-        if self.every < 0 or (self.every and self.every % log_every):
-            raise ConfigError(
-                f"config.train.eval_every={self.every} must be 0 (off) or a multiple of "
-                f"config.train.log_every={log_every} (the kNN top-1 is logged at log steps)"
-            )
-        if self.temperature <= 0:
-            raise ConfigError(f"config.train.knn_temperature must be > 0, got {self.temperature}")
-        for name, size in (("knn_bank_size", bank_size), ("knn_query_size", query_size)):
-            if size < 0:
-                raise ConfigError(f"config.train.{name} must be >= 0 (0: the whole split), "
-                                  f"got {size}")
+        bank_size, query_size = train.knn_bank_size, train.knn_query_size
         if source is None:
             raise ConfigError(
                 f"config.train.eval_every={self.every}: the online kNN monitor needs a dataset "
-                f"with labelled splits, and {config.data.dataset!r} has none; set eval_every=0"
+                f"with labelled splits, and {data.dataset!r} has none; set eval_every=0"
             )
-        self.config = config
+        self.data = data
         self.num_classes = source.num_classes
-        seed = int(config.data.data_seed or 0)
+        seed = data.data_seed
         train_split = source.split("train")
         if "test" in source.splits:
             self.query_split = _subset(source.split("test"), query_size, seed,
@@ -152,7 +142,7 @@ class KnnMonitor:
         self._source = dataclasses.replace(
             source, splits={"bank": self.bank_split, "query": self.query_split}
         )
-        self._batch_size = -(-int(config.data.global_batch_size) // jax.process_count())
+        self._batch_size = -(-data.global_batch_size // jax.process_count())
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -179,7 +169,7 @@ class KnnMonitor:
         model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
         model.eval()
         bank, query = (
-            embed_split(model.network, self.config.data, split, batch_size=self._batch_size,
+            embed_split(model.network, self.data, split, batch_size=self._batch_size,
                         source=self._source, max_examples=self._sizes[split])
             for split in ("bank", "query")
         )

@@ -102,10 +102,11 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         # behind, so all of it happens before the work directory is created.
         spec = parse(config)
         cache_dir = runtime.configure_compilation_cache(spec.train.compilation_cache_dir)
-        train_input = inputs.load_input(config)
+        train_input = inputs.load_input(spec.data, seed=spec.seed)
         run = build(spec, make_mesh(), train_input.facts)
         check_step(run)
-        knn = KnnMonitor(config, train_input.source, total_steps=run.plan.total_steps) if (
+        knn = KnnMonitor(spec.train, spec.data, train_input.source,
+                         total_steps=run.plan.total_steps) if (
             spec.train.eval_every) else None  # the online kNN monitor
         session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm)
         session.loop(knn)

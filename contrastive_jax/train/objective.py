@@ -15,8 +15,9 @@ Config (``config.loss``, every field declared in :class:`LossSpec`)::
     mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
 
 ``temperature`` goes to every term that takes one; a temperature in a term's ``kwargs``
-wins over it; with neither, the loss's own default applies (MIO 0.5, the ProjNCE family
-0.07, SINCERE/SupCon/NT-Xent 0.1, the losses on class scores 1).
+wins over it; with neither, the loss's own default applies, the one its function declares
+(e.g. :func:`contrastive_jax.losses.mio`'s 0.5): :func:`parse_terms` reads it there, once,
+into the term's :attr:`Term.temperature`, and :func:`evaluate` passes that to the loss.
 
 ``base_temperature`` (None: off) multiplies each term that takes a temperature by
 ``tau / base_temperature``, tau the term's temperature at that step: the loss scale of the
@@ -126,20 +127,37 @@ class LossSpec:
     mixing: Mapping[str, Any] | None = dataclasses.field(
         default_factory=lambda: {"num_classes": None, **Mixing._field_defaults})
 
+    def __post_init__(self) -> None:
+        steps, initial, base = (self.temperature_warmup_steps, self.warmup_temperature,
+                                self.base_temperature)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ConfigError(
+                f"config.loss.temperature_warmup_steps must be an int >= 0, got {steps!r}")
+        if initial is None and steps > 0:
+            raise ConfigError(
+                "config.loss.temperature_warmup_steps > 0 needs config.loss.warmup_temperature "
+                f"(the temperature at step 0); got {steps!r} steps and no temperature"
+            )
+        if initial is not None and steps > 0 and not float(initial) > 0:
+            raise ConfigError(f"config.loss.warmup_temperature must be > 0, got {initial!r}")
+        if base is not None and (isinstance(base, bool) or not isinstance(base, (int, float))
+                                 or not base > 0):
+            raise ConfigError(f"config.loss.base_temperature must be > 0 or None, got {base!r}")
 
-#: Every field of ``config.loss`` and its default (those of :class:`LossSpec`, as a dict).
-LOSS_DEFAULTS: dict[str, Any] = dataclasses.asdict(LossSpec())
 
-
-def resolve_loss_config(loss_config) -> dict:
-    """``config.loss`` (a ``ConfigDict`` or a mapping of some fields) over :data:`LOSS_DEFAULTS`.
+def loss_spec(fields: Any) -> LossSpec:
+    """A :class:`LossSpec` of ``config.loss`` (a ``ConfigDict`` or a mapping of some fields; a
+    :class:`LossSpec` is returned as it is).
 
     Raises:
-      ConfigError: a field :data:`LOSS_DEFAULTS` does not declare, naming the nearest one.
+      ConfigError: a field :class:`LossSpec` does not declare, naming the nearest one, or a
+        bad value.
     """
-    fields = vars(loss_config) if isinstance(loss_config, LossSpec) else dict(loss_config.items())
-    check_fields("config.loss", fields, LOSS_DEFAULTS)
-    return {**LOSS_DEFAULTS, **fields}
+    if isinstance(fields, LossSpec):
+        return fields
+    fields = dict(fields.items())
+    check_fields("config.loss", fields, [f.name for f in dataclasses.fields(LossSpec)])
+    return LossSpec(**fields)
 
 
 class TemperatureWarmup(NamedTuple):
@@ -160,17 +178,30 @@ class TemperatureWarmup(NamedTuple):
 
 
 class Term(NamedTuple):
-    """One weighted term; ``mixing`` is the batch stage that makes its soft targets (or None);
-    ``warmup`` its temperature schedule over the first steps (or None: its kwargs' own)."""
+    """One weighted term: ``fn(projections, <target>, temperature=..., **kwargs)``.
+
+    ``temperature`` is the term's (None: its loss takes none), ``warmup`` its schedule over
+    the first steps (None: ``temperature`` throughout), ``mixing`` the batch stage that makes
+    its soft targets (or None).
+    """
 
     name: str
     weight: float
     target: str | None
     fn: Callable[..., Array]
-    kwargs: Mapping[str, object]
+    kwargs: Mapping[str, object]  # the loss's other hyperparameters
+    temperature: float | None = None
     mixing: Mixing | None = None
     warmup: TemperatureWarmup | None = None
     base_temperature: float | None = None  # the term is scaled by tau / base_temperature
+
+    def temperature_at(self, step: Array | None) -> Array | float | None:
+        """The temperature at the 0-based ``step`` (needed with a warm-up)."""
+        if self.warmup is None:
+            return self.temperature
+        if step is None:
+            raise ValueError(f"term {self.name!r} has a temperature warm-up: pass `step`")
+        return self.warmup.at(step)
 
 
 class Targets(NamedTuple):
@@ -203,10 +234,140 @@ def objective_terms() -> list[str]:
 PAIRINGS = ("paired_embeddings", "shuffled_pairs")
 
 
-def parse_mixing(loss_config) -> Mixing | None:
-    """Reads ``config.loss.mixing`` (None: off, as while its ``num_classes`` is None); raises
-    ConfigError on bad fields."""
-    raw = resolve_loss_config(loss_config)["mixing"]
+def batch_mixing(terms: list[Term]) -> Mixing | None:
+    """The one mixing stage of ``terms`` (None: no term mixes); raises if terms disagree."""
+    stages = {t.mixing for t in terms}
+    if len(stages) > 1:
+        raise ConfigError(f"the terms {[t.name for t in terms]} ask for different mixing stages")
+    return stages.pop() if stages else None
+
+
+def parse_terms(loss: Any) -> list[Term]:
+    """The weighted terms of ``config.loss`` (a :class:`LossSpec`, a ``ConfigDict`` or a
+    mapping of some fields); raises ConfigError naming the field.
+
+    Each term that takes a temperature gets one (:func:`_temperature`); ``targets``,
+    ``mixing`` and the warm-up are checked against the terms' names.
+    """
+    spec = loss_spec(loss)
+    names = _names(spec.name)
+    weights = tuple(spec.weights or ()) or (1.0,) * len(names)
+    if len(weights) != len(names):
+        raise ConfigError(
+            f"config.loss.weights has {len(weights)} entries for {len(names)} terms {names}")
+    kwargs = _keyed_by_term("kwargs", spec.kwargs, names)
+    overrides = _keyed_by_term("targets", spec.targets, names)
+    mixing = _mixing(spec.mixing)
+    _check_mixed_terms(mixing, names, kwargs, overrides)
+    initial = _warmup_start(spec)
+    terms = []
+    for name, weight in zip(names, weights, strict=True):
+        own = dict(kwargs.get(name, {}))
+        temperature = _temperature(name, own, spec.temperature)
+        if spec.base_temperature is not None and temperature is None:
+            raise ConfigError(
+                f"config.loss.base_temperature scales a term by its temperature, but {name!r} "
+                "takes none")
+        warmup = None if initial is None or temperature is None else TemperatureWarmup(
+            float(initial), temperature, spec.temperature_warmup_steps)
+        terms.append(Term(
+            name, float(weight), _target(name, overrides, mixing), losses.get(name), own,
+            temperature, mixing, warmup,
+            None if spec.base_temperature is None else float(spec.base_temperature)))
+    if initial is not None and not any(t.warmup for t in terms):
+        raise ConfigError(
+            f"config.loss.warmup_temperature is set, but no term of {names} takes a temperature")
+    return terms
+
+
+def _names(name: str) -> list[str]:
+    """The terms of ``config.loss.name`` (``"a+b"``: two), each a loss the step can train on."""
+    names = [n.strip() for n in str(name).split("+") if n.strip()]
+    if not names:
+        raise ConfigError("config.loss.name is empty; give a loss name such as 'sincere'")
+    choices = objective_terms()
+    for term in names:
+        if term not in choices:
+            raise ConfigError(
+                f"config.loss.name: {term!r} is not a loss the objective can train on; "
+                f"choose from {choices}"
+            )
+    return names
+
+
+def _keyed_by_term(field: str, value: Mapping[str, Any] | None,
+                   names: list[str]) -> dict[str, Any]:
+    """``config.loss.<field>`` (kwargs or targets) as a dict whose keys are terms."""
+    keyed = dict(value or {})
+    unknown = set(keyed) - set(names)
+    if unknown:
+        raise ConfigError(
+            f"config.loss.{field} names losses that are not terms: {sorted(unknown)}")
+    return keyed
+
+
+def _temperature(name: str, kwargs: dict[str, Any], given: float | None) -> float | None:
+    """The temperature of the term ``name``, taken out of its ``kwargs``: the kwargs' own, else
+    ``given`` (``config.loss.temperature``), else the loss's own default, defined in one place
+    (its function's signature); None for a loss that takes none."""
+    parameter = inspect.signature(losses.get(name)).parameters.get("temperature")
+    if parameter is None:
+        return None
+    value = kwargs.pop("temperature", given)
+    return float(parameter.default if value is None else value)
+
+
+def _target(name: str, overrides: dict[str, str], mixing: Mixing | None) -> str | None:
+    """The term's second argument: the registry's, ``config.loss.targets``', or the mixed
+    soft targets under ``config.loss.mixing``."""
+    target = losses.second_argument(name)
+    if name in overrides:
+        allowed = PAIRINGS if target == "paired_embeddings" else Targets._fields
+        if overrides[name] not in allowed:
+            raise ConfigError(
+                f"config.loss.targets.{name}={overrides[name]!r} is not one of {allowed}")
+        if target is None:
+            raise ConfigError(f"config.loss.targets.{name}: {name!r} takes no second argument")
+        target = overrides[name]
+    return "soft_label" if mixing is not None else target
+
+
+def _check_mixed_terms(mixing: Mixing | None, names: list[str], kwargs: dict[str, Any],
+                       overrides: dict[str, str]) -> None:
+    """Under ``config.loss.mixing`` every term takes the mixed soft targets, smoothed by the
+    mixing stage alone."""
+    if mixing is None:
+        return
+    other = [n for n in names if n not in SOFT_LABEL_TERMS]
+    if other:
+        raise ConfigError(
+            f"config.loss.mixing mixes the images of the batch; the terms {other} do not "
+            f"take soft targets (only {list(SOFT_LABEL_TERMS)} do)"
+        )
+    smoothed = [n for n in names if "label_smoothing" in dict(kwargs.get(n, {}))]
+    if smoothed or overrides:
+        raise ConfigError(
+            f"with config.loss.mixing set, label smoothing is mixing.label_smoothing and the "
+            f"targets are the mixed ones: remove config.loss.kwargs.<term>.label_smoothing "
+            f"({smoothed}) and config.loss.targets ({sorted(overrides)})"
+        )
+
+
+def _warmup_start(spec: LossSpec) -> float | None:
+    """The temperature at step 0 of the warm-up (None: off)."""
+    if spec.warmup_temperature is not None and spec.temperature_warmup_steps == 0:
+        # Off, with a word: the command line cannot set a float field to None, so steps=0 is
+        # how a run turns off a config's warm-up (e.g. the quickstart's).
+        logger.warning(
+            "config.loss.temperature_warmup_steps is 0: no temperature warm-up, "
+            "config.loss.warmup_temperature=%s is not used", spec.warmup_temperature)
+        return None
+    return spec.warmup_temperature
+
+
+def _mixing(raw: Any) -> Mixing | None:
+    """The stage of ``config.loss.mixing`` (None: off, as while its ``num_classes`` is None);
+    raises ConfigError on bad fields."""
     if raw is None:
         return None
     fields = dict(raw.items()) if hasattr(raw, "items") else None
@@ -242,121 +403,6 @@ def parse_mixing(loss_config) -> Mixing | None:
     )
 
 
-def batch_mixing(terms: list[Term]) -> Mixing | None:
-    """The one mixing stage of ``terms`` (None: no term mixes); raises if terms disagree."""
-    stages = {t.mixing for t in terms}
-    if len(stages) > 1:
-        raise ConfigError(f"the terms {[t.name for t in terms]} ask for different mixing stages")
-    return stages.pop() if stages else None
-
-
-def parse_terms(loss_config) -> list[Term]:
-    """Reads ``config.loss`` into a list of weighted terms; raises ConfigError on bad names.
-
-    ``config.loss.temperature`` (when not None) is passed to every term, unless the term's
-    ``kwargs`` sets its own; when neither sets one the loss's own default applies.
-    """
-    loss_config = resolve_loss_config(loss_config)
-    names = [n.strip() for n in str(loss_config["name"]).split("+") if n.strip()]
-    if not names:
-        raise ConfigError("config.loss.name is empty; give a loss name such as 'sincere'")
-    choices = objective_terms()
-    for name in names:  # a misspelt name first: the checks below count and name the terms
-        if name not in choices:
-            raise ConfigError(
-                f"config.loss.name: {name!r} is not a loss the objective can train on; "
-                f"choose from {choices}"
-            )
-    weights = tuple(loss_config["weights"] or ())
-    if weights and len(weights) != len(names):
-        raise ConfigError(
-            f"config.loss.weights has {len(weights)} entries for {len(names)} terms {names}"
-        )
-    weights = weights or (1.0,) * len(names)
-    all_kwargs = dict(loss_config["kwargs"] or {})
-    unknown = set(all_kwargs) - set(names)
-    if unknown:
-        raise ConfigError(f"config.loss.kwargs names losses that are not terms: {sorted(unknown)}")
-    temperature = loss_config["temperature"]
-    overrides = dict(loss_config["targets"] or {})
-    unknown = set(overrides) - set(names)
-    if unknown:
-        raise ConfigError(f"config.loss.targets names losses that are not terms: {sorted(unknown)}")
-    for name, target in overrides.items():
-        paired = name in losses.names() and losses.second_argument(name) == "paired_embeddings"
-        allowed = PAIRINGS if paired else Targets._fields
-        if target not in allowed:
-            raise ConfigError(f"config.loss.targets.{name}={target!r} is not one of {allowed}")
-    mixing = parse_mixing(loss_config)
-    if mixing is not None:
-        other = [n for n in names if n not in SOFT_LABEL_TERMS]
-        if other:
-            raise ConfigError(
-                f"config.loss.mixing mixes the images of the batch; the terms {other} do not "
-                f"take soft targets (only {list(SOFT_LABEL_TERMS)} do)"
-            )
-        smoothed = [n for n in names if "label_smoothing" in dict(all_kwargs.get(n, {}))]
-        if smoothed or overrides:
-            raise ConfigError(
-                f"with config.loss.mixing set, label smoothing is mixing.label_smoothing and the "
-                f"targets are the mixed ones: remove config.loss.kwargs.<term>.label_smoothing "
-                f"({smoothed}) and config.loss.targets ({sorted(overrides)})"
-            )
-    warmup_steps = loss_config["temperature_warmup_steps"]
-    initial = loss_config["warmup_temperature"]
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ConfigError(
-            f"config.loss.temperature_warmup_steps must be an int >= 0, got {warmup_steps!r}"
-        )
-    if initial is None and warmup_steps > 0:
-        raise ConfigError(
-            "config.loss.temperature_warmup_steps > 0 needs config.loss.warmup_temperature "
-            f"(the temperature at step 0); got {warmup_steps!r} steps and no temperature"
-        )
-    if initial is not None and warmup_steps == 0:
-        # Off, with a word: the command line cannot set a float field to None, so steps=0 is
-        # how a run turns off a config's warm-up (e.g. the quickstart's).
-        logger.warning(
-            "config.loss.temperature_warmup_steps is 0: no temperature warm-up, "
-            "config.loss.warmup_temperature=%s is not used", initial)
-        initial = None
-    if initial is not None and not float(initial) > 0:
-        raise ConfigError(f"config.loss.warmup_temperature must be > 0, got {initial!r}")
-    base = loss_config["base_temperature"]
-    if base is not None and (isinstance(base, bool) or not isinstance(base, (int, float))
-                             or not base > 0):
-        raise ConfigError(f"config.loss.base_temperature must be > 0 or None, got {base!r}")
-    terms = []
-    for name, weight in zip(names, weights, strict=True):
-        fn, target = losses.get(name), losses.second_argument(name)
-        takes_temperature = "temperature" in inspect.signature(fn).parameters
-        kwargs = {"temperature": float(temperature)} if (
-            temperature is not None and takes_temperature) else {}
-        if name in overrides:
-            if target is None:
-                raise ConfigError(f"config.loss.targets.{name}: {name!r} takes no second argument")
-            target = overrides[name]
-        kwargs.update(dict(all_kwargs.get(name, {})))
-        if mixing is not None:
-            target = "soft_label"
-        warmup = None
-        if initial is not None and takes_temperature:
-            final = kwargs.get("temperature",
-                               inspect.signature(fn).parameters["temperature"].default)
-            warmup = TemperatureWarmup(float(initial), float(final), int(warmup_steps))
-        if base is not None and not takes_temperature:
-            raise ConfigError(
-                f"config.loss.base_temperature scales a term by its temperature, but {name!r} "
-                "takes none")
-        terms.append(Term(name, float(weight), target, fn, kwargs, mixing, warmup,
-                          None if base is None else float(base)))
-    if initial is not None and not any(t.warmup for t in terms):
-        raise ConfigError(
-            f"config.loss.warmup_temperature is set, but no term of {names} takes a temperature"
-        )
-    return terms
-
-
 def evaluate(
     terms: Sequence[Term],
     projections: Array,
@@ -376,14 +422,12 @@ def evaluate(
     values = {}
     total = jnp.zeros((), jnp.float32)
     for term in terms:
-        if term.warmup is not None:
-            if step is None:
-                raise ValueError(f"term {term.name!r} has a temperature warm-up: pass `step`")
-            term = term._replace(kwargs={**term.kwargs, "temperature": term.warmup.at(step)})
+        tau = term.temperature_at(step)
+        kwargs = {**term.kwargs, **({} if tau is None else {"temperature": tau})}
         if term.target in PAIRINGS:
-            value = _paired(term, projections, valid, axis_name)
+            value = _paired(term, projections, valid, axis_name, kwargs)
         elif term.target is None:
-            value = term.fn(projections, axis_name=axis_name, valid=valid, **term.kwargs)
+            value = term.fn(projections, axis_name=axis_name, valid=valid, **kwargs)
         else:
             second = getattr(targets, term.target)
             if second is None:
@@ -392,23 +436,16 @@ def evaluate(
                         "soft_label": "mixed soft targets, but the step made none "
                                       "(config.loss.mixing is off)"}.get(term.target, term.target)
                 raise ConfigError(f"config.loss.name: loss {term.name!r} needs {what}")
-            value = term.fn(projections, second, axis_name=axis_name, valid=valid, **term.kwargs)
-        if term.base_temperature is not None:
-            value = value * (_temperature(term) / term.base_temperature)
+            value = term.fn(projections, second, axis_name=axis_name, valid=valid, **kwargs)
+        if term.base_temperature is not None and tau is not None:  # parse: tau is set
+            value = value * (tau / term.base_temperature)
         values[term.name] = value
         total = total + term.weight * value
     return total, values
 
 
-def _temperature(term: Term) -> Array | float:
-    """The temperature a term is evaluated at: its kwargs' (a warm-up's at this step), else
-    its loss function's default."""
-    if "temperature" in term.kwargs:
-        return term.kwargs["temperature"]  # type: ignore[return-value]
-    return inspect.signature(term.fn).parameters["temperature"].default
-
-
-def _paired(term: Term, projections: Array, valid: Array | None, axis_name) -> Array:
+def _paired(term: Term, projections: Array, valid: Array | None, axis_name,
+            kwargs: Mapping[str, Any]) -> Array:
     """A two-tower term on the two views: rows 2i (first views) against rows 2i + 1."""
     n = projections.shape[0]
     if n % 2:
@@ -420,4 +457,4 @@ def _paired(term: Term, projections: Array, valid: Array | None, axis_name) -> A
     if term.target == "shuffled_pairs":
         texts = jnp.roll(texts, 1, axis=0)
     pair_valid = None if valid is None else valid[0::2] & valid[1::2]
-    return term.fn(images, texts, axis_name=axis_name, valid=pair_valid, **term.kwargs)
+    return term.fn(images, texts, axis_name=axis_name, valid=pair_valid, **kwargs)

@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from contrastive_jax._sections import section_fields
 from contrastive_jax.errors import ConfigError, check_fields
-from contrastive_jax.train.sections import section_fields
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
 LR_SCALINGS = ("linear", "sqrt", "none")

@@ -108,7 +108,7 @@ def _abstract_state(config: ml_collections.ConfigDict, num_classes: int):
     """
     spec = parse(config)
     mesh = Mesh(np.asarray(jax.devices()[:1]), (DATA_AXIS,), axis_types=(AxisType.Auto,))
-    facts = DataFacts(spec.data.global_batch_size, num_classes, spec.data.image_size or 1)
+    facts = DataFacts(spec.data.global_batch_size, num_classes, spec.data.known_image_size or 1)
     optim_logger = logging.getLogger(optim.__name__)
     level = optim_logger.level
     optim_logger.setLevel(logging.ERROR)

@@ -10,9 +10,9 @@ receives its own section:
 * ``spec.loss``: :class:`~contrastive_jax.train.objective.LossSpec`, parsed into
   ``spec.terms``, the weighted loss terms the step evaluates;
 * ``spec.optimizer``: :class:`~contrastive_jax.train.optim.OptimizerSpec`; the optimiser;
-* ``spec.model``: :class:`ModelSpec` (its fields: :mod:`contrastive_jax.models.factory`); the
-  model;
-* ``spec.data``: :class:`DataSpec` (its fields: :func:`contrastive_jax.data.default_data_config`);
+* ``spec.model``: :class:`~contrastive_jax.models.ModelSpec` (its ``encoder`` and ``head``:
+  :mod:`contrastive_jax.models.factory`); the model;
+* ``spec.data``: :class:`~contrastive_jax.data.DataSpec` (:mod:`contrastive_jax.data.config`);
   the run's sizes and the input.
 
 What :func:`parse` checks: every field is declared (a misspelt one names the nearest, a
@@ -29,62 +29,16 @@ abstractly; both run before the work directory is created.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
 from contrastive_jax import models
-from contrastive_jax.data._resolve import check_loader
+from contrastive_jax.data.config import DataSpec, data_spec
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.models import ModelSpec
 from contrastive_jax.train import objective, optim
 from contrastive_jax.train.config import TrainSpec, check_config
-
-#: Datasets whose class count and native image side are known without reading them.
-KNOWN_DATASETS = {
-    "imagenet2012": (1000, 224),
-    "cifar10": (10, 32),
-    "cifar100": (100, 32),
-    "stl10": (10, 96),
-    "digits": (10, 16),
-    "digits_cluttered": (10, 16),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class DataSpec:
-    """``config.data``: what the trainer reads of it, and the whole section for
-    :mod:`contrastive_jax.data` (which declares and checks its fields).
-
-    Attributes:
-      dataset: the dataset's name (``config.data.dataset``).
-      global_batch_size: examples per step over all devices and processes.
-      num_views: V augmented views per example.
-      image_size: the side of the images when known before reading them (``image_size``,
-        else :data:`KNOWN_DATASETS`); None otherwise.
-      config: the data section, locked, as the input pipeline reads it.
-    """
-
-    dataset: str
-    global_batch_size: int
-    num_views: int
-    image_size: int | None
-    config: ml_collections.ConfigDict
-
-    def __post_init__(self) -> None:
-        for name in ("global_batch_size", "num_views"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"config.data.{name} must be an int >= 1, got {value!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """``config.model``: the encoder's and the head's fields (their names and defaults:
-    :mod:`contrastive_jax.models.factory`), with the derived ones filled in."""
-
-    encoder: Mapping[str, Any]
-    head: Mapping[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +68,7 @@ def parse(config: ml_collections.ConfigDict) -> RunSpec:
     loss = objective.LossSpec(**_plain(config.loss))
     terms = tuple(objective.parse_terms(loss))
     optimizer = optim.resolve(config.optimizer)
-    data = _data_spec(config.data)
+    data = data_spec(config.data)
     _check_pairs(terms, data)
     return RunSpec(
         seed=seed, data=data, model=_model_spec(config.model, data), loss=loss, terms=terms,
@@ -128,20 +82,14 @@ def _plain(section: ml_collections.ConfigDict) -> dict[str, Any]:
             for k, v in section.items()}
 
 
-def _data_spec(data: ml_collections.ConfigDict) -> DataSpec:
-    check_loader(data)
-    size = data.get("image_size") or KNOWN_DATASETS.get(str(data.dataset), (None, None))[1]
-    return DataSpec(dataset=str(data.dataset), global_batch_size=data.global_batch_size,
-                    num_views=data.num_views, image_size=size, config=data)
-
-
 def _model_spec(model: ml_collections.ConfigDict, data: DataSpec) -> ModelSpec:
     """The model section, with a ViT's ``image_size`` derived from the data's side."""
-    encoder = model.encoder.to_dict()
-    if (encoder.get("name") in models.VIT_VARIANTS and encoder.get("image_size") is None
-            and data.image_size is not None):
-        encoder["image_size"] = data.image_size
-    return ModelSpec(encoder=encoder, head=model.head.to_dict())
+    spec = models.model_spec(model)
+    size = data.known_image_size
+    if spec.encoder.name in models.VIT_VARIANTS and spec.encoder.image_size is None and size:
+        spec = dataclasses.replace(
+            spec, encoder=dataclasses.replace(spec.encoder, image_size=size))
+    return spec
 
 
 def _check_pairs(terms: tuple[objective.Term, ...], data: DataSpec) -> None:

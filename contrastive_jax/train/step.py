@@ -5,6 +5,31 @@ of each device's flat rows] -> encoder + head per device inside ``jax.shard_map`
 -> loss with ``axis_name="data"`` (local anchors against the gathered global
 batch) -> gradient of the replicated global loss, taken outside the
 ``shard_map`` -> optimiser update on replicated parameters.
+
+Randomness inside the model (dropout, stochastic depth) is a pure function
+of (run seed, step, device): the model's RNG streams are reseeded on every
+step with ``fold_in(fold_in(state.rng, state.step), device index)``, so a
+resumed run draws the masks an uninterrupted run would have drawn.
+
+With a mixing stage (``config.loss.mixing``, :func:`objective.batch_mixing` of the
+step's ``terms``), each device mixes its flat rows [b V, H, W, C] (the V views of an
+example on consecutive rows; a row's partner is the row at the mirrored
+position of the device's rows) with
+:func:`contrastive_jax.data.mixing.mix_batch` before the network, keyed by
+``fold_in(fold_in(fold_in(state.rng, state.step), MIXING_STREAM), device index)``
+(deterministic per step, so resume stays exact), and the terms get the mixed,
+smoothed targets as ``Targets.soft_label``. The online probe, if any, still
+trains on the rows' own labels.
+
+``micro_batch_size`` (``config.train.micro_batch_size``; None or 0: off) is the examples
+per device of each micro-batch of gradient caching
+(:mod:`contrastive_jax.train.grad_cache`): the device's rows are embedded in
+``b / micro_batch_size`` micro-batches whose activations are recomputed in the backward
+pass, so the step's activation memory is that of one micro-batch while the loss still
+sees the global batch. The gradient is the plain step's for networks without batch
+statistics; batch norm normalises each micro-batch with its own statistics.
+``micro_batch_loop`` (``config.train.micro_batch_loop``) is the form of the loop over
+micro-batches, ``"unrolled"`` or ``"scan"`` (:func:`grad_cache.embed`).
 """
 
 from __future__ import annotations
@@ -196,30 +221,9 @@ def make_train_step(
     the step number and values of the first one kept, so the host learns of
     them when it next reads the record (at a log step), with no read per step.
 
-    Randomness inside the model (dropout, stochastic depth) is a pure function
-    of (run seed, step, device): the model's RNG streams are reseeded on every
-    step with ``fold_in(fold_in(state.rng, state.step), device index)``, so a
-    resumed run draws the masks an uninterrupted run would have drawn.
-
-    With a mixing stage (``config.loss.mixing``, :func:`objective.batch_mixing` of
-    ``terms``), each device mixes its flat rows [b V, H, W, C] (the V views of an
-    example on consecutive rows; a row's partner is the row at the mirrored
-    position of the device's rows) with
-    :func:`contrastive_jax.data.mixing.mix_batch` before the network, keyed by
-    ``fold_in(fold_in(fold_in(state.rng, state.step), MIXING_STREAM), device index)``
-    (deterministic per step, so resume stays exact), and the terms get the mixed,
-    smoothed targets as ``Targets.soft_label``. The online probe, if any, still
-    trains on the rows' own labels.
-
-    ``micro_batch_size`` (``config.train.micro_batch_size``; None or 0: off) is the examples
-    per device of each micro-batch of gradient caching
-    (:mod:`contrastive_jax.train.grad_cache`): the device's rows are embedded in
-    ``b / micro_batch_size`` micro-batches whose activations are recomputed in the backward
-    pass, so the step's activation memory is that of one micro-batch while the loss still
-    sees the global batch. The gradient is the plain step's for networks without batch
-    statistics; batch norm normalises each micro-batch with its own statistics.
-    ``micro_batch_loop`` (``config.train.micro_batch_loop``) is the form of the loop over
-    micro-batches, ``"unrolled"`` or ``"scan"`` (:func:`grad_cache.embed`).
+    ``micro_batch_size`` (``config.train.micro_batch_size``; None or 0: off) and
+    ``micro_batch_loop`` turn on gradient caching (the module docstring says how the step
+    draws its randomness, mixes its rows and caches its gradients).
     """
     mix = objective.batch_mixing(terms)
     grad_cache.check_loop(micro_batch_loop)

@@ -48,11 +48,11 @@ def test_every_config_builds_the_proxy_network(spec):
     assert config.data.in_memory and config.data.data_dir is None  # the caller names the folder
     assert config.model.head.out_features == 64 and config.model.head.bn_axis_name == "data"
     if claim == "sincere":
-        assert (term.name, term.kwargs["temperature"]) == (method, 0.1)
+        assert (term.name, term.temperature) == (method, 0.1)
         assert network.head.out_bn is None and len(network.head.hidden_linears) == 1
     else:
         hidden, l2 = mio_configs.VARIANTS[method]
-        assert term.kwargs["temperature"] == 0.5 and term.target == "instance"
+        assert term.temperature == 0.5 and term.target == "instance"
         assert len(network.head.hidden_linears) == hidden and network.head.out_bn is not None
         if method != "simclr":
             assert term.kwargs["l2_weight"] == l2

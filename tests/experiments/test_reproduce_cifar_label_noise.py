@@ -45,7 +45,7 @@ def test_configs_of_the_methods():
             assert config.data.num_views == 1 and config.model.head.out_features == 10
         else:
             assert term.name == configs.CONTRASTIVE.get(method, "nt_xent")
-            assert term.kwargs == {"temperature": 0.07}
+            assert term.kwargs == {} and term.temperature == 0.07
             assert config.data.num_views == 2 and config.data.global_batch_size == 128
             assert config.model.head.out_features == 64
     assert configs.get_config("projnce").data.label_noise == 0.0

@@ -40,7 +40,7 @@ def test_method_configs_select_terms_and_the_mixing_stage():
     for method, (term, mixed) in configs.METHODS.items():
         config = configs.get_config(f"{method},3")
         (parsed,) = objective.parse_terms(config.loss)
-        assert parsed.name == term and parsed.kwargs == {"temperature": 1.0}
+        assert parsed.name == term and parsed.kwargs == {} and parsed.temperature == 1.0
         assert (parsed.mixing is not None) == mixed
         assert parsed.target == ("soft_label" if mixed else "label")
         assert config.train.epochs == 3 and config.data.global_batch_size == 256

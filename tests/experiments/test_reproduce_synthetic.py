@@ -85,7 +85,7 @@ def test_every_projnce_config_builds_the_papers_mlp(method):
     assert features.shape == (3, 4)  # MLP 8 -> 32 -> 32 -> 4
     assert projections.shape == ((3, 32) if method == "ce" else (3, 4))
     if method != "ce":
-        assert term.kwargs["temperature"] == pn_configs.TAU
+        assert term.temperature == pn_configs.TAU
         np.testing.assert_array_equal(features, projections)  # the loss sees the MLP output
     assert config.optimizer.decay_norm_and_bias and config.optimizer.final_lr_factor == 1.0
     with pytest.raises(ValueError, match="SETTING"):

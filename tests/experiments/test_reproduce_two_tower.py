@@ -31,7 +31,7 @@ def test_every_config_builds_a_two_tower_term(loss, pairing):
     config = configs.get_config(f"{loss},{pairing},5")
     (term,) = objective.parse_terms(config.loss)
     assert term.name == loss and term.target == configs.PAIRINGS[pairing]
-    assert term.kwargs == configs.LOSSES[loss]
+    assert {**term.kwargs, "temperature": term.temperature} == configs.LOSSES[loss]
     assert config.train.epochs == 5 and config.data.num_views == 2
     build_model(config, 10)
 

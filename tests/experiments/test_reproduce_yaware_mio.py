@@ -94,7 +94,7 @@ def test_mio_configs(method):
     config = mio_configs.get_config(f"{method},0.3,0.7,20")
     (term,) = objective.parse_terms(config.loss)
     hidden, l2 = mio_configs.VARIANTS[method]
-    assert term.kwargs["temperature"] == 0.7
+    assert term.temperature == 0.7
     assert (term.name, term.target) == (("nt_xent", "instance") if method == "simclr"
                                         else ("mio", "instance"))
     if method != "simclr":

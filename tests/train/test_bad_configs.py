@@ -60,6 +60,14 @@ OTHERS = [
     # AutoAugment runs on the default (grain) input path only.
     ({"data.augmentation": "supcon_autoaugment", "data.loader": "tf"},
      "config.data.augmentation"),
+    # The data's and the model's values, checked by DataSpec / EncoderSpec / HeadSpec at parse.
+    ({"data.loader": "fast"}, "config.data.loader"),
+    ({"data.metadata": "labels"}, "config.data.metadata"),
+    ({"data.label_noise": 1.5}, "config.data.label_noise"),
+    ({"data.augmentation": "strong"}, "config.data.augmentation"),
+    ({"model.encoder.dtype": "float16"}, "encoder config.dtype"),
+    ({"model.encoder.in_features": 8}, "config.model.encoder.in_features"),
+    ({"model.head.name": "classifier"}, "head config.num_classes"),
 ]
 
 
@@ -110,7 +118,7 @@ def test_a_vit_takes_its_input_side_from_the_data():
     config = configs.get("quickstart")
     config.model.encoder.name = "vit_ti4"
     spec = parse(config)
-    assert spec.model.encoder["image_size"] == 16
+    assert spec.model.encoder.image_size == 16
     assert config.model.encoder.image_size is None  # the config as given is kept
     mesh = jax.sharding.Mesh(jax.devices()[:1], ("data",))
     check_step(build(spec, mesh, DataFacts(1437, 10, 16)))

@@ -16,6 +16,7 @@ from contrastive_jax.errors import ConfigError
 from contrastive_jax.eval.knn import knn_scores
 from contrastive_jax.train import loop
 from contrastive_jax.train.knn_monitor import KnnMonitor
+from contrastive_jax.train.spec import parse
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
@@ -25,6 +26,11 @@ def _config(**train):
     config.train.eval_every = 2
     config.train.update(train)
     return config
+
+
+def _monitor(config, source):
+    spec = parse(config)
+    return KnnMonitor(spec.train, spec.data, source, total_steps=6)
 
 
 def _state(config):
@@ -37,7 +43,7 @@ def _state(config):
 def test_top1_is_the_weighted_knn_of_the_eval_mode_features():
     config = _config(knn_bank_size=0, knn_query_size=0)  # the whole train and test splits
     source = data.load_source(config.data)
-    monitor = KnnMonitor(config, source, total_steps=6)
+    monitor = _monitor(config, source)
     assert monitor.sizes == {"bank": 1437, "query": 360} and monitor.queries_from == "test"
     graphdef, rest, state = _state(config)
     got = monitor(state, graphdef, rest)
@@ -56,7 +62,7 @@ def test_top1_is_the_weighted_knn_of_the_eval_mode_features():
 def test_evaluations_reuse_one_compiled_forward_pass_shared_with_embed_split():
     config = _config(knn_bank_size=200, knn_query_size=120)  # batches of 64 examples
     source = data.load_source(config.data)
-    monitor = KnnMonitor(config, source, total_steps=6)
+    monitor = _monitor(config, source)
     graphdef, rest, state = _state(config)
     monitor(state, graphdef, rest)
     compiled = embed._forward._cache_size()
@@ -81,7 +87,7 @@ def test_without_a_test_split_queries_are_training_examples_outside_the_bank():
     config = _config(knn_bank_size=500, knn_query_size=200)
     source = data.load_source(config.data)
     source = dataclasses.replace(source, splits={"train": source.split("train")})
-    monitor = KnnMonitor(config, source, total_steps=6)
+    monitor = _monitor(config, source)
     bank, query = monitor.bank_split, monitor.query_split
     assert monitor.queries_from == "train"
     assert (bank.num_examples, query.num_examples) == (500, 200)
@@ -101,7 +107,7 @@ def test_without_a_test_split_queries_are_training_examples_outside_the_bank():
 def test_bad_monitor_config_is_named(train, message):
     config = _config(**train)
     with pytest.raises(ConfigError, match=message):
-        KnnMonitor(config, data.load_source(config.data), total_steps=6)
+        _monitor(config, data.load_source(config.data))
 
 
 def test_the_loop_logs_knn_top1_and_its_cost_at_eval_steps(tmp_path):

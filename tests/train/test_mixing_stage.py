@@ -95,7 +95,7 @@ def test_mixing_off_is_the_plain_step_bit_for_bit(batch, off):
     _, [(plain, plain_log)] = _steps(config, batch)
     other = classifier_config()
     other.loss.mixing = off if off is None else ml_collections.ConfigDict(off)
-    assert objective.parse_mixing(other.loss) is None
+    assert objective.batch_mixing(objective.parse_terms(other.loss)) is None
     _, [(state, logged)] = _steps(other, batch)
     _leaves_equal(state, plain)
     assert logged.keys() == plain_log.keys()
@@ -141,7 +141,7 @@ def _reference(graphdef, rest, initial, tx, batch, loss_fn, mix: objective.Mixin
 def test_mixing_on_feeds_the_targets_of_mixing_py(batch, term):
     mix_fields = {"num_classes": 10}
     config = classifier_config(term, mix_fields)
-    mix = objective.parse_mixing(config.loss)
+    mix = objective.batch_mixing(objective.parse_terms(config.loss))
     assert mix == objective.Mixing(10, 0.1, 0.8, 1.0, 1.0, 0.5)  # the paper's recipe
     (graphdef, rest, tx, initial), [(state, logged)] = _steps(config, batch, starts=(3,))
     loss_fn = {"label_cross_entropy": losses.soft_target_cross_entropy,

@@ -28,7 +28,7 @@ def _default_temperature(name: str) -> float:
 @pytest.mark.parametrize("name", ["mio", "projnce", "sincere", "nt_xent"])
 def test_a_loss_trains_at_its_own_default_temperature_unless_the_config_sets_one(name):
     (term,) = objective.parse_terms(_loss_config(name=name))
-    assert "temperature" not in term.kwargs
+    assert term.temperature == _default_temperature(name)
     projections = jnp.asarray(np.random.default_rng(0).normal(size=(8, 4)), jnp.float32)
     labels = jnp.array([0, 0, 1, 1, 2, 2, 3, 3])
     targets = objective.Targets(instance=labels, label=labels, metadata=None)
@@ -51,7 +51,7 @@ def test_the_total_is_the_weighted_sum_of_the_terms():
 
 def test_mio_default_temperature_is_the_papers():
     assert _default_temperature("mio") == 0.5
-    assert objective.parse_terms(_loss_config(name="mio"))[0].kwargs == {}
+    assert objective.parse_terms(_loss_config(name="mio"))[0].temperature == 0.5
 
 
 def test_config_temperature_applies_to_every_term_and_term_kwargs_win():
@@ -59,7 +59,7 @@ def test_config_temperature_applies_to_every_term_and_term_kwargs_win():
     terms = objective.parse_terms(
         _loss_config(name="sincere+mio", temperature=0.2, kwargs=kwargs)
     )
-    assert [t.kwargs["temperature"] for t in terms] == [0.2, 0.3]
+    assert [t.temperature for t in terms] == [0.2, 0.3]
 
 
 def test_second_argument_comes_from_the_registry():
@@ -98,7 +98,7 @@ def test_config_temperature_reaches_only_the_terms_that_take_one():
     sincere, align_uniform = objective.parse_terms(
         _loss_config(name="sincere+align_uniform", temperature=0.2)
     )
-    assert sincere.kwargs == {"temperature": 0.2} and align_uniform.kwargs == {}
+    assert sincere.temperature == 0.2 and align_uniform.temperature is None
 
 
 def test_the_objective_names_come_from_the_one_loss_registry():

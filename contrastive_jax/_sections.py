@@ -2,8 +2,10 @@
 
 The sections of a run (:class:`contrastive_jax.train.config.TrainSpec`,
 :class:`contrastive_jax.train.objective.LossSpec`,
-:class:`contrastive_jax.train.optim.OptimizerSpec`) declare every field and default once, as
-frozen dataclasses; :func:`section_fields` makes the command line's config of them.
+:class:`contrastive_jax.train.optim.OptimizerSpec`, :class:`contrastive_jax.data.DataSpec`,
+:class:`contrastive_jax.models.EncoderSpec` and :class:`~contrastive_jax.models.HeadSpec`)
+declare every field and default once, as frozen dataclasses; :func:`section_fields` makes the
+command line's config of them. Needs ml_collections only when called.
 """
 
 from __future__ import annotations
