@@ -163,6 +163,22 @@ def target_devices(target: str, num_devices: int | None = None) -> list:
     return list(devices)
 
 
+def check_divisible(global_batch: int, target: str, devices: list) -> int:
+    """The examples per device of ``global_batch`` on ``devices``; a ConfigError naming the
+    field when they do not divide it (for a TPU slice, saying how many JAX devices it has)."""
+    n = len(devices)
+    if global_batch % n:
+        slice_note = ""
+        if target in TPU_TARGETS and TPU_CHIPS[TPU_TARGETS[target][0]].megacore:
+            slice_note = (f" ({target}'s name counts TensorCores; its {n} chips are {n} JAX "
+                          "devices)")
+        raise ConfigError(
+            f"config.data.global_batch_size={global_batch} must be divisible by the {n} "
+            f"devices of target {target!r}{slice_note}"
+        )
+    return global_batch // n
+
+
 def _dataset_facts(spec: RunSpec, global_batch: int) -> DataFacts:
     """The data's facts from the config or :data:`~contrastive_jax.train.spec.KNOWN_DATASETS`,
     with a nominal epoch of 1,000 steps."""
@@ -234,6 +250,7 @@ def dry_run(
         raise ValueError(f"device_memory_bytes must be positive, got {device_memory_bytes}")
     devices = target_devices(target, num_devices)
     spec = parse(config)
+    check_divisible(spec.data.global_batch_size, target, devices)
     facts = _dataset_facts(spec, spec.data.global_batch_size)
     mesh = Mesh(np.asarray(devices), (DATA_AXIS,), axis_types=(AxisType.Auto,))
     # Built on this host's CPU (the model's parameters and the optimiser state are real

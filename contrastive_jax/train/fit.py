@@ -46,7 +46,14 @@ import ml_collections
 
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.train import optim
-from contrastive_jax.train.dry_run import TPU_CHIPS, TPU_TARGETS, GiB, dry_run, target_devices
+from contrastive_jax.train.dry_run import (
+    TPU_CHIPS,
+    TPU_TARGETS,
+    GiB,
+    check_divisible,
+    dry_run,
+    target_devices,
+)
 from contrastive_jax.train.spec import parse
 
 
@@ -118,11 +125,7 @@ def fit(
     budget = memory_budget(target, devices, device_memory_bytes)
     spec = parse(config)
     n, global_batch = len(devices), spec.data.global_batch_size
-    if global_batch % n:
-        raise ConfigError(
-            f"config.data.global_batch_size={global_batch} must be divisible by the {n} devices "
-            f"of target {target!r}")
-    per_device = global_batch // n
+    per_device = check_divisible(global_batch, target, devices)
     tried: list[dict[str, Any]] = []
     results: dict[int | None, dict[str, Any] | None] = {}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -95,3 +96,13 @@ def test_command_line_exits_with_usage_when_nothing_fits(tmp_path):
     assert not result["fits"] and result["micro_batch_size"] is None
     assert [t["micro_batch_size"] for t in result["tried"]] == [None, 1]
     assert "does not fit" in out.stderr and "micro-batches of 1 example" in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                    reason="needs libtpu (the 'tpu' extra)")
+def test_a_tpu_target_budgets_its_hbm():
+    result = fitting.fit(small(32), target="tpu-v4-32")
+    assert result["memory_budget_bytes"] == 32 * 2**30 and result["devices"] == 16
+    assert result["per_device_batch"] == 2 and result["fits"]
+    assert result["micro_batch_size"] is None and result["step"]["device_kind"] == "TPU v4"
