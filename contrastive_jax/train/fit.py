@@ -32,7 +32,7 @@ The memory budget is ``device_memory_bytes`` when given (simulated CPU devices h
 limit of their own), else a TPU target's HBM (:data:`~contrastive_jax.train.dry_run.TPU_CHIPS`),
 else the devices' own ``bytes_limit`` (``Device.memory_stats()``, a GPU's).
 
-    result = fit(config, num_devices=8, device_memory_bytes=2 * GiB)
+    result = fit(config, num_devices=8, device_memory_bytes=2 * 2**30)
     print(format_report(result))
 """
 
@@ -49,7 +49,6 @@ from contrastive_jax.train import optim
 from contrastive_jax.train.dry_run import (
     TPU_CHIPS,
     TPU_TARGETS,
-    GiB,
     check_divisible,
     dry_run,
     target_devices,
@@ -193,16 +192,31 @@ def _compile(config: ml_collections.ConfigDict, micro_batch_size: int | None, *,
         raise
 
 
+def size(num_bytes: float) -> str:
+    """``num_bytes`` in GiB, MiB or KiB, whichever shows it with two digits or more.
+
+    Examples:
+      >>> size(3 * 2**30), size(1.5 * 2**20), size(2048)
+      ('3.00 GiB', '1.50 MiB', '2.0 KiB')
+    """
+    if num_bytes >= 2**30:
+        return f"{num_bytes / 2**30:.2f} GiB"
+    if num_bytes >= 2**20:
+        return f"{num_bytes / 2**20:.2f} MiB"
+    return f"{num_bytes / 2**10:.1f} KiB"
+
+
 def does_not_fit_message(result: dict[str, Any]) -> str:
     """The error of a :func:`fit` result in which nothing fits."""
     last = result["tried"][-1]
     needs = ("the compiler refused it for lack of memory" if last["per_device_bytes"] is None
-             else f"it needs {last['per_device_bytes'] / GiB:.2f} GiB per device")
+             else f"it needs {size(last['per_device_bytes'])} per device")
+    smallest = last["micro_batch_size"] or result["per_device_batch"]
     return (
         f"the global batch {result['global_batch']} ({result['per_device_batch']} examples on "
         f"each of {result['devices']} devices) does not fit "
-        f"{result['memory_budget_bytes'] / GiB:.2f} GiB per device even with micro-batches "
-        f"of {last['micro_batch_size'] or result['per_device_batch']} example(s) ({needs}): "
+        f"{size(result['memory_budget_bytes'])} per device even with micro-batches "
+        f"of {smallest} example{'s' if smallest > 1 else ''} ({needs}): "
         "use more devices, a smaller model or image side, bfloat16 "
         "(--config.model.encoder.dtype=bfloat16), or a smaller "
         "--config.data.global_batch_size (and its learning rate)"
@@ -215,25 +229,24 @@ def format_report(result: dict[str, Any]) -> str:
         f"fit: global batch {result['global_batch']} on {result['devices']} x "
         f"{result['device_kind']} ({result['target']}) = {result['per_device_batch']} examples "
         f"x {result['num_views']} views per device; budget "
-        f"{result['memory_budget_bytes'] / GiB:.2f} GiB per device",
+        f"{size(result['memory_budget_bytes'])} per device",
     ]
     for t in result["tried"]:
         name = (f"micro_batch_size {t['micro_batch_size']}" if t["micro_batch_size"]
                 else "plain step (no micro-batches)")
-        size = ("refused by the compiler for lack of memory" if t["per_device_bytes"] is None
-                else f"{t['per_device_bytes'] / GiB:.2f} GiB, compiled in "
-                     f"{t['compile_seconds']} s")
-        lines.append(f"  {name}: {size}: {'fits' if t['fits'] else 'does not fit'}")
+        needs = ("refused by the compiler for lack of memory" if t["per_device_bytes"] is None
+                 else f"{size(t['per_device_bytes'])}, compiled in {t['compile_seconds']} s")
+        lines.append(f"  {name}: {needs}: {'fits' if t['fits'] else 'does not fit'}")
     if result["fits"] and result["micro_batch_size"] is None:
         lines.append(
             f"answer: the whole per-device batch of {result['per_device_batch']} fits "
-            f"({result['per_device_bytes'] / GiB:.2f} GiB); no gradient caching "
+            f"({size(result['per_device_bytes'])}); no gradient caching "
             "(--config.train.micro_batch_size=0)")
     elif result["fits"]:
         lines.append(
             f"answer: --config.train.micro_batch_size={result['micro_batch_size']} "
             f"({result['micro_batches']} micro-batches per device, "
-            f"{result['per_device_bytes'] / GiB:.2f} GiB)")
+            f"{size(result['per_device_bytes'])})")
     rule = {"linear": f"{result['base_learning_rate']:g} x B/256",
             "sqrt": f"{result['base_learning_rate']:g} x sqrt(B)",
             "none": "not scaled with B"}[result["lr_scaling"]]
