@@ -152,8 +152,8 @@ def test_a_batch_the_slice_does_not_divide_is_refused_before_compiling():
 @pytest.mark.parametrize("name", configs.NAMES)
 def test_every_recipe_compiles_and_fits_on_tpu_v4_32(name):
     """Each packaged recipe's step, compiled by the TPU compiler for a v4-32 slice, fits the
-    chips' 32 GiB of HBM (docs/large-batches.md has the figures; a full-size ResNet-50 takes
-    about 15 minutes on two CPU cores)."""
+    chips' 32 GiB of HBM (docs/large-batches.md has the figures; a ResNet-50 at 224 px took
+    10-33 minutes on two loaded CPU cores, at 32 px 2-4 minutes)."""
     result = dr.dry_run(configs.get(name), target="tpu-v4-32")
     assert result["devices"] == 16 and result["device_kind"] == "TPU v4"
     assert 0 < result["per_device_bytes"] and result["flops_per_device"] > 0
