@@ -27,6 +27,10 @@ projected step time (:mod:`contrastive_jax.train.dry_run`)::
     python -m contrastive_jax.pretrain --dry_run --devices 32 --peak_tflops 275 \\
         --config "$(python -m contrastive_jax.configs simclr_imagenet)"
 
+``--dry_run --fit`` finds the gradient-caching ``train.micro_batch_size`` that fits the
+config's global batch into each device's memory (``--device_memory_gib``, or a TPU target's
+HBM) by compiling the step for a few candidates (:mod:`contrastive_jax.train.fit`).
+
 Also installed as the console script ``contrastive-jax-pretrain``; the configs
 that ship with the package are listed by ``python -m contrastive_jax.configs``.
 """
@@ -81,6 +85,15 @@ _PEAK_TFLOPS = flags.DEFINE_float(
     "(default: a TPU target's bf16 peak).",
 )
 _MFU = flags.DEFINE_float("mfu", 0.4, "--dry_run: assumed model FLOPs utilisation.")
+_FIT = flags.DEFINE_bool(
+    "fit", False, "--dry_run: find the per-device batch and the gradient-caching "
+    "train.micro_batch_size that fit the config's global batch into each device's memory "
+    "(contrastive_jax.train.fit); compiles the step a few times.",
+)
+_DEVICE_MEMORY_GIB = flags.DEFINE_float(
+    "device_memory_gib", None, "--dry_run: memory per device in GiB that the step must fit "
+    "(default: a TPU target's HBM; simulated CPU devices have none).",
+)
 flags.mark_flags_as_required(["config"])
 
 EXIT_USAGE = ExitCode.USAGE  # bad config, input or environment
@@ -119,11 +132,16 @@ def parse_flags(argv: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     del argv
     logging.getLogger("absl").setLevel(logging.WARNING)
+    if (_FIT.value or _DEVICE_MEMORY_GIB.value is not None) and not _DRY_RUN.value:
+        print("error: --fit and --device_memory_gib need --dry_run", file=sys.stderr)
+        return EXIT_USAGE
     if _DRY_RUN.value:
-        from contrastive_jax.train.dry_run import run_cli
+        from contrastive_jax.train.dry_run import GiB, run_cli
 
+        memory = _DEVICE_MEMORY_GIB.value
         return run_cli(_CONFIG.value, num_devices=_DEVICES.value, target=_TARGET.value,
-                       peak_tflops=_PEAK_TFLOPS.value, mfu=_MFU.value)
+                       peak_tflops=_PEAK_TFLOPS.value, mfu=_MFU.value, fit=_FIT.value,
+                       device_memory_bytes=None if memory is None else round(memory * GiB))
     if not _WORKDIR.value:
         print("error: --workdir is required (except with --dry_run)", file=sys.stderr)
         return EXIT_USAGE

@@ -30,6 +30,11 @@ Targets:
   result compares the per-device total with the device's HBM (:data:`TPU_CHIPS`) and says whether
   the step fits.
 
+``device_memory_bytes`` gives a memory budget per device of one's own (simulated CPU devices
+have no limit; a TPU target's HBM is the default budget), and ``--fit``
+(:mod:`contrastive_jax.train.fit`) searches the gradient-caching micro-batch size that makes a
+config's global batch fit it.
+
 The step is built by :func:`contrastive_jax.train.build.build`, as the trainer's is (gradient
 caching included). Nothing is read: the dataset's class count (for the online probe) and the
 image side come from the config or :data:`~contrastive_jax.data.KNOWN_DATASETS`; the
@@ -159,6 +164,22 @@ def target_devices(target: str, num_devices: int | None = None) -> list:
     return list(devices)
 
 
+def check_divisible(global_batch: int, target: str, devices: list) -> int:
+    """The examples per device of ``global_batch`` on ``devices``; a ConfigError naming the
+    field when they do not divide it (for a TPU slice, saying how many JAX devices it has)."""
+    n = len(devices)
+    if global_batch % n:
+        slice_note = ""
+        if target in TPU_TARGETS and TPU_CHIPS[TPU_TARGETS[target][0]].megacore:
+            slice_note = (f" ({target}'s name counts TensorCores; its {n} chips are {n} JAX "
+                          "devices)")
+        raise ConfigError(
+            f"config.data.global_batch_size={global_batch} must be divisible by the {n} "
+            f"devices of target {target!r}{slice_note}"
+        )
+    return global_batch // n
+
+
 def _dataset_facts(spec: RunSpec, global_batch: int) -> DataFacts:
     """The data's facts from the config or :data:`~contrastive_jax.data.KNOWN_DATASETS`,
     with a nominal epoch of 1,000 steps."""
@@ -189,6 +210,7 @@ def dry_run(
     target: str = "cpu",
     peak_tflops: float | None = None,
     mfu: float = 0.4,
+    device_memory_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Compiles the training step of ``config`` for ``target`` and reports memory and FLOPs.
 
@@ -202,6 +224,8 @@ def dry_run(
       peak_tflops: peak rate of one device in TFLOP/s for the projection; None: the TPU
         chip's bf16 peak (:data:`TPU_CHIPS`), or no projection on CPU.
       mfu: assumed model FLOPs utilisation in (0, 1].
+      device_memory_bytes: the memory budget per device the verdict compares with; None: a
+        TPU target's HBM, or no verdict on CPU.
 
     Returns:
       A JSON-ready dict: ``target``, ``device_kind``, ``devices``, ``global_batch``,
@@ -211,7 +235,8 @@ def dry_run(
       ``generated_code_bytes``, ``per_device_bytes``), ``flops_per_device``,
       ``flops_per_step``, ``flops_per_image``, ``lower_seconds``, ``compile_seconds``; with
       a peak rate ``peak_tflops``, ``mfu``, ``step_seconds`` and ``images_per_s``; for a TPU
-      target ``hbm_bytes``, ``fits`` and ``headroom_bytes`` (HBM minus the total).
+      target ``hbm_bytes``; with a budget (``device_memory_bytes`` or the HBM)
+      ``memory_budget_bytes``, ``fits`` and ``headroom_bytes`` (the budget minus the total).
 
     Raises:
       ValueError: a bad argument (naming it), or a config the step cannot be built for
@@ -222,8 +247,11 @@ def dry_run(
         raise ValueError(f"mfu must be in (0, 1], got {mfu}")
     if peak_tflops is not None and peak_tflops <= 0:
         raise ValueError(f"peak_tflops must be positive, got {peak_tflops}")
+    if device_memory_bytes is not None and device_memory_bytes <= 0:
+        raise ValueError(f"device_memory_bytes must be positive, got {device_memory_bytes}")
     devices = target_devices(target, num_devices)
     spec = parse(config)
+    check_divisible(spec.data.global_batch_size, target, devices)
     facts = _dataset_facts(spec, spec.data.global_batch_size)
     mesh = Mesh(np.asarray(devices), (DATA_AXIS,), axis_types=(AxisType.Auto,))
     # Built on this host's CPU (the model's parameters and the optimiser state are real
@@ -238,7 +266,7 @@ def dry_run(
     result = _analysis(compiled, target, devices, run)
     result.update(lower_seconds=round(lowered_at - started, 1),
                   compile_seconds=round(compiled_at - lowered_at, 1))
-    result.update(_projection(result, target, peak_tflops, mfu))
+    result.update(_projection(result, target, peak_tflops, mfu, device_memory_bytes))
     return result
 
 
@@ -275,8 +303,9 @@ def _analysis(compiled: Any, target: str, devices: list, run: Run) -> dict[str, 
 
 
 def _projection(result: dict[str, Any], target: str, peak_tflops: float | None,
-                mfu: float) -> dict[str, Any]:
-    """The projected step time at ``peak_tflops`` x ``mfu``, and a TPU target's HBM verdict."""
+                mfu: float, device_memory_bytes: int | None) -> dict[str, Any]:
+    """The projected step time at ``peak_tflops`` x ``mfu``, and the memory verdict against
+    ``device_memory_bytes`` or a TPU target's HBM."""
     extra: dict[str, Any] = {}
     chip = TPU_CHIPS[TPU_TARGETS[target][0]] if target in TPU_TARGETS else None
     if peak_tflops is None and chip is not None:
@@ -286,8 +315,11 @@ def _projection(result: dict[str, Any], target: str, peak_tflops: float | None,
         extra.update(peak_tflops=peak_tflops, mfu=mfu, step_seconds=step_seconds,
                      images_per_s=result["global_batch"] / step_seconds if step_seconds else None)
     if chip is not None:
-        extra.update(hbm_bytes=chip.hbm_bytes, fits=result["per_device_bytes"] <= chip.hbm_bytes,
-                     headroom_bytes=chip.hbm_bytes - result["per_device_bytes"])
+        extra.update(hbm_bytes=chip.hbm_bytes)
+    budget = device_memory_bytes if device_memory_bytes is not None else extra.get("hbm_bytes")
+    if budget is not None:
+        extra.update(memory_budget_bytes=budget, fits=result["per_device_bytes"] <= budget,
+                     headroom_bytes=budget - result["per_device_bytes"])
     return extra
 
 
@@ -317,12 +349,14 @@ def format_report(result: dict[str, Any]) -> str:
         )
     if "fits" in result:
         verdict = "fits" if result["fits"] else "does NOT fit"
+        budget = "HBM" if result.get("hbm_bytes") == result["memory_budget_bytes"] else "budget"
         lines.append(
-            f"HBM: {gib('per_device_bytes')} of {gib('hbm_bytes')} per device: {verdict} "
+            f"{budget}: {gib('per_device_bytes')} of {gib('memory_budget_bytes')} per device: "
+            f"{verdict} "
             f"({'headroom' if result['fits'] else 'short by'} "
             f"{abs(result['headroom_bytes']) / GiB:.2f} GiB)"
         )
-    elif result["target"] == "cpu":
+    if result["target"] == "cpu":
         lines.append(
             "note: XLA:CPU overstates an accelerator's temporaries (1.75x the TPU compiler's for a "
             "ResNet-50 step); --target tpu-... asks the TPU compiler"
@@ -337,8 +371,15 @@ def run_cli(
     target: str,
     peak_tflops: float | None,
     mfu: float,
+    device_memory_bytes: int | None = None,
+    fit: bool = False,
 ) -> int:
-    """``contrastive-jax-pretrain --dry_run``: the report, then one JSON line; the exit code.
+    """``contrastive-jax-pretrain --dry_run [--fit]``: the report, then one JSON line; the exit
+    code.
+
+    With ``fit``, the micro-batch search of :func:`contrastive_jax.train.fit.fit`; when nothing
+    fits, its report and JSON line, then the error on stderr and
+    :attr:`~contrastive_jax.errors.ExitCode.USAGE`.
 
     For ``target="cpu"`` with ``num_devices``, sets ``jax_num_cpu_devices`` first: the flag
     takes effect only before JAX creates its CPU backend, which nothing has done yet when the
@@ -348,17 +389,27 @@ def run_cli(
     import json
     import sys
 
+    from contrastive_jax.train import fit as fitting
+
     if target == "cpu" and num_devices is not None and num_devices > 0:
         try:
             jax.config.update("jax_num_cpu_devices", num_devices)
         except RuntimeError:  # the backend is already up: use its devices
             pass
     try:
-        result = dry_run(config, num_devices=num_devices, target=target,
-                         peak_tflops=peak_tflops, mfu=mfu)
+        if fit:
+            result = fitting.fit(config, num_devices=num_devices, target=target,
+                                 device_memory_bytes=device_memory_bytes)
+        else:
+            result = dry_run(config, num_devices=num_devices, target=target,
+                             peak_tflops=peak_tflops, mfu=mfu,
+                             device_memory_bytes=device_memory_bytes)
     except ValueError as err:  # ConfigError included; a bad --target or --devices too
         print(f"error: {err}", file=sys.stderr)
         return ExitCode.USAGE
-    print(format_report(result))
+    print(fitting.format_report(result) if fit else format_report(result))
     print(json.dumps(result))
+    if fit and not result["fits"]:
+        print(f"error: {fitting.does_not_fit_message(result)}", file=sys.stderr)
+        return ExitCode.USAGE
     return 0

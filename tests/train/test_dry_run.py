@@ -127,10 +127,36 @@ def test_command_line_sets_the_simulated_device_count(tmp_path):
     assert "memory per device" in out.stdout
 
 
-@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu")
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="needs libtpu (the 'tpu' extra)")
+
+
+@needs_libtpu
 def test_tpu_topology_compiles_ahead_of_time():
     result = dr.dry_run(tiny(32), target="tpu-v5e-4")
     assert result["devices"] == 4 and "TPU" in result["device_kind"]
     assert result["fits"] and result["hbm_bytes"] == 16 * dr.GiB
     assert result["headroom_bytes"] == result["hbm_bytes"] - result["per_device_bytes"]
     assert result["peak_tflops"] == 197.0 and result["step_seconds"] > 0
+
+
+@needs_libtpu
+def test_a_batch_the_slice_does_not_divide_is_refused_before_compiling():
+    """tpu-v4-32 is 16 chips, 16 JAX devices (megacore): a batch of 100 is a ConfigError."""
+    with pytest.raises(ConfigError, match=r"divisible by the 16 devices of target 'tpu-v4-32'"):
+        dr.dry_run(tiny(100), target="tpu-v4-32")
+
+
+@pytest.mark.slow
+@needs_libtpu
+@pytest.mark.parametrize("name", configs.NAMES)
+def test_every_recipe_compiles_and_fits_on_tpu_v4_32(name):
+    """Each packaged recipe's step, compiled by the TPU compiler for a v4-32 slice, fits the
+    chips' 32 GiB of HBM (docs/large-batches.md has the figures; a ResNet-50 at 224 px took
+    10-33 minutes on two loaded CPU cores, at 32 px 2-4 minutes)."""
+    result = dr.dry_run(configs.get(name), target="tpu-v4-32")
+    assert result["devices"] == 16 and result["device_kind"] == "TPU v4"
+    assert 0 < result["per_device_bytes"] and result["flops_per_device"] > 0
+    assert result["fits"], (
+        f"{name} needs {result['per_device_bytes'] / dr.GiB:.2f} GiB per v4 chip: "
+        "`--dry_run --fit --target tpu-v4-32` gives the micro_batch_size that fits")
