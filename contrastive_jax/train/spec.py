@@ -36,7 +36,7 @@ import ml_collections
 
 from contrastive_jax import models
 from contrastive_jax.errors import ConfigError
-from contrastive_jax.train import objective, optim
+from contrastive_jax.train import objective, optim, transfer
 from contrastive_jax.train.config import TrainSpec, check_config
 
 #: Datasets whose class count and native image side are known without reading them.
@@ -84,6 +84,8 @@ class ModelSpec:
 
     encoder: Mapping[str, Any]
     head: Mapping[str, Any]
+    # init_from, trainable, init_head_layers (contrastive_jax.train.transfer)
+    transfer: transfer.TransferSpec = transfer.TransferSpec()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +141,8 @@ def _model_spec(model: ml_collections.ConfigDict, data: DataSpec) -> ModelSpec:
     if (encoder.get("name") in models.VIT_VARIANTS and encoder.get("image_size") is None
             and data.image_size is not None):
         encoder["image_size"] = data.image_size
-    return ModelSpec(encoder=encoder, head=model.head.to_dict())
+    return ModelSpec(encoder=encoder, head=model.head.to_dict(),
+                     transfer=transfer.parse_transfer(model))
 
 
 def _check_pairs(terms: tuple[objective.Term, ...], data: DataSpec) -> None:
