@@ -42,6 +42,10 @@ def default_data_config() -> ml_collections.ConfigDict:
         dropped, so every step has the same global batch).
       train_subset: None, or the size of a deterministic class-balanced subset
         of the training split (fast CPU proxies); used by every consumer.
+      label_fraction: None, or the fraction in (0, 1] of each class's training examples
+        kept (seed ``data_seed``): semi-supervised fine-tuning (:mod:`.label_subset`).
+      label_ids: None, or a text file of the training examples kept, one a line: example
+        ids or image file names (SimCLR's ``imagenet_subsets/1percent.txt``).
       label_noise: probability p of symmetric label noise on pretraining
         labels (ProjNCE Table 3 proxy); evaluation always sees clean labels.
       data_seed: seed of ``train_subset``, an image folder's
@@ -83,6 +87,8 @@ def default_data_config() -> ml_collections.ConfigDict:
     c.global_batch_size = 128
     c.train_subset = config_dict.placeholder(int)
     c.label_noise = 0.0
+    c.label_fraction = config_dict.placeholder(float)
+    c.label_ids = config_dict.placeholder(str)
     c.data_seed = 0
     c.source_kwargs = ml_collections.ConfigDict()
     c.metadata = "source"

@@ -35,6 +35,7 @@ from typing import Any
 import ml_collections
 
 from contrastive_jax import models
+from contrastive_jax.data import label_subset
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.train import objective, optim, transfer
 from contrastive_jax.train.config import TrainSpec, check_config
@@ -130,6 +131,7 @@ def _plain(section: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def _data_spec(data: ml_collections.ConfigDict) -> DataSpec:
+    label_subset.check_fraction(data.get("label_fraction"))
     size = data.get("image_size") or KNOWN_DATASETS.get(str(data.dataset), (None, None))[1]
     return DataSpec(dataset=str(data.dataset), global_batch_size=data.global_batch_size,
                     num_views=data.num_views, image_size=size, config=data)

@@ -150,7 +150,8 @@ def init_state(
     model.train()
     frozen = config["model"].get("trainable", "all") == "head"
     if frozen:  # linear evaluation: the encoder in inference mode (BN running statistics)
-        model.network.encoder.eval()
+        network: Any = model.network  # a ContrastiveModel
+        network.encoder.eval()
     graphdef, params, batch_stats, rest = split_model(model)
     tx, schedule = optim.make_optimizer(
         config["optimizer"],

@@ -137,7 +137,7 @@ def initialise(state: Any, spec: Any) -> Any:
             f"config.model.encoder.{name}={current.get(name)!r}, but the pretraining run at "
             f"{transfer.init_from} has {saved.get(name)!r}: the encoder must be the one "
             "pretrained")
-    network = pretrained.network
+    network: Any = pretrained.network  # a ContrastiveModel
     params = _replace(state.params, ENCODER_PATH, nnx.state(network.encoder, nnx.Param))
     stats = _replace(state.batch_stats, ENCODER_PATH, nnx.state(network.encoder, nnx.BatchStat))
     for layer in range(transfer.init_head_layers):
@@ -145,7 +145,7 @@ def initialise(state: Any, spec: Any) -> Any:
     return state._replace(params=params, batch_stats=stats)
 
 
-def _copy_head_layer(params, stats, head: nnx.Module, layer: int, transfer: TransferSpec):
+def _copy_head_layer(params, stats, head: Any, layer: int, transfer: TransferSpec):
     """params, stats with hidden layer ``layer`` (its Linear and batch norm) of ``head``."""
     hidden = getattr(head, "hidden_linears", ())
     if layer >= len(hidden):
