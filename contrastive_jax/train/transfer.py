@@ -162,7 +162,10 @@ def _copy_head_layer(params, stats, head: Any, layer: int, transfer: TransferSpe
 
 def _replace(tree: Any, path: tuple, subtree: Any) -> Any:
     """``tree`` (an ``nnx.State``) with ``subtree`` at ``path``, whose structure, shapes and
-    dtypes must be those it replaces."""
+    dtypes must be those it replaces; an empty ``subtree`` (a layer without batch statistics)
+    changes nothing."""
+    if not jax.tree.leaves(subtree):
+        return tree
     target = tree.to_pure_dict()
     parent = target
     try:
