@@ -33,6 +33,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 
 from contrastive_jax.errors import ConfigError
@@ -176,7 +177,9 @@ def _replace(tree: Any, path: tuple, subtree: Any) -> Any:
         raise ConfigError(
             f"config.model: the model has no {'.'.join(map(str, path))} to initialise from "
             "config.model.init_from (is config.model.head the head asked for?)") from err
-    new = subtree.to_pure_dict()
+    # Host copies: the restored arrays sit on this process's device, the run's state is put
+    # on the whole mesh (every process's devices) from host arrays.
+    new = jax.tree.map(np.asarray, subtree.to_pure_dict())
     shapes = jax.tree.map(lambda a: (a.shape, a.dtype), old)
     if jax.tree.map(lambda a: (a.shape, a.dtype), new) != shapes:
         raise ConfigError(

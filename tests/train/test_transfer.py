@@ -17,7 +17,7 @@ from contrastive_jax import configs
 from contrastive_jax.errors import ConfigError, ExitCode, exit_code
 from contrastive_jax.train import loop, spec
 from contrastive_jax.train.pretrained import load_pretrained
-from tests.test_configs import smoke_overrides
+from tests.test_configs import EVALUATION_RECIPES, smoke_overrides
 from tests.train.cli_config import tiny_config
 from tests.train.transfer_config import transfer_config
 
@@ -132,19 +132,10 @@ def test_an_encoder_other_than_the_pretrained_one_is_refused(tmp_path, pretraine
     assert not (tmp_path / "linear").exists()
 
 
-#: The pretraining recipe whose network each evaluation recipe starts from.
-PRETRAINING = {
-    "simclr_imagenet_linear": "simclr_imagenet",
-    "supcon_imagenet_linear": "supcon_imagenet",
-    "supcon_cifar10_linear": "supcon_cifar10",
-    "simclr_imagenet_finetune": "simclr_imagenet",
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(PRETRAINING))
+@pytest.mark.parametrize("name", sorted(EVALUATION_RECIPES))
 def test_evaluation_recipe_trains_two_steps_from_a_tiny_checkpoint(name, tmp_path):
-    pretraining = smoke_overrides(configs.get(PRETRAINING[name]))
+    pretraining = smoke_overrides(configs.get(EVALUATION_RECIPES[name]))
     loop.train(pretraining, str(tmp_path / "pretrain"))
     config = smoke_overrides(configs.get(name))
     config.model.init_from = str(tmp_path / "pretrain")
