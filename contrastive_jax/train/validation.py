@@ -51,7 +51,7 @@ class Record(NamedTuple):
 
 def best(records: list[Record]) -> Record | None:
     """The evaluation of highest top-1 (the earliest of equals); None without any."""
-    return max(reversed(records), key=lambda r: r.top1, default=None) if records else None
+    return max(records, key=lambda r: r.top1, default=None)  # max keeps the first of equals
 
 
 class Validator:

@@ -48,12 +48,14 @@ def test_linear_evaluation_keeps_the_encoder_and_reports_final_and_best(pretrain
             np.testing.assert_array_equal(a, b)
     report = summary["validation"]
     assert [report["final"]["step"], report["final"]["epoch"]] == [4, 2.0]
-    assert report["best"]["top1"] == max(report["best"]["top1"], report["final"]["top1"])
     assert 0 <= report["final"]["top1"] <= report["final"]["top5"] <= 1
     with open(os.path.join(tmp_path, "linear", loop.VALIDATION_FILE), encoding="utf-8") as f:
         assert json.load(f) == report
     logged = [r for r in _metrics(tmp_path / "linear") if "val_top1" in r]
     assert [r["step"] for r in logged] == [2, 4]  # after each epoch of two steps
+    assert report["final"]["top1"] == logged[-1]["val_top1"]
+    top = max(logged, key=lambda r: r["val_top1"])  # the first of equals
+    assert (report["best"]["step"], report["best"]["top1"]) == (top["step"], top["val_top1"])
 
 
 def _metrics(workdir) -> list[dict]:
@@ -151,3 +153,10 @@ def test_evaluation_recipe_trains_two_steps_from_a_tiny_checkpoint(name, tmp_pat
     same = [np.array_equal(a, b) for a, b in zip(_leaves(before.encoder, nnx.Param),
                                                   _leaves(after.encoder, nnx.Param), strict=True)]
     assert all(same) if config.model.trainable == "head" else not all(same)
+
+
+def test_the_best_evaluation_is_the_first_of_highest_top1():
+    from contrastive_jax.train.validation import Record, best
+
+    records = [Record(2, 1.0, 0.5, 0.9), Record(4, 2.0, 0.7, 0.9), Record(6, 3.0, 0.7, 1.0)]
+    assert best(records) == records[1] and best([]) is None
