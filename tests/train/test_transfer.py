@@ -138,6 +138,10 @@ def test_an_encoder_other_than_the_pretrained_one_is_refused(tmp_path, pretraine
 @pytest.mark.parametrize("name", sorted(EVALUATION_RECIPES))
 def test_evaluation_recipe_trains_two_steps_from_a_tiny_checkpoint(name, tmp_path):
     pretraining = smoke_overrides(configs.get(EVALUATION_RECIPES[name]))
+    # Two steps at supcon_cifar10's peak lr 0.5 (its warm-up clamped to one step) leave batch-norm
+    # scales near 100 whose 2-step running statistics overflow in inference mode; the
+    # checkpoint is only the protocol's starting point, so it is pretrained gently.
+    pretraining.optimizer.base_learning_rate = 1e-3
     loop.train(pretraining, str(tmp_path / "pretrain"))
     config = smoke_overrides(configs.get(name))
     config.model.init_from = str(tmp_path / "pretrain")
