@@ -25,9 +25,18 @@ RECIPES = {
     "sincere_cifar10": ("sincere", 0.1, 512, "resnet50"),
 }
 
+#: The evaluation protocols and the pretraining recipe each starts from
+#: (tests/train/test_transfer.py trains each).
+EVALUATION_RECIPES = {
+    "simclr_imagenet_linear": "simclr_imagenet",
+    "supcon_imagenet_linear": "supcon_imagenet",
+    "supcon_cifar10_linear": "supcon_cifar10",
+    "simclr_imagenet_finetune": "simclr_imagenet",
+}
+
 
 def test_every_config_is_listed():
-    assert set(EXPERIMENT_CONFIGS) | set(RECIPES) == set(configs.NAMES)
+    assert set(EXPERIMENT_CONFIGS) | set(RECIPES) | set(EVALUATION_RECIPES) == set(configs.NAMES)
 
 
 @pytest.mark.parametrize("name", configs.NAMES)

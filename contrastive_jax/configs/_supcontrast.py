@@ -115,6 +115,6 @@ def supcontrast_source(*, readme: str, linear_lr: int) -> tuple[Row, ...]:
         Row("linear evaluation", (),
             f"lr {linear_lr}, batch 512, 100 epochs, x 0.2 at epochs 60, 75, 90, no warm-up, "
             "crop 0.2-1 + flip, best epoch reported", f"{ref} main_linear.py; README.md",
-            why="linear_eval trains on precomputed, standardised features of unaugmented "
-                "images with a warm-up and a cosine, and reports the last epoch"),
+            why="a separate run: the recipe supcon_cifar10_linear is that protocol "
+                "(linear_eval, on precomputed features of unaugmented images, is not)"),
     )

@@ -19,7 +19,8 @@ from contrastive_jax.configs._sources import Row
 
 #: The recipes with a source, in the order of the page.
 RECIPES = ("simclr_imagenet", "supcon_imagenet", "sincere_imagenet", "simclr_cifar10",
-           "supcon_cifar10", "sincere_cifar10")
+           "supcon_cifar10", "sincere_cifar10", "simclr_imagenet_linear",
+           "supcon_imagenet_linear", "supcon_cifar10_linear", "simclr_imagenet_finetune")
 
 HEADER = """# The recipes against their sources
 

@@ -244,6 +244,10 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
     # flip, and MIO's crop (0.8, 1) alone (MIO, arXiv:2111.12664, Table 3).
     "supcon_linear": lambda size: AugmentConfig(crop_scale=(0.2, 1.0)),
     "mio_linear": lambda size: AugmentConfig(crop_scale=(0.8, 1.0), flip_prob=0.0),
+    # SimCLR's and the SupCon TF code's linear evaluation and fine-tuning on ImageNet: the
+    # Inception crop (0.08, 1) + flip alone (google-research/simclr data.py, color_distort
+    # only in pretraining).
+    "imagenet_linear": lambda size: AugmentConfig(crop_scale=(0.08, 1.0)),
     # No augmentation: every view is the (resized) image.
     "none": lambda size: AugmentConfig(crop_scale=None, flip_prob=0.0),
 }
@@ -260,7 +264,7 @@ def augmentation_preset(name: str, image_size: int) -> AugmentConfig:
     ``byol_imagenet``, ``mio`` (MIO Table 3; blur and solarisation only above
     32 px), ``digits``, ``digits_cluttered``, ``phantoms``, ``cifar_proxy``, the
     linear-probe recipes
-    ``supcon_linear`` and ``mio_linear`` (use them with ``num_views = 1``) and
+    ``supcon_linear``, ``mio_linear`` and ``imagenet_linear`` (use them with ``num_views = 1``) and
     ``none``.
     """
     if name not in _PRESETS:

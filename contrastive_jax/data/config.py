@@ -69,6 +69,10 @@ class DataSpec:
         dropped, so every step has the same global batch).
       train_subset: None, or the size of a deterministic class-balanced subset
         of the training split (fast CPU proxies); used by every consumer.
+      label_fraction: None, or the fraction in (0, 1] of each class's training examples
+        kept (seed ``data_seed``): semi-supervised fine-tuning (:mod:`.label_subset`).
+      label_ids: None, or a text file of the training examples kept, one a line: example
+        ids or image file names (SimCLR's ``imagenet_subsets/1percent.txt``).
       label_noise: probability p of symmetric label noise on pretraining
         labels (ProjNCE Table 3 proxy); evaluation always sees clean labels.
       data_seed: seed of ``train_subset``, an image folder's
@@ -112,6 +116,8 @@ class DataSpec:
     global_batch_size: int = 128
     train_subset: int | None = None
     label_noise: float = 0.0
+    label_fraction: float | None = None
+    label_ids: str | None = None
     data_seed: int = 0
     source_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     metadata: str = "source"
@@ -126,6 +132,7 @@ class DataSpec:
     def __post_init__(self) -> None:
         from contrastive_jax.data._resolve import check_loader  # no TensorFlow
         from contrastive_jax.data.augment_config import PRESET_NAMES
+        from contrastive_jax.data.label_subset import check_fraction
 
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError(f"config.data.dataset must be a dataset name, got {self.dataset!r}")
@@ -148,6 +155,7 @@ class DataSpec:
                 raise ConfigError(
                     f"config.data.{name} must be one of {choices}, got {getattr(self, name)!r}")
         check_loader(self)
+        check_fraction(self.label_fraction)
 
     def get(self, name: str, default: Any = None) -> Any:
         """The field ``name`` (``default`` for a name that is not one), as

@@ -65,7 +65,7 @@ import os
 import ml_collections
 import numpy as np
 
-from contrastive_jax.data import arrays, digits, synthetic
+from contrastive_jax.data import arrays, digits, label_subset, synthetic
 from contrastive_jax.data._image_folder import (
     decode_image_file,
     image_folder_source,
@@ -222,11 +222,31 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
         rows = class_balanced_subset(train.labels, config.train_subset, config.data_seed)
         log.info("dataset %s: class-balanced training subset of %d", name, len(rows))
         source = _replace_split(source, "train", train.take(rows))
+    source = _labelled_subset(source, config)
     if folder is not None:
         source = _folder_subset_and_decode(
             source, source_kwargs.get("test_subset"), config.data_seed, config.get("in_memory")
         )
     return arrays.transform_metadata(source, config)
+
+
+def _labelled_subset(source: Source, config: ml_collections.ConfigDict) -> Source:
+    """The training split reduced to ``label_fraction`` or ``label_ids``
+    (:mod:`.label_subset`); the source itself when neither is set."""
+    fraction, ids_file = config.get("label_fraction"), config.get("label_ids")
+    if fraction is None and not ids_file:
+        return source
+    if fraction is not None and ids_file:
+        raise ConfigError("set config.data.label_fraction or config.data.label_ids, not both")
+    train = source.split("train")
+    if train.streamed:
+        train.take(np.arange(0))  # raises: a subset needs the labels in memory
+    if fraction is not None:
+        rows = label_subset.fraction_rows(train.labels, fraction, config.data_seed)
+    else:
+        rows = label_subset.id_rows(label_subset.read_ids(ids_file), train.ids, train.paths)
+    log.info("dataset %s: %d labelled training examples", source.name, len(rows))
+    return _replace_split(source, "train", train.take(rows))
 
 
 #: ``config.source_kwargs`` of an image folder.

@@ -141,7 +141,8 @@ def build(spec: RunSpec, mesh: Mesh, facts: DataFacts) -> Run:
     sizes = plan(spec, facts, mesh.size)
     model_config = {
         "seed": spec.seed,
-        "model": {"encoder": spec.model.encoder, "head": spec.model.head},
+        "model": {"encoder": spec.model.encoder, "head": spec.model.head,
+                  "trainable": spec.transfer.trainable},
         "train": {"online_probe": spec.train.online_probe},
         "optimizer": spec.optimizer,
     }
@@ -151,7 +152,8 @@ def build(spec: RunSpec, mesh: Mesh, facts: DataFacts) -> Run:
     )
     step = make_train_step(graphdef, rest, tx, list(spec.terms), schedule, mesh,
                            micro_batch_size=spec.train.micro_batch_size,
-                           micro_batch_loop=spec.train.micro_batch_loop)
+                           micro_batch_loop=spec.train.micro_batch_loop,
+                           frozen_encoder=spec.transfer.frozen_encoder)
     return Run(spec, facts, sizes, mesh, graphdef, rest, tx, schedule, state, step)
 
 

@@ -61,7 +61,7 @@ from ml_collections import config_dict
 from contrastive_jax import data, models
 from contrastive_jax._sections import section_fields
 from contrastive_jax.errors import ConfigError, check_fields
-from contrastive_jax.train import grad_cache, objective, optim
+from contrastive_jax.train import grad_cache, objective, optim, transfer
 
 #: Sub-configs whose keys are names rather than fields (checked where they are read:
 #: the encoder's fields depend on its name).
@@ -102,6 +102,9 @@ class TrainSpec:
     knn_temperature: float = 0.07  # tau of the kNN monitor's neighbour weights exp(s / tau)
     knn_bank_size: int = 10_000  # class-balanced training examples in the kNN bank; 0: all
     knn_query_size: int = 2_000  # held-out queries of the kNN monitor; 0: the whole split
+    # Epochs between top-1/top-5 evaluations of the class scores (the head's outputs) on the
+    # held-out split, and one at the end; 0: off (train/validation.py).
+    validate_every_epochs: int = 0
     # JAX's persistent compilation cache: "auto" (JAX's own if set, else
     # ~/.cache/contrastive_jax/jax_compilation_cache), a directory, or "" (leave off).
     compilation_cache_dir: str = "auto"
@@ -114,7 +117,7 @@ class TrainSpec:
                      "collapse_patience"):
             _check_int(f"train.{name}", getattr(self, name), minimum=1)
         for name in ("total_steps", "device_prefetch", "micro_batch_size", "eval_every",
-                     "knn_bank_size", "knn_query_size"):
+                     "knn_bank_size", "knn_query_size", "validate_every_epochs"):
             _check_int(f"train.{name}", getattr(self, name), minimum=0)
         grad_cache.check_loop(self.micro_batch_loop)
         if self.eval_every % self.log_every:
@@ -151,6 +154,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.model = ml_collections.ConfigDict()
     config.model.encoder = models.default_encoder_config()
     config.model.head = models.default_head_config()
+    config.model.update(section_fields(transfer.TransferSpec))  # init_from, trainable, ...
     config.loss = ml_collections.ConfigDict(section_fields(objective.LossSpec))
     config.loss.mixing.num_classes = config_dict.placeholder(int)  # None: no mixing
     config.optimizer = ml_collections.ConfigDict(section_fields(optim.OptimizerSpec))

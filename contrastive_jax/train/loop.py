@@ -56,7 +56,7 @@ from contrastive_jax.errors import (  # noqa: F401 - raised here, part of the lo
     Preempted,
 )
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import inputs, paths, runtime
+from contrastive_jax.train import inputs, paths, runtime, transfer, validation
 from contrastive_jax.train.build import Run, build, check_step
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
@@ -75,6 +75,8 @@ from contrastive_jax.train.step import (  # noqa: F401 - part of the loop's inte
 )
 
 CONFIG_FILE = "config.json"
+#: The final and the best evaluation on the held-out split (``config.train.validate_every_epochs``).
+VALIDATION_FILE = "validation.json"
 #: Sub-directory of the work directory for TensorBoard events and profiler traces.
 TENSORBOARD_DIR = "tensorboard"
 
@@ -105,10 +107,14 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         train_input = inputs.load_input(spec.data, seed=spec.seed)
         run = build(spec, make_mesh(), train_input.facts)
         check_step(run)
+        run = run._replace(state=transfer.initialise(run.state, spec))  # config.model.init_from
         knn = KnnMonitor(spec.train, spec.data, train_input.source,
                          total_steps=run.plan.total_steps) if (
             spec.train.eval_every) else None  # the online kNN monitor
+        validator = validation.Validator(run, spec.data, train_input.source) if (
+            spec.train.validate_every_epochs) else None
         session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm)
+        session.validator = validator
         session.loop(knn)
         return {"workdir": str(session.directory), **session.summary(),
                 "compilation_cache_dir": cache_dir}
@@ -119,7 +125,8 @@ class _Session:
     input, from the restored step to the end (:meth:`loop`)."""
 
     def __init__(self, run: Run, directory: epath.Path, state, checkpointer: Checkpointer,
-                 skipped: int, batches: inputs.DevicePrefetch) -> None:
+                 skipped: int, batches: inputs.DevicePrefetch,
+                 evaluations: list[validation.Record] | None = None) -> None:
         self.run, self.directory, self.state = run, directory, state
         self.checkpointer, self.batches = checkpointer, batches
         spec, sizes = run.spec, run.plan
@@ -138,6 +145,9 @@ class _Session:
         self.last: dict[str, float] = {}  # the metrics of the last log step
         self.unlogged: dict[str, float] = {}  # the first step's timing, until logged
         self.pending_stop: jax.Array | None = None  # several processes: the last step's stop
+        self.validator: validation.Validator | None = None  # config.train.validate_every_epochs
+        # The held-out evaluations of the run so far (restored ones: the final and the best).
+        self.evaluations: list[validation.Record] = list(evaluations or [])
 
     @classmethod
     def open(cls, run: Run, directory: epath.Path, train_input: inputs.Input,
@@ -146,8 +156,9 @@ class _Session:
         config beside it."""
         state = jax.device_put(run.state, replicated(run.mesh))
         checkpointer = Checkpointer(directory, max_to_keep=run.spec.train.keep_checkpoints)
-        state, skipped = _restore(checkpointer, state, run.spec.config,
-                                  structure_signature(state))
+        state, meta = _restore(checkpointer, state, run.spec.config, structure_signature(state))
+        skipped = int(meta.get("nonfinite_steps", 0))  # older checkpoints have no count
+        evaluations = [validation.Record(*r) for r in meta.get("evaluations", [])]
         if jax.process_index() == 0:
             (directory / CONFIG_FILE).write_text(run.spec.config.to_json_best_effort(indent=2))
         start_step = int(state.step)
@@ -155,7 +166,7 @@ class _Session:
             train_input.batches(start_step), run.mesh, lambda: sigterm.raised,
             depth=run.spec.train.device_prefetch, remaining=run.plan.total_steps - start_step,
         )
-        session = cls(run, directory, state, checkpointer, skipped, batches)
+        session = cls(run, directory, state, checkpointer, skipped, batches, evaluations)
         if start_step:
             session.logger.message(f"resumed from the checkpoint at step {start_step} in "
                                    f"{directory}")
@@ -219,14 +230,48 @@ class _Session:
             return
         with self.clock.checking():
             values, skipped = self.guard.read(done, logged, self.logger)
+            if self.validator is not None and self.validator.due(done):
+                values.update(self._validate(done, skip_log=not is_log))
             if is_log:
                 self._log(done, values, skipped, knn)
             if is_checkpoint or preempted:
-                self.checkpointer.save(done, self.state, {**self.meta, "step": done,
-                                                          "nonfinite_steps": skipped})
+                self.checkpointer.save(done, self.state, {
+                    **self.meta, "step": done, "nonfinite_steps": skipped,
+                    "evaluations": [list(r) for r in self._kept_evaluations()]})
             if preempted:
                 self.checkpointer.flush()
                 raise Preempted(done)
+
+    def _validate(self, done: int, *, skip_log: bool) -> dict[str, float]:
+        """Top-1/top-5 on the held-out split after step ``done``; logged (at a step that is
+        no log step, on its own) and kept for the final and best report."""
+        assert self.validator is not None
+        record = self.validator(self.state, done)
+        self.evaluations = [r for r in self.evaluations if r.step < done] + [record]
+        scalars = {"val_top1": record.top1, "val_top5": record.top5}
+        self.logger.message(f"step {done} (epoch {record.epoch:.4g}): top-1 "
+                            f"{100 * record.top1:.2f} %, top-5 {100 * record.top5:.2f} % on "
+                            f"the {validation.SPLIT} split")
+        if skip_log:
+            self.logger.write(done, scalars)
+        return scalars
+
+    def _kept_evaluations(self) -> list[validation.Record]:
+        """The evaluations a checkpoint keeps: the best and the last."""
+        top = validation.best(self.evaluations)
+        return sorted({r for r in (top, *self.evaluations[-1:]) if r is not None},
+                      key=lambda r: r.step)
+
+    def validation_report(self) -> dict[str, Any]:
+        """``{"final": ..., "best": ...}`` of the held-out evaluations (empty without any);
+        process 0 writes it to ``<workdir>/validation.json``."""
+        if not self.evaluations:
+            return {}
+        report = {"final": self.evaluations[-1]._asdict(),
+                  "best": validation.best(self.evaluations)._asdict()}  # type: ignore[union-attr]
+        if jax.process_index() == 0:
+            (self.directory / VALIDATION_FILE).write_text(json.dumps(report, indent=2))
+        return report
 
     def _log(self, done: int, values: dict[str, float], skipped: int,
              knn: KnnMonitor | None) -> None:
@@ -254,13 +299,14 @@ class _Session:
             **self.clock.summary(sizes.total_steps - self.start_step, sizes.global_batch,
                                  self.batches.seconds),
             "collapse_warning": self.collapse.warned,
+            "validation": self.validation_report(),
         }
 
 
 def _restore(checkpointer: Checkpointer, state, config: ml_collections.ConfigDict,
-             signature: list[str]) -> tuple[Any, int]:
-    """(the state of the newest readable checkpoint, or ``state``; the non-finite steps
-    skipped so far). Closes the checkpointer and raises if checkpoints exist but none
+             signature: list[str]) -> tuple[Any, dict]:
+    """(the state of the newest readable checkpoint, or ``state``; its metadata: the
+    non-finite steps skipped so far, the held-out evaluations; {} without one). Closes the checkpointer and raises if checkpoints exist but none
     restores, or if the newest was written with another model or state structure."""
     present = checkpointer.steps()
     try:
@@ -278,9 +324,8 @@ def _restore(checkpointer: Checkpointer, state, config: ml_collections.ConfigDic
         checkpointer.close()
         raise
     if restored is None:
-        return state, 0
-    state, meta = restored
-    return state, int(meta.get("nonfinite_steps", 0))  # older checkpoints have no count
+        return state, {}
+    return restored
 
 
 class _NonFiniteGuard:

@@ -35,8 +35,11 @@ import optax
 from contrastive_jax._sections import section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 
-OPTIMIZERS = ("lars", "sgd", "adamw")
+OPTIMIZERS = ("lars", "sgd", "adamw", "rmsprop")
 LR_SCALINGS = ("linear", "sqrt", "none")
+#: The decay after the warm-up (``config.optimizer.decay``): cosine to ``final_lr_factor``,
+#: step decay at given epochs, or staircase exponential decay.
+DECAYS = ("cosine", "step", "exponential")
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +57,8 @@ class OptimizerSpec:
     ``final_lr_factor=0.001``, ``decay_norm_and_bias=True``.
     """
 
-    # One of OPTIMIZERS: "lars" (optax.lars), "sgd" (momentum SGD), "adamw".
+    # One of OPTIMIZERS: "lars" (optax.lars), "sgd" (momentum SGD), "adamw", "rmsprop"
+    # (TF1's RMSPropOptimizer: mean square initialised to 1, eps inside the root, momentum).
     name: str = "lars"
     # Learning rate before batch-size scaling; the peak of the schedule after it.
     base_learning_rate: float = 0.3
@@ -89,6 +93,20 @@ class OptimizerSpec:
     # Conv layers too, excluding the normalisation parameters only; the SupCon TF code's
     # use_bias_weight_decay=True (its LARS excludes the variables named batch_normalization).
     decay_biases: bool = False
+    # The decay after the warm-up, one of DECAYS: "cosine" (to final_lr_factor x peak),
+    # "step" (x decay_rate at each epoch of decay_epochs) or "exponential" (x decay_rate
+    # every decay_every_epochs, staircase).
+    decay: str = "cosine"
+    # "step": the epochs at which the learning rate is multiplied by decay_rate.
+    decay_epochs: tuple[float, ...] = ()
+    # "step" and "exponential": the factor of each decay.
+    decay_rate: float = 0.1
+    # "exponential": epochs between decays (counted from the end of the warm-up).
+    decay_every_epochs: float = 1.0
+    # "rmsprop": decay of the mean square of the gradient.
+    rmsprop_decay: float = 0.9
+    # "rmsprop": epsilon added to the mean square under the root.
+    rmsprop_epsilon: float = 1e-3
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
@@ -107,6 +125,26 @@ class OptimizerSpec:
         warmup = self.warmup_steps if self.warmup_steps is not None else self.warmup_epochs
         if warmup < 0:
             raise ConfigError(f"optimizer: the warm-up must be non-negative, got {warmup}")
+        if self.decay not in DECAYS:
+            raise ConfigError(
+                f"optimizer.decay={self.decay!r} is not one of {', '.join(DECAYS)}")
+        epochs = tuple(self.decay_epochs)
+        if any(not isinstance(e, (int, float)) or isinstance(e, bool) or e <= 0
+               for e in epochs) or list(epochs) != sorted(epochs):
+            raise ConfigError(
+                f"optimizer.decay_epochs={epochs!r} must be increasing positive epochs")
+        if self.decay == "step" and not epochs:
+            raise ConfigError("optimizer.decay='step' needs optimizer.decay_epochs, e.g. "
+                              "--config.optimizer.decay_epochs='(60, 75, 90)'")
+        if not 0 < float(self.decay_rate) <= 1:
+            raise ConfigError(f"optimizer.decay_rate must be in (0, 1], got {self.decay_rate}")
+        if not float(self.decay_every_epochs) > 0:
+            raise ConfigError(
+                f"optimizer.decay_every_epochs must be > 0, got {self.decay_every_epochs}")
+        if not 0 <= float(self.rmsprop_decay) < 1 or not float(self.rmsprop_epsilon) > 0:
+            raise ConfigError(
+                f"optimizer.rmsprop_decay must be in [0, 1) and optimizer.rmsprop_epsilon > 0, "
+                f"got {self.rmsprop_decay} and {self.rmsprop_epsilon}")
         if self.schedule_steps is not None and self.schedule_steps <= 0:
             raise ConfigError(
                 "optimizer.schedule_steps: the schedule must have at least one step, got "
@@ -255,13 +293,56 @@ def make_schedule(
             "clamped to %d steps", warmup, length, length - 1,
         )
         warmup = length - 1
-    return optax.warmup_cosine_decay_schedule(
-        init_value=float(config.warmup_init),
-        peak_value=peak,
-        warmup_steps=warmup,
-        decay_steps=length,
-        end_value=float(config.final_lr_factor) * peak,
-    )
+    if config.decay == "cosine":
+        return optax.warmup_cosine_decay_schedule(
+            init_value=float(config.warmup_init),
+            peak_value=peak,
+            warmup_steps=warmup,
+            decay_steps=length,
+            end_value=float(config.final_lr_factor) * peak,
+        )
+    if config.decay == "step":
+        decayed = step_decay(peak, [round(e * steps_per_epoch) for e in config.decay_epochs],
+                             float(config.decay_rate))
+    else:
+        decayed = exponential_decay(peak, float(config.decay_every_epochs) * steps_per_epoch,
+                                    float(config.decay_rate), start=warmup)
+    if not warmup:
+        return decayed
+    ramp = optax.linear_schedule(float(config.warmup_init), peak, warmup)
+    return lambda count: jnp.where(count < warmup, ramp(count), decayed(count))
+
+
+def step_decay(peak: float, boundaries: list[int], rate: float) -> optax.Schedule:
+    """``peak * rate ** (number of boundaries <= step)``: the learning rate multiplied by
+    ``rate`` at each of the 0-based steps ``boundaries``.
+
+    HobbitLong/SupContrast ``util.py`` ``adjust_learning_rate`` (not ``--cosine``):
+    ``lr * lr_decay_rate ** sum(epoch > lr_decay_epochs)`` with 1-based epochs, i.e. the
+    decays take effect from the 0-based epochs 60, 75 and 90 of ``lr_decay_epochs='60,75,90'``.
+    """
+    edges = jnp.asarray(boundaries, jnp.int32)
+
+    def schedule(count):
+        decays = jnp.sum(jnp.asarray(count, jnp.int32) >= edges)
+        return peak * rate ** decays.astype(jnp.float32)
+
+    return schedule
+
+
+def exponential_decay(peak: float, steps_per_decay: float, rate: float, *,
+                      start: int = 0) -> optax.Schedule:
+    """``peak * rate ** floor((step - start) / steps_per_decay)`` (staircase): TF's
+    ``tf.train.exponential_decay(..., staircase=True)`` counted from ``start`` (the end of
+    the warm-up), as google-research ``supcon/utils.py`` ``exponential_decay`` inside
+    ``build_learning_rate_schedule`` (``decay_steps = steps_per_epoch * epochs_per_decay``,
+    a float)."""
+
+    def schedule(count):
+        elapsed = jnp.maximum(jnp.asarray(count, jnp.float32) - start, 0.0)
+        return peak * rate ** jnp.floor(elapsed / steps_per_decay)
+
+    return schedule
 
 
 def make_optimizer(
@@ -321,6 +402,14 @@ def make_optimizer(
         tx = optax.chain(
             optax.add_decayed_weights(config.weight_decay, mask=mask),
             optax.sgd(schedule, momentum=config.momentum, nesterov=config.nesterov),
+        )
+    elif config.name == "rmsprop":
+        # TF1 RMSPropOptimizer (google-research supcon/utils.py build_optimizer): the mean
+        # square starts at 1, eps inside the root, the learning rate applied before momentum.
+        tx = optax.chain(
+            optax.add_decayed_weights(config.weight_decay, mask=mask),
+            optax.rmsprop(schedule, decay=config.rmsprop_decay, eps=config.rmsprop_epsilon,
+                          initial_scale=1.0, eps_in_sqrt=True, momentum=config.momentum),
         )
     else:
         tx = optax.adamw(schedule, weight_decay=config.weight_decay, mask=mask)

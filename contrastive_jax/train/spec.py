@@ -12,6 +12,9 @@ receives its own section:
 * ``spec.optimizer``: :class:`~contrastive_jax.train.optim.OptimizerSpec`; the optimiser;
 * ``spec.model``: :class:`~contrastive_jax.models.ModelSpec` (its ``encoder`` and ``head``:
   :mod:`contrastive_jax.models.factory`); the model;
+* ``spec.transfer``: :class:`~contrastive_jax.train.transfer.TransferSpec` (``config.model``'s
+  ``init_from``, ``trainable``, ``init_head_layers``); where the model starts from and what
+  trains (linear evaluation, fine-tuning);
 * ``spec.data``: :class:`~contrastive_jax.data.DataSpec` (:mod:`contrastive_jax.data.config`);
   the run's sizes and the input.
 
@@ -37,7 +40,7 @@ from contrastive_jax import models
 from contrastive_jax.data.config import DataSpec, data_spec
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.models import ModelSpec
-from contrastive_jax.train import objective, optim
+from contrastive_jax.train import objective, optim, transfer
 from contrastive_jax.train.config import TrainSpec, check_config
 
 
@@ -48,6 +51,7 @@ class RunSpec:
     seed: int
     data: DataSpec
     model: ModelSpec
+    transfer: transfer.TransferSpec  # config.model's init_from, trainable, init_head_layers
     loss: objective.LossSpec
     terms: tuple[objective.Term, ...]
     optimizer: optim.OptimizerSpec
@@ -71,7 +75,8 @@ def parse(config: ml_collections.ConfigDict) -> RunSpec:
     data = data_spec(config.data)
     _check_pairs(terms, data)
     return RunSpec(
-        seed=seed, data=data, model=_model_spec(config.model, data), loss=loss, terms=terms,
+        seed=seed, data=data, model=_model_spec(config.model, data),
+        transfer=transfer.parse_transfer(config.model), loss=loss, terms=terms,
         optimizer=optimizer, train=train, config=config,
     )
 
@@ -84,7 +89,7 @@ def _plain(section: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def _model_spec(model: ml_collections.ConfigDict, data: DataSpec) -> ModelSpec:
     """The model section, with a ViT's ``image_size`` derived from the data's side."""
-    spec = models.model_spec(model)
+    spec = models.model_spec({k: model[k] for k in ("encoder", "head")})
     size = data.known_image_size
     if spec.encoder.name in models.VIT_VARIANTS and spec.encoder.image_size is None and size:
         spec = dataclasses.replace(

@@ -49,7 +49,7 @@ from contrastive_jax import metrics, models
 from contrastive_jax.data import mixing as mixing_lib
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
-from contrastive_jax.train import grad_cache, objective, optim
+from contrastive_jax.train import grad_cache, objective, optim, transfer
 
 Array = jax.Array
 
@@ -162,6 +162,10 @@ def init_state(
 
         config = {"seed": 0, "train": {"online_probe": False}, "optimizer": {"name": "sgd"},
                   "model": {"encoder": {"name": "resnet50"}, "head": {}}}
+
+    ``config["model"]["trainable"] == "head"`` (linear evaluation,
+    :mod:`contrastive_jax.train.transfer`) puts the encoder in inference mode (in the graph)
+    and leaves it out of the optimiser (``optax.set_to_zero``).
         graphdef, rest, tx, schedule, state = init_state(
             config, 1000, steps_per_epoch=100, global_batch_size=256, total_steps=100)
         step = make_train_step(graphdef, rest, tx, parse_terms({"name": "supcon"}),
@@ -169,6 +173,10 @@ def init_state(
     """
     model = build_model(config, num_classes)
     model.train()
+    frozen = config["model"].get("trainable", "all") == "head"
+    if frozen:  # linear evaluation: the encoder in inference mode (BN running statistics)
+        network: Any = model.network  # a ContrastiveModel
+        network.encoder.eval()
     graphdef, params, batch_stats, rest = split_model(model)
     tx, schedule = optim.make_optimizer(
         config["optimizer"],
@@ -177,6 +185,9 @@ def init_state(
         global_batch_size=global_batch_size,
         total_steps=total_steps,
     )
+    if frozen:  # the encoder out of the optimiser: no update, no optimiser state
+        tx = optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()},
+                                   transfer.frozen_labels(params, True))
     state = TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,
@@ -197,6 +208,7 @@ def make_train_step(
     *,
     micro_batch_size: int | None = None,
     micro_batch_loop: str = "scan",
+    frozen_encoder: bool = False,
 ) -> jax.stages.Wrapped:
     """Builds ``step(state, batch[, nonfinite]) -> (state, metrics[, nonfinite])``, jitted.
 
@@ -224,11 +236,19 @@ def make_train_step(
     ``micro_batch_size`` (``config.train.micro_batch_size``; None or 0: off) and
     ``micro_batch_loop`` turn on gradient caching (the module docstring says how the step
     draws its randomness, mixes its rows and caches its gradients).
+
+    ``frozen_encoder`` (``config.model.trainable == "head"``: linear evaluation) stops the
+    gradient at the encoder's features and keeps the encoder's parameters and batch
+    statistics bit for bit as they were (:func:`transfer.keep_frozen`).
     """
     mix = objective.batch_mixing(terms)
     grad_cache.check_loop(micro_batch_loop)
+    if frozen_encoder and micro_batch_size:
+        raise ConfigError("config.train.micro_batch_size: gradient caching needs a trained "
+                          "encoder; with config.model.trainable='head' set it to 0")
     per_device = functools.partial(
-        _per_device, graphdef, rest, tuple(terms), mix, micro_batch_size, micro_batch_loop)
+        _per_device, graphdef, rest, tuple(terms), mix, micro_batch_size, micro_batch_loop,
+        frozen_encoder)
 
     def loss_fn(params, batch_stats, key_data, step, batch):
         local_specs = {k: P(DATA_AXIS) for k in batch}
@@ -247,7 +267,10 @@ def make_train_step(
         (loss, (logged, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.batch_stats, jax.random.key_data(step_key), state.step, batch
         )
+        new_stats = transfer.keep_frozen(state.batch_stats, new_stats, frozen_encoder)
         new, finite = _guarded_update(tx, state, grads, loss, new_stats, logged)
+        new = new._replace(params=transfer.keep_frozen(state.params, new.params,
+                                                       frozen_encoder))
         logged["learning_rate"] = schedule(state.step)
         if stop is not None:
             logged["stop"] = jnp.max(stop).astype(jnp.float32)
@@ -264,8 +287,8 @@ _BATCH_KEYS = ("views", "label", "index", "metadata")
 
 def _per_device(graphdef, rest, terms: tuple[objective.Term, ...],
                 mix: objective.Mixing | None, micro_batch_size: int | None,
-                micro_batch_loop: str, params, batch_stats, key_data: Array, step: Array,
-                local: dict[str, Array]):
+                micro_batch_loop: str, frozen_encoder: bool, params, batch_stats,
+                key_data: Array, step: Array, local: dict[str, Array]):
     """One device's share of the step, inside ``shard_map``: (loss, (metrics, batch stats)).
 
     ``local`` holds the device's examples (``views`` [b, V, H, W, C], ``label``, ``index``,
@@ -284,6 +307,9 @@ def _per_device(graphdef, rest, terms: tuple[objective.Term, ...],
         features, projections = grad_cache.embed(
             model.network, rows, num_micro_batches=micro, key=device_key, loop=micro_batch_loop,
         )
+    elif frozen_encoder:  # linear evaluation: no gradient into the encoder
+        features = jax.lax.stop_gradient(model.network.encoder(rows))
+        projections = model.network.head(features)
     else:
         features, projections = model.network(rows)
     if mix is not None and projections.shape[-1] != mix.num_classes:

@@ -46,7 +46,7 @@ OTHERS = [
     ({"train.profile_steps": (1, 99)}, "config.train.profile_steps"),
     ({"train.eval_every": 3, "train.log_every": 2}, "config.train.eval_every"),
     ({"train.knn_temperature": 0.0}, "config.train.knn_temperature"),
-    ({"optimizer.name": "rmsprop"}, "optimizer.name"),
+    ({"optimizer.name": "adagrad"}, "optimizer.name"),
     ({"optimizer.lr_scaling": "log"}, "optimizer.lr_scaling"),
     ({"optimizer.base_learning_rate": 0.0}, "optimizer.base_learning_rate"),
     ({"optimizer.grad_clip_norm": -1.0}, "optimizer.grad_clip_norm"),

@@ -295,9 +295,9 @@ def test_default_lars_trains_a_real_model():
 
 
 def test_unknown_optimizer_name():
-    with pytest.raises(ValueError, match=r"optimizer\.name='rmsprop'.*lars, sgd, adamw"):
+    with pytest.raises(ValueError, match=r"optimizer\.name='adagrad'.*lars, sgd, adamw, rmsprop"):
         optim.make_optimizer(
-            _config(name="rmsprop", schedule_epochs=1),
+            _config(name="adagrad", schedule_epochs=1),
             {"w": jnp.ones((2, 2))},
             steps_per_epoch=10,
             global_batch_size=256,

@@ -1,0 +1,86 @@
+"""SimCLR's semi-supervised fine-tuning on ImageNet: 1 % (or 10 %) of the labels.
+
+Chen et al. 2020 (arXiv:2002.05709), App. B.5: the whole network fine-tuned with Nesterov
+momentum 0.9, batch 4096, a learning rate of 0.05 x B / 256 (0.8) without warm-up, random
+crop + flip alone, no regularisation (weight decay included), 60 epochs for 1 % of the labels
+and 30 for 10 %. Fine-tuning starts from the projection head's first layer (its Linear and
+batch norm kept, a new Linear to the 1000 classes), as SimCLR v2 (Chen et al. 2020b,
+arXiv:2006.10029, Sec. 2; google-research/simclr README, ``--ft_proj_selector=1``) does; SimCLR
+v1 fine-tuned from the encoder's output (``--config.model.init_head_layers=0
+--config.model.head.num_hidden_layers=0``).
+
+The labelled examples are SimCLR's subsets, prepared by TFDS as ``imagenet2012_subset/1pct``
+(``/10pct``: ``--config.dataset=imagenet2012_subset/10pct --config.train.epochs=30``); the
+validation split is ImageNet's. For data held in memory or a folder of images,
+``--config.data.label_fraction=0.01`` keeps a seeded 1 % of each class and
+``--config.data.label_ids=1percent.txt`` the examples of a list (ids or file names:
+``imagenet_subsets/1percent.txt`` of google-research/simclr), see
+:mod:`contrastive_jax.data.label_subset`.
+
+    contrastive-jax-pretrain --workdir runs/simclr_imagenet_finetune \\
+        --config "$(python -m contrastive_jax.configs simclr_imagenet_finetune)" \\
+        --config.model.init_from=runs/simclr_imagenet --config.data.data_dir=DIR
+
+Expected: 48.3 % top-1 with 1 % of the labels, 65.6 % with 10 % (paper Table 7, ResNet-50,
+1,000 pretraining epochs; fine-tuned from the encoder). Not run here.
+"""
+
+from contrastive_jax.configs import _sources, simclr_imagenet
+from contrastive_jax.configs._evaluation import from_pretraining
+from contrastive_jax.configs._sources import Row
+
+
+def get_config():
+    pretraining = simclr_imagenet.get_config()
+    config = from_pretraining(pretraining, trainable="all", num_classes=1000,
+                              augmentation="imagenet_linear", batch_size=4096, epochs=60)
+    config.data.dataset = "imagenet2012_subset/1pct"
+    config.model.head.name = "simclr_v2"
+    config.model.head.num_hidden_layers = 1
+    config.model.head.hidden_features = pretraining.model.head.hidden_features
+    config.model.head.out_features = 1000
+    config.model.head.bn_axis_name = pretraining.model.head.bn_axis_name
+    config.model.init_head_layers = 1
+    config.optimizer.name = "sgd"
+    config.optimizer.momentum = 0.9
+    config.optimizer.nesterov = True
+    config.optimizer.base_learning_rate = 0.05
+    config.optimizer.lr_scaling = "linear"
+    config.optimizer.decay = "cosine"
+    config.optimizer.final_lr_factor = 0.0
+    config.train.validate_every_epochs = 10
+    return config
+
+
+_V1 = _sources.SIMCLR_V1
+#: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
+SOURCE = (
+    Row("labelled examples", ("data.dataset",), "SimCLR's 1 % subset of ImageNet's labels",
+        f"paper App. B.5; {_V1} imagenet_subsets/1percent.txt",
+        ("imagenet2012_subset/1pct",)),
+    Row("start", ("model.trainable", "model.init_head_layers", "model.head.num_hidden_layers"),
+        "the whole network trains, from the projection head's first layer",
+        "SimCLR v2 (arXiv:2006.10029) Sec. 2; google-research/simclr README.md "
+        "(--ft_proj_selector=1)", ("all", 1, 1)),
+    Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "4096, 60 (1 %)",
+        "paper App. B.5", (4096, 60)),
+    Row("optimiser", ("optimizer.name", "optimizer.momentum", "optimizer.nesterov"),
+        "momentum 0.9, Nesterov", f"paper App. B.5; {_V1} model.py:168-170",
+        ("sgd", 0.9, True)),
+    Row("learning rate", ("optimizer.base_learning_rate", "optimizer.lr_scaling"),
+        "0.05 x B / 256 (0.8)", "paper App. B.5", (0.05, "linear")),
+    Row("weight decay", ("optimizer.weight_decay",), "none (no regularisation)",
+        "paper App. B.5", (0.0,)),
+    Row("schedule", ("optimizer.decay", "optimizer.warmup_epochs", "optimizer.final_lr_factor"),
+        "no warm-up, cosine to 0", f"paper App. B.5; {_V1} model_util.py:50-68",
+        ("cosine", 0.0, 0.0)),
+    Row("augmentation, views", ("data.augmentation", "data.num_views", "data.image_size"),
+        "random crop (area 0.08-1) + flip, resized to 224; one view", "paper App. B.5",
+        ("imagenet_linear", 1, 224)),
+    Row("batch norm", ("model.encoder.bn_axis_name", "model.head.bn_axis_name"),
+        "global (all cores), updated", f"{_V1} model.py:62-68 (model_train_mode)",
+        ("data", "data")),
+    Row("evaluation", ("train.validate_every_epochs",),
+        "top-1/top-5 on the validation split after training", f"{_V1} run.py (train_then_eval)",
+        why="evaluated every 10 epochs too; the final epoch is the paper's number"),
+)
