@@ -394,6 +394,7 @@ def test_blocked_product_has_the_dense_row_sums(bench):
                                    np.asarray(dense(z)).sum(1), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_smoke_without_pytorch_or_reference_files(tmp_path):
     """The JAX parts alone, as on a machine without PyTorch (CI's): the losses against their
     product, our step and the numerics run with TensorFlow and ml_collections blocked, and

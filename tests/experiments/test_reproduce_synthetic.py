@@ -269,6 +269,7 @@ def _finished_quick_toy_run(tmp_path: Path) -> tuple[tuple, Path, dict]:
     return args, common.work_path(tmp_path, toy.setting_name("alt", 0), "nll", 0), result
 
 
+@pytest.mark.slow
 def test_toy_run_interrupted_past_the_patience_resumes_to_the_same_result(tmp_path, monkeypatch):
     """A run cut off at epoch k > patience rebuilds its early-stopping curve from the k
     checkpoints it left, never trains to an earlier target (which would prune them), and ends

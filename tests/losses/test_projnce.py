@@ -744,6 +744,7 @@ def _all_five(embeddings, labels, *, valid=None, axis_name=None):
     )
 
 
+@pytest.mark.slow
 def test_t13_multidevice_matches_single_device():
     """T13: on 8 devices (uneven classes, padded rows) value and gradient of every loss
     equal one device on the concatenated batch (shard_map, grad outside and inside,

@@ -31,6 +31,7 @@ def tiny(batch: int = 16):
     return config
 
 
+@pytest.mark.slow
 def test_memory_and_flops_scale_with_the_batch():
     small = dr.dry_run(tiny(16), num_devices=8, peak_tflops=2.0, mfu=0.5)
     large = dr.dry_run(tiny(64), num_devices=8)

@@ -18,6 +18,7 @@ from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import grad_cache, loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.step import make_train_step
+from tests.pairwise import only_in_make_test
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
@@ -56,7 +57,7 @@ def _batch(config):
 
 @pytest.mark.parametrize(
     "loss, form",
-    [("sincere", "unrolled"), ("sincere", "scan"),
+    [pytest.param("sincere", "unrolled", marks=pytest.mark.slow), ("sincere", "scan"),
      pytest.param("nt_xent+supcon", "unrolled", marks=pytest.mark.slow)],
 )
 def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss, form):
@@ -88,7 +89,7 @@ def test_micro_batched_step_trains_a_batch_norm_resnet_in_bfloat16_with_lars():
     assert min(moved) > 0  # every running statistic was updated
 
 
-@pytest.mark.parametrize("loop", grad_cache.LOOPS)
+@pytest.mark.parametrize("loop", only_in_make_test(grad_cache.LOOPS, ("scan",)))
 def test_embed_matches_the_network_and_its_gradient(loop):
     net = ContrastiveModel(MLP(3, (8, 4), rngs=nnx.Rngs(0)), LinearHead(4, 2, rngs=nnx.Rngs(1)))
     graphdef, params = nnx.split(net)
@@ -176,7 +177,7 @@ def test_bad_micro_batch_size_names_the_field(size, message):
     assert grad_cache.num_micro_batches(8, 0) == grad_cache.num_micro_batches(8, None) == 0
 
 
-@pytest.mark.parametrize("micro_batch_loop", grad_cache.LOOPS)
+@pytest.mark.parametrize("micro_batch_loop", only_in_make_test(grad_cache.LOOPS, ("scan",)))
 def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path, micro_batch_loop):
     """BN and dropout (the tiny conv encoder), 2 micro-batches per device: exact resume."""
     config = runs.tiny_config(total_steps=4, checkpoint_every=2)
