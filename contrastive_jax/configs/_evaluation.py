@@ -39,3 +39,15 @@ def from_pretraining(pretraining: ml_collections.ConfigDict, *, trainable: str,
     config.train.log_every = 50
     config.train.checkpoint_every = 1000
     return config
+
+
+def simclr_sgd(config: ml_collections.ConfigDict, base_learning_rate: float) -> None:
+    """SimCLR's evaluation optimiser (paper App. B.5, B.6): Nesterov momentum 0.9, peak
+    ``base_learning_rate`` x B/256, cosine decay to 0; sets ``config.optimizer``."""
+    config.optimizer.name = "sgd"
+    config.optimizer.momentum = 0.9
+    config.optimizer.nesterov = True
+    config.optimizer.base_learning_rate = base_learning_rate
+    config.optimizer.lr_scaling = "linear"
+    config.optimizer.decay = "cosine"
+    config.optimizer.final_lr_factor = 0.0

@@ -26,7 +26,7 @@ Expected: 48.3 % top-1 with 1 % of the labels, 65.6 % with 10 % (paper Table 7, 
 """
 
 from contrastive_jax.configs import _sources, simclr_imagenet
-from contrastive_jax.configs._evaluation import from_pretraining
+from contrastive_jax.configs._evaluation import from_pretraining, simclr_sgd
 from contrastive_jax.configs._sources import Row
 
 
@@ -41,13 +41,7 @@ def get_config():
     config.model.head.out_features = 1000
     config.model.head.bn_axis_name = pretraining.model.head.bn_axis_name
     config.model.init_head_layers = 1
-    config.optimizer.name = "sgd"
-    config.optimizer.momentum = 0.9
-    config.optimizer.nesterov = True
-    config.optimizer.base_learning_rate = 0.05
-    config.optimizer.lr_scaling = "linear"
-    config.optimizer.decay = "cosine"
-    config.optimizer.final_lr_factor = 0.0
+    simclr_sgd(config, base_learning_rate=0.05)
     config.train.validate_every_epochs = 10
     return config
 

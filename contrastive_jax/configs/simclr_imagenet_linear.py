@@ -16,20 +16,14 @@ Expected: 69.3 % top-1 for 1,000 pretraining epochs (paper Table 6; 64.5 % for t
 """
 
 from contrastive_jax.configs import _sources, simclr_imagenet
-from contrastive_jax.configs._evaluation import from_pretraining
+from contrastive_jax.configs._evaluation import from_pretraining, simclr_sgd
 from contrastive_jax.configs._sources import Row
 
 
 def get_config():
     config = from_pretraining(simclr_imagenet.get_config(), trainable="head", num_classes=1000,
                               augmentation="imagenet_linear", batch_size=4096, epochs=90)
-    config.optimizer.name = "sgd"
-    config.optimizer.momentum = 0.9
-    config.optimizer.nesterov = True
-    config.optimizer.base_learning_rate = 0.1
-    config.optimizer.lr_scaling = "linear"
-    config.optimizer.decay = "cosine"
-    config.optimizer.final_lr_factor = 0.0
+    simclr_sgd(config, base_learning_rate=0.1)
     return config
 
 

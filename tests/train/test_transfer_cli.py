@@ -1,9 +1,12 @@
-"""A linear evaluation through ``python -m contrastive_jax.pretrain`` (slow): two processes
-with 4 devices each take the step one process with 8 devices takes, and a run killed with
-SIGKILL resumes bit for bit, its held-out evaluations (final and best) included.
+"""A linear evaluation and a fine-tuning through ``python -m contrastive_jax.pretrain``
+(slow): two processes with 4 devices each take the step one process with 8 devices takes, and
+a run killed with SIGKILL resumes bit for bit, its held-out evaluations (final and best)
+included.
 
 The run is :mod:`tests.train.transfer_config` (a classifier on the frozen encoder of a 2-step
-pretraining of :mod:`tests.train.cli_config`), evaluated after every epoch of two steps.
+pretraining of :mod:`tests.train.cli_config`), evaluated after every epoch of two steps; the
+fine-tuning trains the whole network on a seeded half of each class of 128 examples
+(``trainable="all"``, ``data.label_fraction=0.5``: about 64 examples, two steps an epoch).
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ pytestmark = pytest.mark.slow
 
 CONFIG = os.path.join(runs.ROOT, "tests", "train", "transfer_config.py")
 TOTAL = 8
+#: What trains: the classifier on the frozen encoder, or the whole network on a labelled half of the data.
+MODES = {
+    "linear": (),
+    "finetune": ("--config.model.trainable=all", "--config.data.train_subset=128",
+                 "--config.data.label_fraction=0.5"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +49,9 @@ def pretrained(tmp_path_factory, cache_dir) -> str:
     return workdir
 
 
-def _flags(pretrained: str, total: int, checkpoint_every: int) -> tuple[str, ...]:
+def _flags(pretrained: str, total: int, checkpoint_every: int, mode: str) -> tuple[str, ...]:
     return (f"--config.model.init_from={pretrained}", f"--config.train.total_steps={total}",
-            f"--config.train.checkpoint_every={checkpoint_every}")
+            f"--config.train.checkpoint_every={checkpoint_every}", *MODES[mode])
 
 
 def _validation(workdir: str) -> dict:
@@ -50,8 +59,10 @@ def _validation(workdir: str) -> dict:
         return json.load(f)
 
 
-def test_two_processes_match_one_process_with_eight_devices(tmp_path, pretrained, cache_dir):
-    flags = (*_flags(pretrained, 2, 2), "--heartbeat_timeout_seconds=120")  # 2 shared cores: a slow step is no death
+@pytest.mark.parametrize("mode", MODES)
+def test_two_processes_match_one_process_with_eight_devices(tmp_path, pretrained, cache_dir,
+                                                            mode):
+    flags = (*_flags(pretrained, 2, 2, mode), "--heartbeat_timeout_seconds=120")  # 2 shared cores: a slow step is no death
     single = str(tmp_path / "single")
     assert runs.run_pretrain(single, *flags, env=runs.cli_env(8, cache_dir), config=CONFIG) == 0, \
         runs.log_text(single)
@@ -68,9 +79,10 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path, pretrained
     assert _validation(pair) == _validation(single)
 
 
-def test_sigkill_then_resume_is_exact(tmp_path, pretrained, cache_dir):
+@pytest.mark.parametrize("mode", MODES)
+def test_sigkill_then_resume_is_exact(tmp_path, pretrained, cache_dir, mode):
     env = runs.cli_env(8, cache_dir)
-    flags = _flags(pretrained, TOTAL, 2)
+    flags = _flags(pretrained, TOTAL, 2, mode)
     reference = str(tmp_path / "reference")
     assert runs.run_pretrain(reference, *flags, env=env, config=CONFIG) == 0, \
         runs.log_text(reference)
