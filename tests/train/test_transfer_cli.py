@@ -6,7 +6,8 @@ included.
 The run is :mod:`tests.train.transfer_config` (a classifier on the frozen encoder of a 2-step
 pretraining of :mod:`tests.train.cli_config`), evaluated after every epoch of two steps; the
 fine-tuning trains the whole network on a seeded half of each class of 128 examples
-(``trainable="all"``, ``data.label_fraction=0.5``: about 64 examples, two steps an epoch).
+(``trainable="all"``, ``data.label_fraction=0.5``: fewer than 64 examples, one step of 32
+an epoch).
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ pytestmark = pytest.mark.slow
 
 CONFIG = os.path.join(runs.ROOT, "tests", "train", "transfer_config.py")
 TOTAL = 8
-#: What trains: the classifier on the frozen encoder, or the whole network on a labelled half of the data.
+#: What trains: the classifier on the frozen encoder, or the whole network on a labelled half
+#: of the data.
 MODES = {
     "linear": (),
     "finetune": ("--config.model.trainable=all", "--config.data.train_subset=128",
                  "--config.data.label_fraction=0.5"),
 }
+#: The steps that end an epoch, where the held-out split is evaluated.
+EVALUATED = {"linear": [2, 4, 6, 8], "finetune": list(range(1, TOTAL + 1))}
 
 
 @pytest.fixture(scope="module")
@@ -102,4 +106,4 @@ def test_sigkill_then_resume_is_exact(tmp_path, pretrained, cache_dir, mode):
     assert runs.losses_by_step(killed) == runs.losses_by_step(reference)
     assert _validation(killed) == _validation(reference)
     evaluated = [r["step"] for r in runs.metrics(reference) if "val_top1" in r]
-    assert evaluated == [2, 4, 6, 8]
+    assert evaluated == EVALUATED[mode]
