@@ -111,6 +111,7 @@ def test_tpu_target_table():
     assert dr.TPU_TARGETS["tpu-v3-128"] == ("v3", "v3:8x8")  # SimCLR's 128 TPU v3 cores
 
 
+@pytest.mark.slow
 def test_command_line_sets_the_simulated_device_count(tmp_path):
     """``--devices 4`` without XLA_FLAGS: the command sets the CPU device count itself."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

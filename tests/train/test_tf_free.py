@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _BLOCKER = """
@@ -74,6 +76,7 @@ def test_a_jitted_train_step_without_tensorflow_or_ml_collections():
     assert "loaded: []" in out, out
 
 
+@pytest.mark.slow
 def test_the_trainer_on_synthetic_data_without_tensorflow(tmp_path):
     out = _run(("tensorflow", "tensorflow_datasets"), f"""
         from contrastive_jax.train import loop

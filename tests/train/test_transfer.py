@@ -63,6 +63,7 @@ def _metrics(workdir) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow  # beside the linear evaluation, the fixture's pretraining once
 def test_fine_tuning_starts_from_the_encoder_and_the_heads_first_layer(pretrained):
     from contrastive_jax.parallel import make_mesh
     from contrastive_jax.train import transfer
@@ -109,6 +110,7 @@ def test_a_label_fraction_outside_0_1_is_refused_at_parse(fraction):
         spec.parse(config)
 
 
+@pytest.mark.slow  # beside the linear evaluation, the fixture's pretraining once
 def test_a_missing_or_unreadable_init_from_is_refused_before_the_workdir(tmp_path, pretrained):
     empty = tmp_path / "no_checkpoints"
     empty.mkdir()
@@ -125,6 +127,7 @@ def test_a_missing_or_unreadable_init_from_is_refused_before_the_workdir(tmp_pat
         assert not workdir.exists()
 
 
+@pytest.mark.slow  # beside the linear evaluation, the fixture's pretraining once
 def test_an_encoder_other_than_the_pretrained_one_is_refused(tmp_path, pretrained):
     config = transfer_config()
     config.model.init_from = pretrained
