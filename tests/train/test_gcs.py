@@ -65,6 +65,9 @@ def bucket(tmp_path_factory):
     with pytest.MonkeyPatch.context() as monkeypatch:
         for name, value in gcs_emulator.environment(url).items():
             monkeypatch.setenv(name, value)
+        # This process's own reads go through gcsfs whatever the environment says later (a
+        # test before this module, in the same worker, left epath choosing tf.io.gfile).
+        monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)
         for protocol in ("gs", "gcs"):  # gcsfs, whatever another test registered
             monkeypatch.delitem(fsspec_registry, protocol, raising=False)
         gpath.backend_lib.fsspec_backend._get_filesystem.cache_clear()
