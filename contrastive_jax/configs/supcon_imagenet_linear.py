@@ -24,7 +24,7 @@ from contrastive_jax.configs._sources import Row
 
 def get_config():
     config = from_pretraining(supcon_imagenet.get_config(), trainable="head", num_classes=1000,
-                              augmentation="imagenet_linear", batch_size=6144, epochs=90)
+                              augmentation="supcon_autoaugment", batch_size=6144, epochs=90)
     config.model.head.name = "normalized_linear"
     config.model.head.out_features = 1000
     config.model.head.dtype = config.model.encoder.dtype
@@ -84,8 +84,7 @@ SOURCE = (
         f"{_TF}utils.py (exponential_decay)", (12.0, "exponential", 0.97, 0.5)),
     Row("augmentation, views", ("data.augmentation", "data.num_views"),
         "AutoAugment (the run's --augmentation_type), one view",
-        f"{_SCRIPT} (--augmentation_type=AUTOAUGMENT)",
-        why="AutoAugment is not a preset yet: the Inception crop + flip of SimCLR's protocol"),
+        f"{_SCRIPT} (--augmentation_type=AUTOAUGMENT)", ("supcon_autoaugment", 1)),
     Row("precision", ("model.encoder.dtype", "model.head.dtype"), "bfloat16",
         f"{_FLAGS} (TPU_FLAGS: --allow_mixed_precision=True)", ("bfloat16", "bfloat16")),
 )
