@@ -136,11 +136,12 @@ def main(argv: list[str]) -> int:
         print("error: --fit and --device_memory_gib need --dry_run", file=sys.stderr)
         return EXIT_USAGE
     if _DRY_RUN.value:
-        from contrastive_jax.train.dry_run import GiB, run_cli
+        from contrastive_jax.train.dry_run import GiB
+        from contrastive_jax.train.fit import run_cli
 
         memory = _DEVICE_MEMORY_GIB.value
         return run_cli(_CONFIG.value, num_devices=_DEVICES.value, target=_TARGET.value,
-                       peak_tflops=_PEAK_TFLOPS.value, mfu=_MFU.value, fit=_FIT.value,
+                       peak_tflops=_PEAK_TFLOPS.value, mfu=_MFU.value, search=_FIT.value,
                        device_memory_bytes=None if memory is None else round(memory * GiB))
     if not _WORKDIR.value:
         print("error: --workdir is required (except with --dry_run)", file=sys.stderr)

@@ -4,13 +4,16 @@
 tpu-v4-32``) builds the model, optimiser and jitted step of :mod:`.loop` for the config's
 global batch on an ``N``-device mesh, lowers it with ``jax.ShapeDtypeStruct`` inputs that
 carry the trainer's shardings (state replicated, batch split over ``data``), compiles it, and
-reports what XLA's compiler says about the program each device runs:
+reports:
 
 * memory per device (``compiled.memory_analysis()``): arguments (the state and this device's
   share of the batch), outputs, temporaries, and their total ``arguments + outputs - aliased +
   temporaries`` (the donated state's outputs reuse the arguments' buffers);
-* FLOPs (``compiled.cost_analysis()``): per device, per step (times ``N``) and per image
-  (per example of the global batch, all its views);
+* FLOPs (:func:`contrastive_jax.train.flops.count_jaxpr`, the analytic count of products and
+  convolutions in the traced step, every micro-batch of gradient caching and its re-forward
+  included): per step, per device (the step's over ``N``) and per image (per example of the
+  global batch, all its views); ``flops_while_loops`` is the number of ``while`` bodies
+  counted once (0: the count is exact);
 * given a peak rate (``peak_tflops`` per device, a TPU target's own by default) and an assumed
   utilisation (``mfu``), the projected step time ``flops_per_device / (peak x mfu)`` and
   images per second ``global_batch / step time``.
@@ -20,7 +23,8 @@ Targets:
 * ``"cpu"``: ``N`` CPU devices of this process. XLA:CPU's memory figures overstate an
   accelerator's (``simclr_imagenet`` with 256
   views per device reported 31.9 GiB of temporaries on 32 CPU devices, the TPU compiler 18.2
-  GiB on a v4-64 slice); its FLOPs are the accelerator's (47.9 vs 47.6 GFLOP per image).
+  GiB on a v4-64 slice). The FLOPs, read from the traced program, are the same for every
+  target.
   The command line sets ``jax_num_cpu_devices`` to ``N`` before JAX creates its
   CPU backend (the same as ``XLA_FLAGS=--xla_force_host_platform_device_count=N``), so no
   environment variable is needed.
@@ -59,8 +63,9 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from contrastive_jax.data.config import KNOWN_DATASETS
-from contrastive_jax.errors import ConfigError, ExitCode
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
+from contrastive_jax.train import flops
 from contrastive_jax.train.build import DataFacts, Run, abstract_args, build
 from contrastive_jax.train.spec import RunSpec, parse
 
@@ -233,7 +238,7 @@ def dry_run(
       ``micro_batches`` (per device; 0: no gradient caching), the memory per
       device in bytes (``argument_bytes``, ``output_bytes``, ``alias_bytes``, ``temp_bytes``,
       ``generated_code_bytes``, ``per_device_bytes``), ``flops_per_device``,
-      ``flops_per_step``, ``flops_per_image``, ``lower_seconds``, ``compile_seconds``; with
+      ``flops_per_step``, ``flops_per_image``, ``flops_while_loops``, ``lower_seconds``, ``compile_seconds``; with
       a peak rate ``peak_tflops``, ``mfu``, ``step_seconds`` and ``images_per_s``; for a TPU
       target ``hbm_bytes``; with a budget (``device_memory_bytes`` or the HBM)
       ``memory_budget_bytes``, ``fits`` and ``headroom_bytes`` (the budget minus the total).
@@ -241,7 +246,7 @@ def dry_run(
     Raises:
       ValueError: a bad argument (naming it), or a config the step cannot be built for
         (:class:`~contrastive_jax.errors.ConfigError`).
-      RuntimeError: the backend gives no memory or cost analysis of the compiled step.
+      RuntimeError: the backend gives no memory analysis of the compiled step.
     """
     if not 0.0 < mfu <= 1.0:
         raise ValueError(f"mfu must be in (0, 1], got {mfu}")
@@ -259,26 +264,24 @@ def dry_run(
     with jax.default_device(jax.devices("cpu")[0]):
         run = build(spec, mesh, facts)
     started = time.perf_counter()
-    lowered = run.step.lower(*abstract_args(run))
+    traced = run.step.trace(*abstract_args(run))
+    lowered = traced.lower()
     lowered_at = time.perf_counter()
     compiled = lowered.compile()
     compiled_at = time.perf_counter()
-    result = _analysis(compiled, target, devices, run)
+    result = _analysis(compiled, flops.count_jaxpr(traced.jaxpr), target, devices, run)
     result.update(lower_seconds=round(lowered_at - started, 1),
                   compile_seconds=round(compiled_at - lowered_at, 1))
     result.update(_projection(result, target, peak_tflops, mfu, device_memory_bytes))
     return result
 
 
-def _analysis(compiled: Any, target: str, devices: list, run: Run) -> dict[str, Any]:
-    """Memory per device and FLOPs of the compiled step."""
+def _analysis(compiled: Any, count: flops.FlopCount, target: str, devices: list,
+              run: Run) -> dict[str, Any]:
+    """Memory per device of the compiled step and its FLOPs (``count``, the whole step's)."""
     memory = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    if memory is None or cost is None:
-        raise RuntimeError(f"the {target} backend gives no memory or cost analysis of the step")
-    if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
-        cost = cost[0]
-    flops = float(cost.get("flops", 0.0))
+    if memory is None:
+        raise RuntimeError(f"the {target} backend gives no memory analysis of the step")
     n, global_batch = len(devices), run.plan.global_batch
     result: dict[str, Any] = {
         "target": target,
@@ -297,8 +300,9 @@ def _analysis(compiled: Any, target: str, devices: list, run: Run) -> dict[str, 
     }
     result["per_device_bytes"] = (result["argument_bytes"] + result["output_bytes"]
                                   - result["alias_bytes"] + result["temp_bytes"])
-    result.update(flops_per_device=flops, flops_per_step=flops * n,
-                  flops_per_image=flops * n / global_batch)
+    result.update(flops_per_device=count.flops / n, flops_per_step=count.flops,
+                  flops_per_image=count.flops / global_batch,
+                  flops_while_loops=count.while_loops)
     return result
 
 
@@ -362,54 +366,3 @@ def format_report(result: dict[str, Any]) -> str:
             "ResNet-50 step); --target tpu-... asks the TPU compiler"
         )
     return "\n".join(lines)
-
-
-def run_cli(
-    config: ml_collections.ConfigDict,
-    *,
-    num_devices: int | None,
-    target: str,
-    peak_tflops: float | None,
-    mfu: float,
-    device_memory_bytes: int | None = None,
-    fit: bool = False,
-) -> int:
-    """``contrastive-jax-pretrain --dry_run [--fit]``: the report, then one JSON line; the exit
-    code.
-
-    With ``fit``, the micro-batch search of :func:`contrastive_jax.train.fit.fit`; when nothing
-    fits, its report and JSON line, then the error on stderr and
-    :attr:`~contrastive_jax.errors.ExitCode.USAGE`.
-
-    For ``target="cpu"`` with ``num_devices``, sets ``jax_num_cpu_devices`` first: the flag
-    takes effect only before JAX creates its CPU backend, which nothing has done yet when the
-    command line calls this (a process whose backend already runs keeps its devices, and
-    ``num_devices`` may not exceed them).
-    """
-    import json
-    import sys
-
-    from contrastive_jax.train import fit as fitting
-
-    if target == "cpu" and num_devices is not None and num_devices > 0:
-        try:
-            jax.config.update("jax_num_cpu_devices", num_devices)
-        except RuntimeError:  # the backend is already up: use its devices
-            pass
-    try:
-        if fit:
-            result = fitting.fit(config, num_devices=num_devices, target=target,
-                                 device_memory_bytes=device_memory_bytes)
-        else:
-            result = dry_run(config, num_devices=num_devices, target=target,
-                             peak_tflops=peak_tflops, mfu=mfu,
-                             device_memory_bytes=device_memory_bytes)
-    except ValueError as err:  # ConfigError included; a bad --target or --devices too
-        print(f"error: {err}", file=sys.stderr)
-        return ExitCode.USAGE
-    print(fitting.format_report(result) if fit else format_report(result))
-    print(json.dumps(result))
-    if fit and not result["fits"]:
-        print(f"error: {fitting.does_not_fit_message(result)}", file=sys.stderr)
-        return ExitCode.USAGE
-    return 0

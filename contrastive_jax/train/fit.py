@@ -39,12 +39,14 @@ else the devices' own ``bytes_limit`` (``Device.memory_stats()``, a GPU's).
 from __future__ import annotations
 
 import copy
+import json
+import sys
 from typing import Any
 
 import jax
 import ml_collections
 
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import ConfigError, ExitCode
 from contrastive_jax.train import optim
 from contrastive_jax.train.dry_run import (
     TPU_CHIPS,
@@ -53,6 +55,7 @@ from contrastive_jax.train.dry_run import (
     dry_run,
     target_devices,
 )
+from contrastive_jax.train.dry_run import format_report as dry_run_report
 from contrastive_jax.train.spec import parse
 
 
@@ -257,3 +260,49 @@ def format_report(result: dict[str, Any]) -> str:
         + ("" if result["lr_scaling"] == "none" else
            "; a smaller --config.data.global_batch_size would scale it by the same rule"))
     return "\n".join(lines)
+
+
+def run_cli(
+    config: ml_collections.ConfigDict,
+    *,
+    num_devices: int | None,
+    target: str,
+    peak_tflops: float | None,
+    mfu: float,
+    device_memory_bytes: int | None = None,
+    search: bool = False,
+) -> int:
+    """``contrastive-jax-pretrain --dry_run [--fit]``: the dry run's or the search's report, then one JSON line; the exit
+    code.
+
+    With ``search`` (``--fit``), the micro-batch search of :func:`fit`; when nothing
+    fits, its report and JSON line, then the error on stderr and
+    :attr:`~contrastive_jax.errors.ExitCode.USAGE`.
+
+    For ``target="cpu"`` with ``num_devices``, sets ``jax_num_cpu_devices`` first: the flag
+    takes effect only before JAX creates its CPU backend, which nothing has done yet when the
+    command line calls this (a process whose backend already runs keeps its devices, and
+    ``num_devices`` may not exceed them).
+    """
+    if target == "cpu" and num_devices is not None and num_devices > 0:
+        try:
+            jax.config.update("jax_num_cpu_devices", num_devices)
+        except RuntimeError:  # the backend is already up: use its devices
+            pass
+    try:
+        if search:
+            result = fit(config, num_devices=num_devices, target=target,
+                         device_memory_bytes=device_memory_bytes)
+        else:
+            result = dry_run(config, num_devices=num_devices, target=target,
+                             peak_tflops=peak_tflops, mfu=mfu,
+                             device_memory_bytes=device_memory_bytes)
+    except ValueError as err:  # ConfigError included; a bad --target or --devices too
+        print(f"error: {err}", file=sys.stderr)
+        return ExitCode.USAGE
+    print(format_report(result) if search else dry_run_report(result))
+    print(json.dumps(result))
+    if search and not result["fits"]:
+        print(f"error: {does_not_fit_message(result)}", file=sys.stderr)
+        return ExitCode.USAGE
+    return 0

@@ -54,7 +54,7 @@ Parts (``--parts``, all by default), each printed as a table as it runs:
   beside the reference step (``SupConResNet('resnet50')`` + ``SupConLoss`` + the SGD of
   ``util.set_optimizer``, bfloat16 autocast, channels-last, the CIFAR stem swapped for the
   ImageNet one at run time). Images/s, and MFU for both from ONE FLOP count: the
-  analytic count of our traced step (:mod:`experiments.bench.flop_count`: products and
+  analytic count of our traced step (:mod:`contrastive_jax.train.flops`: products and
   convolutions, what ``torch.utils.flop_counter`` counts), divided by each side's step time
   and the card's stated dense bf16 peak (:data:`PEAK_BF16_FLOPS`); PyTorch's own counter
   on the reference step is recorded beside it as a cross-check. ``--profile-dir``: a
@@ -815,7 +815,7 @@ def part_step(args, sizes: dict, reference_rows: list[dict], deadline: float,
     finished after about 200 s, and the run was cut off with no row at all)."""
     import jax
 
-    from experiments.bench import flop_count
+    from contrastive_jax.train import flops as flop_count
 
     kind = jax.devices()[0].device_kind
     peak = peak_flops(kind)

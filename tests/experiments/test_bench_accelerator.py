@@ -161,7 +161,7 @@ def test_flop_count_agrees_with_pytorch_on_the_same_work():
     import jax.numpy as jnp
     from torch.utils.flop_counter import FlopCounterMode
 
-    flop_count = load_script("flop_count", EXPERIMENTS / "bench")
+    from contrastive_jax.train import flops as flop_count
     batch, size, channels = 4, 16, 3
 
     def net(params, x):  # NHWC
@@ -201,9 +201,8 @@ def test_our_resnet_and_the_reference_resnet_have_the_same_flop_count():
     from torch.utils.flop_counter import FlopCounterMode
 
     from contrastive_jax import models
+    from contrastive_jax.train import flops as flop_count
     from experiments.parity import reference
-
-    flop_count = load_script("flop_count", EXPERIMENTS / "bench")
     ours = models.create_encoder({"name": "resnet18", "stem": "imagenet"}, rngs=nnx.Rngs(0))
     ours.eval()
     graphdef, state = nnx.split(ours)
@@ -216,25 +215,6 @@ def test_our_resnet_and_the_reference_resnet_have_the_same_flop_count():
     with FlopCounterMode(display=False) as counter:
         theirs(torch.ones(2, 3, 64, 64))
     assert counted.flops == counter.get_total_flops() > 0
-
-
-def test_flop_count_multiplies_scan_bodies():
-    import jax
-    import jax.numpy as jnp
-
-    flop_count = load_script("flop_count", EXPERIMENTS / "bench")
-    a = jnp.ones((8, 4))
-
-    def scanned(a):
-        return jax.lax.scan(lambda c, x: (c + x @ a.T, None), jnp.zeros((8, 8)),
-                            jnp.stack([a] * 5))[0]
-
-    one = flop_count.count(lambda a: a @ a.T, a).flops
-    assert one == 2 * 8 * 8 * 4
-    assert flop_count.count(scanned, a).flops == 5 * one
-    looped = flop_count.count(lambda a: jax.lax.while_loop(
-        lambda c: c[1] < 3, lambda c: (c[0] @ a.T @ a, c[1] + 1), (a, 0))[0], a)
-    assert looped.while_loops == 1
 
 
 def _check_losses(out: Path, names: tuple[str, ...], precisions=("float32",)) -> None:

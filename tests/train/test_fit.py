@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 
 from contrastive_jax import configs
@@ -31,6 +32,16 @@ def small(batch: int = 32):
     config.data.image_size = 16
     config.batch_size = batch
     return config
+
+
+def test_run_cli_ends_with_a_json_line(capsys):
+    # The dry run without --fit. The backend runs before run_cli (so it keeps the session's 8 devices, of which it uses
+    # 4); in a fresh process run_cli would set the CPU device count for the whole process.
+    assert len(jax.devices("cpu")) == 8
+    assert fitting.run_cli(small(16), num_devices=4, target="cpu", peak_tflops=None, mfu=0.4) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"devices", "global_batch", "per_device_bytes", "flops_per_step"} <= set(last)
+    assert last["devices"] == 4 and last["global_batch"] == 16
 
 
 def test_fit_finds_a_micro_batch_smaller_than_the_per_device_batch():

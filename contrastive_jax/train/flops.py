@@ -1,11 +1,10 @@
-"""Matrix-product and convolution FLOPs of a traced JAX program, counted analytically.
+"""FLOPs of a traced JAX program, counted analytically from its jaxpr: the one count of the
+dry run (:mod:`.dry_run`), ``--fit`` (:mod:`.fit`) and the accelerator benchmark
+(``experiments/bench/accelerator.py``).
 
-One FLOP count for both sides of the accelerator benchmark's MFU: the FLOPs of our
-pretraining step, counted here from its jaxpr, divide both our step time and the reference
-PyTorch step time (both compute the same ResNet-50 on the same batch). It counts what
-PyTorch's ``torch.utils.flop_counter.FlopCounterMode`` counts, so the two agree on the same
-work (``tests/experiments/test_bench_accelerator.py`` checks it on a small network on the
-CPU):
+It counts what PyTorch's ``torch.utils.flop_counter.FlopCounterMode`` counts, so that a
+benchmark's MFU divides the same work on both sides (``tests/experiments/
+test_bench_accelerator.py`` checks it on a small network):
 
 * ``dot_general``: 2 x (output elements) x (contracted size);
 * ``conv_general_dilated``: 2 x (output elements) x (kernel elements / output features),
@@ -14,11 +13,24 @@ CPU):
   PyTorch counts that gradient as the forward convolution's FLOPs).
 
 Elementwise work, reductions and normalisation are not counted (neither does PyTorch's
-counter). Nested programs (``jit``, ``custom_vjp``, ``remat``, ``cond`` branches: the
-largest) are walked; a ``scan`` body counts ``length`` times; a ``while`` body, whose trip
-count is not static, counts once and is reported in ``while_loops``. XLA's
-``compiled.cost_analysis()`` is not used: on GPU it has returned -1 or missed the FLOPs of
-library calls (cuBLAS, cuDNN) in some JAX versions.
+counter). Nested programs are walked: ``jit``, ``custom_vjp``, ``remat`` (``jax.checkpoint``:
+its re-forward is in the differentiated program), ``cond`` (the largest branch); a ``scan``
+body counts ``length`` times, so each micro-batch of gradient caching's ``"scan"`` loop counts,
+its re-forward included; a ``shard_map`` body (one device's share, local shapes) counts once per
+device of its manual mesh axes, so the count is always the whole program's, over every
+device. A ``while`` body, whose trip count is not static, counts once and is reported in
+``while_loops``.
+
+XLA's ``compiled.cost_analysis()`` is not used: it counts a loop's body once whatever its
+trip count (a step with 16 micro-batches reported a twelfth of the plain step's FLOPs), and
+on GPU it has returned -1 or missed the FLOPs of library calls (cuBLAS, cuDNN) in some JAX
+versions.
+
+Example::
+
+    >>> import jax.numpy as jnp
+    >>> count(lambda a, b: a @ b, jnp.ones((4, 3)), jnp.ones((3, 5))).flops
+    120.0
 """
 
 from __future__ import annotations
@@ -65,6 +77,18 @@ def _subjaxprs(value: Any) -> list:
     return []
 
 
+def _times(eqn) -> int:
+    """How many times a nested program of ``eqn`` runs: a scan's length, a shard_map's
+    devices, else once."""
+    name = eqn.primitive.name
+    if name == "scan":
+        return int(eqn.params["length"])
+    if name == "shard_map":
+        mesh = eqn.params["mesh"]
+        return math.prod(mesh.shape[a] for a in eqn.params["newly_manual_axes"])
+    return 1
+
+
 def _count(jaxpr) -> tuple[float, int]:
     flops, loops = 0.0, 0
     for eqn in jaxpr.eqns:
@@ -82,7 +106,7 @@ def _count(jaxpr) -> tuple[float, int]:
             continue
         if name == "while":
             loops += 1
-        times = eqn.params.get("length", 1) if name == "scan" else 1
+        times = _times(eqn)
         for sub in (j for v in eqn.params.values() for j in _subjaxprs(v)):
             f, n = _count(sub)
             flops += times * f
