@@ -144,3 +144,23 @@ def test_recipe_trains_two_steps(name, tmp_path):
     assert summary["final_step"] == 2
     assert summary["metrics"]["loss"] == pytest.approx(summary["final_loss"])
     assert float(summary["final_loss"]) > 0 and summary["skipped_steps"] == 0
+
+
+def test_simclr_v1_linear_is_the_pretraining_crop_and_flip_alone():
+    """SimCLR v1's evaluation views (data_util.py preprocess_for_train, color_distort=False):
+    the pretraining preset's crop (its sampler's statistics: tests/data) and flip, nothing
+    else."""
+    import dataclasses
+
+    from contrastive_jax.data.augment_config import AugmentConfig, augmentation_preset
+
+    linear = augmentation_preset("simclr_v1_linear", 224)
+    pretraining = augmentation_preset("simclr_v1_imagenet", 224)
+    crop = ("crop_scale", "crop_ratio", "crop_sampler", "crop_fallback", "crop_interpolation",
+            "flip_prob")
+    assert {f: getattr(linear, f) for f in crop} == {f: getattr(pretraining, f) for f in crop}
+    default = AugmentConfig()
+    assert all(getattr(linear, f.name) == getattr(default, f.name)
+               for f in dataclasses.fields(AugmentConfig) if f.name not in crop)
+    for name in ("simclr_imagenet_linear", "simclr_imagenet_finetune"):
+        assert configs.get(name).data.augmentation == "simclr_v1_linear"

@@ -16,7 +16,9 @@ ResNet-50, ImageNet stem, width 1  Sec. 2.3 ("We use ResNet-50 as the base encod
                                    offset, as in the authors' v1 code (``model_util.py``): the
                                    ``simclr_v1`` head
 NT-Xent, tau = 0.1                 loss: Sec. 2.3; tau: Table 5 (l2-normalised, tau = 0.1 is the
-                                   best of 0.05 / 0.1 / 0.5 / 1 at batch 4096, 100 epochs)
+                                   best of 0.05 / 0.1 / 0.5 / 1 at batch 4096, 100 epochs); the
+                                   two views' means summed, as the v1 code's ``loss_a +
+                                   loss_b`` (``objective.py``): ``loss.view_reduction="sum"``
 global batch 4096, 100 epochs      Sec. 2.3 ("We train at batch size 4096 for 100 epochs")
 LARS, lr 0.3 x B / 256 = 4.8       Sec. 2.3 ("LARS with learning rate of 4.8 (= 0.3 x
                                    BatchSize/256)"), momentum 0.9 and trust coefficient 1e-3
@@ -91,6 +93,7 @@ def get_config():
     config.model.head.bn_axis_name = "data"
     config.loss.name = "nt_xent"
     config.loss.temperature = 0.1
+    config.loss.view_reduction = "sum"
     config.optimizer.name = "lars"
     config.optimizer.base_learning_rate = 0.3
     config.optimizer.lr_scaling = "linear"
@@ -123,8 +126,10 @@ SOURCE = (
         ("simclr_v1", 1, 2048, 128)),
     Row("loss, temperature", ("loss.name", "loss.temperature"), "NT-Xent, tau = 0.1",
         f"paper Sec. 2.3, Table 5; {_V1} run.py:186", ("nt_xent", 0.1)),
-    Row("loss scale", ("loss.base_temperature",), "none",
-        f"{_V1} objective.py:38-92 (add_contrastive_loss)", (None,)),
+    Row("loss scale", ("loss.base_temperature", "loss.view_reduction"),
+        "loss_a + loss_b: each view's mean over its anchors, summed (2x the mean over the 2N "
+        "anchors); no temperature factor",
+        f"{_V1} objective.py:38-92 (add_contrastive_loss)", (None, "sum")),
     Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "4096, 100",
         "paper Sec. 2.3", (4096, 100)),
     Row("optimiser", ("optimizer.name", "optimizer.momentum", "optimizer.trust_coefficient"),

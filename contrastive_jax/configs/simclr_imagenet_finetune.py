@@ -2,12 +2,15 @@
 
 Chen et al. 2020 (arXiv:2002.05709), App. B.5: the whole network fine-tuned with Nesterov
 momentum 0.9, batch 4096, a learning rate of 0.05 x B / 256 (0.8) without warm-up, random
-crop + flip alone, no regularisation (weight decay included), 60 epochs for 1 % of the labels
-and 30 for 10 %. Fine-tuning starts from the projection head's first layer (its Linear and
-batch norm kept, a new Linear to the 1000 classes), as SimCLR v2 (Chen et al. 2020b,
-arXiv:2006.10029, Sec. 2; google-research/simclr README, ``--ft_proj_selector=1``) does; SimCLR
-v1 fine-tuned from the encoder's output (``--config.model.init_head_layers=0
---config.model.head.num_hidden_layers=0``).
+crop + flip alone (the v1 code's pretraining crop, ``simclr_v1_linear``), no regularisation
+(weight decay included), 60 epochs for 1 % of the labels and 30 for 10 %. As SimCLR v1 (the
+paper's code, ``--fine_tune_after_block=-1``), the whole network fine-tunes from the encoder's
+output through a new Linear with bias to the 1000 classes (the ``classifier`` head); SimCLR v2
+(Chen et al. 2020b, arXiv:2006.10029, Sec. 2; ``--ft_proj_selector=1``) starts from the
+projection head's first layer instead (``--config.model.head.name=simclr_v2
+--config.model.head.num_hidden_layers=1 --config.model.head.hidden_features=2048
+--config.model.head.out_features=1000 --config.model.init_head_layers=1``), with its own
+optimiser and batch.
 
 The labelled examples are SimCLR's subsets, prepared by TFDS as ``imagenet2012_subset/1pct``
 (``/10pct``: ``--config.dataset=imagenet2012_subset/10pct --config.train.epochs=30``); the
@@ -31,16 +34,9 @@ from contrastive_jax.configs._sources import Row
 
 
 def get_config():
-    pretraining = simclr_imagenet.get_config()
-    config = from_pretraining(pretraining, trainable="all", num_classes=1000,
-                              augmentation="imagenet_linear", batch_size=4096, epochs=60)
+    config = from_pretraining(simclr_imagenet.get_config(), trainable="all", num_classes=1000,
+                              augmentation="simclr_v1_linear", batch_size=4096, epochs=60)
     config.data.dataset = "imagenet2012_subset/1pct"
-    config.model.head.name = "simclr_v2"
-    config.model.head.num_hidden_layers = 1
-    config.model.head.hidden_features = pretraining.model.head.hidden_features
-    config.model.head.out_features = 1000
-    config.model.head.bn_axis_name = pretraining.model.head.bn_axis_name
-    config.model.init_head_layers = 1
     simclr_sgd(config, base_learning_rate=0.05)
     config.train.validate_every_epochs = 10
     return config
@@ -52,10 +48,11 @@ SOURCE = (
     Row("labelled examples", ("data.dataset",), "SimCLR's 1 % subset of ImageNet's labels",
         f"paper App. B.5; {_V1} imagenet_subsets/1percent.txt",
         ("imagenet2012_subset/1pct",)),
-    Row("start", ("model.trainable", "model.init_head_layers", "model.head.num_hidden_layers"),
-        "the whole network trains, from the projection head's first layer",
-        "SimCLR v2 (arXiv:2006.10029) Sec. 2; google-research/simclr README.md "
-        "(--ft_proj_selector=1)", ("all", 1, 1)),
+    Row("start", ("model.trainable", "model.init_head_layers", "model.head.name"),
+        "the whole network trains, from the encoder's output through a new Linear with bias "
+        "(fine_tune_after_block=-1, head_supervised)",
+        f"paper App. B.5; {_V1} model.py:62-68, model_util.py (supervised_head: "
+        "linear_layer, use_bias=True)", ("all", 0, "classifier")),
     Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "4096, 60 (1 %)",
         "paper App. B.5", (4096, 60)),
     Row("optimiser", ("optimizer.name", "optimizer.momentum", "optimizer.nesterov"),
@@ -69,11 +66,13 @@ SOURCE = (
         "no warm-up, cosine to 0", f"paper App. B.5; {_V1} model_util.py:50-68",
         ("cosine", 0.0, 0.0)),
     Row("augmentation, views", ("data.augmentation", "data.num_views", "data.image_size"),
-        "random crop (area 0.08-1) + flip, resized to 224; one view", "paper App. B.5",
-        ("imagenet_linear", 1, 224)),
-    Row("batch norm", ("model.encoder.bn_axis_name", "model.head.bn_axis_name"),
+        "the pretraining crop (distorted_bounding_box_crop, area 0.08-1, bicubic resize to "
+        "224) + flip, no colour distortion; one view",
+        f"paper App. B.5; {_V1} data_util.py (preprocess_for_train, color_distort=False)",
+        ("simclr_v1_linear", 1, 224)),
+    Row("batch norm", ("model.encoder.bn_axis_name",),
         "global (all cores), updated", f"{_V1} model.py:62-68 (model_train_mode)",
-        ("data", "data")),
+        ("data",)),
     Row("evaluation", ("train.validate_every_epochs",),
         "top-1/top-5 on the validation split after training", f"{_V1} run.py (train_then_eval)",
         why="evaluated every 10 epochs too; the final epoch is the paper's number"),

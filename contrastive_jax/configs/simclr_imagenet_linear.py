@@ -1,8 +1,9 @@
 """SimCLR's linear evaluation on ImageNet: a linear classifier on the frozen ResNet-50.
 
 Chen et al. 2020 (arXiv:2002.05709), App. B.6: the fine-tuning procedure of App. B.5
-(Nesterov momentum 0.9, batch 4096, no warm-up, random crop + flip alone, no regularisation,
-weight decay included) with a learning rate of 0.1 x B / 256 (1.6) for 90 epochs; the v1
+(Nesterov momentum 0.9, batch 4096, no warm-up, random crop + flip alone: the v1 code's
+pretraining crop, ``distorted_bounding_box_crop`` with a bicubic resize, the
+``simclr_v1_linear`` preset; no regularisation, weight decay included) with a learning rate of 0.1 x B / 256 (1.6) for 90 epochs; the v1
 code (``google-research/simclr`` at be133b3) runs it as ``--train_mode=finetune
 --fine_tune_after_block=4`` (the encoder's batch norm in inference mode, ``model.py``) with
 ``--optimizer=momentum`` (Nesterov) and a cosine decay. On the encoder of ``simclr_imagenet``.
@@ -22,7 +23,7 @@ from contrastive_jax.configs._sources import Row
 
 def get_config():
     config = from_pretraining(simclr_imagenet.get_config(), trainable="head", num_classes=1000,
-                              augmentation="imagenet_linear", batch_size=4096, epochs=90)
+                              augmentation="simclr_v1_linear", batch_size=4096, epochs=90)
     simclr_sgd(config, base_learning_rate=0.1)
     return config
 
@@ -48,15 +49,18 @@ SOURCE = (
         ("sgd", 0.9, True)),
     Row("learning rate", ("optimizer.base_learning_rate", "optimizer.lr_scaling"),
         "0.1 x B / 256 (1.6)", f"paper App. B.6; {_V1} model_util.py:55", (0.1, "linear")),
-    Row("weight decay", ("optimizer.weight_decay",), "none (no regularisation)",
-        "paper App. B.5", (0.0,)),
+    Row("weight decay", ("optimizer.weight_decay",),
+        "none (no regularisation; the paper's protocol, and be133b3's README command); the "
+        "later README's ImageNet command sets 1e-6",
+        f"paper App. B.5, B.6; {_V1} README.md (--weight_decay=0.0)", (0.0,)),
     Row("schedule", ("optimizer.decay", "optimizer.warmup_epochs", "optimizer.final_lr_factor"),
         "no warm-up, cosine to 0", f"paper App. B.5; {_V1} model_util.py:50-68",
         ("cosine", 0.0, 0.0)),
     Row("augmentation, views", ("data.augmentation", "data.num_views", "data.image_size"),
-        "random crop (area 0.08-1) + flip, resized to 224; one view",
-        f"paper App. B.5; {_V1} data.py:164 (color_distort only in pretraining)",
-        ("imagenet_linear", 1, 224)),
+        "the pretraining crop (distorted_bounding_box_crop, area 0.08-1, bicubic resize to "
+        "224) + flip, no colour distortion; one view",
+        f"paper App. B.5; {_V1} data_util.py (preprocess_for_train, color_distort=False), "
+        "data.py:164", ("simclr_v1_linear", 1, 224)),
     Row("evaluation", ("train.validate_every_epochs",),
         "top-1/top-5 on the validation split after training", f"{_V1} run.py (train_then_eval)",
         why="evaluated after every epoch too; the final epoch is the paper's number"),

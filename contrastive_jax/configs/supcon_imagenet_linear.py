@@ -3,8 +3,10 @@
 google-research/google-research ``supcon/scripts/supcon_imagenet_resnet50.sh`` (stage 2 of
 the run that pretrains ``supcon_imagenet``) with the flags of ``scripts/configs.sh`` and the
 defaults of ``hparams_flags.py``: a classifier on the L2-normalised output of the frozen
-encoder (``--stop_gradient_before_classification_head``, ``--normalize_embedding``,
-``--stage_2_update_encoder_batch_norm=False``), RMSProp (decay 0.9, momentum 0.9, epsilon
+encoder (``--stop_gradient_before_classification_head``, ``--normalize_embedding``), whose
+batch norm normalises with each batch's statistics and keeps its moving averages
+(``--stage_2_update_encoder_batch_norm=False`` in the training-mode graph of both stages:
+``model.frozen_encoder_bn="batch"``), RMSProp (decay 0.9, momentum 0.9, epsilon
 1e-3; ``utils.py`` ``build_optimizer``) at 0.05 x B / 256 with batch 6144, 12 warm-up epochs
 (the flag's default), then x 0.97 every half epoch (staircase, ``utils.py``
 ``exponential_decay``), 90 epochs, label smoothing 0.05, weight decay 1e-6 on the classifier
@@ -25,6 +27,7 @@ from contrastive_jax.configs._sources import Row
 def get_config():
     config = from_pretraining(supcon_imagenet.get_config(), trainable="head", num_classes=1000,
                               augmentation="supcon_autoaugment", batch_size=6144, epochs=90)
+    config.model.frozen_encoder_bn = "batch"
     config.model.head.name = "normalized_linear"
     config.model.head.out_features = 1000
     config.model.head.dtype = config.model.encoder.dtype
@@ -50,10 +53,13 @@ _FLAGS = f"{_TF}scripts/configs.sh"
 _DEFAULTS = f"{_TF}hparams_flags.py"
 #: Every setting beside the source's (``docs/recipes.md``; :mod:`contrastive_jax.configs._sources`).
 SOURCE = (
-    Row("encoder", ("model.encoder.name", "model.encoder.stem", "model.trainable"),
-        "the pretrained ResNet-50, frozen (stop gradient), batch norm not updated",
+    Row("encoder", ("model.encoder.name", "model.encoder.stem", "model.trainable",
+                    "model.frozen_encoder_bn"),
+        "the pretrained ResNet-50, frozen (stop gradient); its batch norm in training mode "
+        "(each batch's statistics), the moving averages not updated",
         f"{_FLAGS} (CONTRASTIVE_FLAGS: --stop_gradient_before_classification_head, "
-        "--stage_2_update_encoder_batch_norm=False)", ("resnet50", "imagenet", "head")),
+        f"--stage_2_update_encoder_batch_norm=False); {_TF}launcher.py (stage_2_train_op: "
+        "update_ops=[] in the one training-mode graph)", ("resnet50", "imagenet", "head", "batch")),
     Row("classifier", ("model.head.name", "model.head.out_features"),
         "Dense 2048 -> 1000 with bias on the L2-normalised encoder output, glorot init",
         f"{_FLAGS} (SUPCON_FLAGS: --normalize_embedding=True, --zero_initialize_classifier="

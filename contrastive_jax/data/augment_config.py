@@ -248,6 +248,11 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
     # Inception crop (0.08, 1) + flip alone (google-research/simclr data.py, color_distort
     # only in pretraining).
     "imagenet_linear": lambda size: AugmentConfig(crop_scale=(0.08, 1.0)),
+    # SimCLR v1's linear evaluation and fine-tuning (google-research/simclr@be133b3
+    # data_util.py, preprocess_for_train with color_distort=False): the pretraining crop of
+    # simclr_v1_imagenet (distorted_bounding_box_crop, bicubic resize) + flip alone.
+    "simclr_v1_linear": lambda size: AugmentConfig(
+        crop_scale=(0.08, 1.0), crop_sampler="tf_bounding_box", crop_interpolation="bicubic"),
     # No augmentation: every view is the (resized) image.
     "none": lambda size: AugmentConfig(crop_scale=None, flip_prob=0.0),
 }
@@ -264,7 +269,8 @@ def augmentation_preset(name: str, image_size: int) -> AugmentConfig:
     ``byol_imagenet``, ``mio`` (MIO Table 3; blur and solarisation only above
     32 px), ``digits``, ``digits_cluttered``, ``phantoms``, ``cifar_proxy``, the
     linear-probe recipes
-    ``supcon_linear``, ``mio_linear`` and ``imagenet_linear`` (use them with ``num_views = 1``) and
+    ``supcon_linear``, ``mio_linear``, ``imagenet_linear`` and ``simclr_v1_linear`` (use them
+    with ``num_views = 1``) and
     ``none``.
     """
     if name not in _PRESETS:

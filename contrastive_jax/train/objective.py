@@ -10,6 +10,7 @@ Config (``config.loss``, every field declared in :class:`LossSpec`)::
     warmup_temperature = None     # tau at step 0, annealed to each term's (None: off)
     temperature_warmup_steps = 0  # steps of that anneal (0: off)
     base_temperature = None       # None: unscaled; b: each term x (its tau / b)
+    view_reduction = "mean"       # "sum": each term V x its mean (SimCLR v1's loss_a + loss_b)
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
     targets = {}                  # per-term second argument, e.g. {"mio": "instance"}
     mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
@@ -27,6 +28,14 @@ SupCon authors' code. Their PyTorch code (github.com/HobbitLong/SupContrast, ``l
 (google-research ``supcon/losses.py``: the loss times tau) is ``base_temperature=1.0``. With
 SGD or LARS the scale changes the step size (weight decay excepted) as a learning-rate factor
 would; it is a config field so that a recipe states it.
+
+``view_reduction`` says how a term reduces over its anchors (the V N rows of V views of N
+examples): ``"mean"`` (the default) averages them; ``"sum"`` sums over views each view's mean
+over its N anchors, V times the mean. The latter is SimCLR v1's loss (google-research/simclr
+``objective.py``, ``add_contrastive_loss``: ``loss = loss_a + loss_b``, each a mean over the
+anchors of one view): with LARS, whose trust ratio leaves out batch norm and biases, their
+steps are twice as large as under the mean, and weight decay weighs half as much against the
+gradient of the others.
 
 ``warmup_temperature`` (with ``temperature_warmup_steps`` > 0) starts every term that
 takes a temperature at that temperature and anneals it geometrically to the term's own
@@ -105,6 +114,11 @@ class Mixing(NamedTuple):
     switch_prob: float = 0.5  # probability of CutMix rather than MixUp when both are on
 
 
+#: ``config.loss.view_reduction``: a term's mean over all anchors, or the sum of its per-view
+#: means (V x the mean).
+VIEW_REDUCTIONS = ("mean", "sum")
+
+
 @dataclasses.dataclass(frozen=True)
 class LossSpec:
     """``config.loss``: every field of the objective and its default (the module docstring
@@ -119,6 +133,10 @@ class LossSpec:
     # None: unscaled; b: each term times its temperature / b (the SupCon code's loss scale:
     # HobbitLong/SupContrast b = 0.07, the TF code's scale_by_temperature b = 1).
     base_temperature: float | None = None
+    # "mean": each term is its loss's mean over the V N anchors of the batch; "sum": the sum
+    # over views of each view's mean over its N anchors, V x the mean (SimCLR v1's
+    # loss_a + loss_b for V = 2).
+    view_reduction: str = "mean"
     # Per-term hyperparameters by term name, e.g. {"projnce": {"beta": 1.0}}.
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Per-term second argument (a Targets field), e.g. {"mio": "instance"}.
@@ -143,6 +161,9 @@ class LossSpec:
         if base is not None and (isinstance(base, bool) or not isinstance(base, (int, float))
                                  or not base > 0):
             raise ConfigError(f"config.loss.base_temperature must be > 0 or None, got {base!r}")
+        if self.view_reduction not in VIEW_REDUCTIONS:
+            raise ConfigError(f"config.loss.view_reduction must be one of {VIEW_REDUCTIONS}, "
+                              f"got {self.view_reduction!r}")
 
 
 def loss_spec(fields: Any) -> LossSpec:
@@ -194,6 +215,7 @@ class Term(NamedTuple):
     mixing: Mixing | None = None
     warmup: TemperatureWarmup | None = None
     base_temperature: float | None = None  # the term is scaled by tau / base_temperature
+    views_summed: bool = False  # the term is V x its mean (config.loss.view_reduction="sum")
 
     def temperature_at(self, step: Array | None) -> Array | float | None:
         """The temperature at the 0-based ``step`` (needed with a warm-up)."""
@@ -273,7 +295,8 @@ def parse_terms(loss: Any) -> list[Term]:
         terms.append(Term(
             name, float(weight), _target(name, overrides, mixing), losses.get(name), own,
             temperature, mixing, warmup,
-            None if spec.base_temperature is None else float(spec.base_temperature)))
+            None if spec.base_temperature is None else float(spec.base_temperature),
+            spec.view_reduction == "sum"))
     if initial is not None and not any(t.warmup for t in terms):
         raise ConfigError(
             f"config.loss.warmup_temperature is set, but no term of {names} takes a temperature")
@@ -411,11 +434,15 @@ def evaluate(
     axis_name: str | None,
     valid: Array | None = None,
     step: Array | None = None,
+    num_views: int | None = None,
 ) -> tuple[Array, dict[str, Array]]:
     """Weighted sum of the terms on ``projections`` [n, d]; returns (total, {name: value}).
 
     A term with ``base_temperature`` is its loss times ``tau / base_temperature`` (the value
-    logged is the scaled one, as in the SupCon authors' code).
+    logged is the scaled one, as in the SupCon authors' code). A term with ``views_summed``
+    (``config.loss.view_reduction="sum"``) is its loss times ``num_views`` (V, the views of
+    an example): each view's mean over its anchors, summed over views, as SimCLR v1's
+    ``loss_a + loss_b``; ``num_views`` is needed then.
 
     ``step`` (int [], 0-based) sets the temperature of the terms with a warm-up.
     """
@@ -439,6 +466,10 @@ def evaluate(
             value = term.fn(projections, second, axis_name=axis_name, valid=valid, **kwargs)
         if term.base_temperature is not None and tau is not None:  # parse: tau is set
             value = value * (tau / term.base_temperature)
+        if term.views_summed:
+            if num_views is None:
+                raise ValueError(f"term {term.name!r} sums its per-view means: pass `num_views`")
+            value = value * num_views
         values[term.name] = value
         total = total + term.weight * value
     return total, values

@@ -164,8 +164,10 @@ def init_state(
                   "model": {"encoder": {"name": "resnet50"}, "head": {}}}
 
     ``config["model"]["trainable"] == "head"`` (linear evaluation,
-    :mod:`contrastive_jax.train.transfer`) puts the encoder in inference mode (in the graph)
-    and leaves it out of the optimiser (``optax.set_to_zero``).
+    :mod:`contrastive_jax.train.transfer`) puts the encoder in inference mode (in the graph;
+    with ``frozen_encoder_bn="batch"`` it stays in training mode, its batch norm on each
+    batch's statistics, the running ones restored after each step by
+    :func:`transfer.keep_frozen`) and leaves it out of the optimiser (``optax.set_to_zero``).
         graphdef, rest, tx, schedule, state = init_state(
             config, 1000, steps_per_epoch=100, global_batch_size=256, total_steps=100)
         step = make_train_step(graphdef, rest, tx, parse_terms({"name": "supcon"}),
@@ -174,7 +176,8 @@ def init_state(
     model = build_model(config, num_classes)
     model.train()
     frozen = config["model"].get("trainable", "all") == "head"
-    if frozen:  # linear evaluation: the encoder in inference mode (BN running statistics)
+    bn = config["model"].get("frozen_encoder_bn", transfer.TransferSpec.frozen_encoder_bn)
+    if frozen and bn == "running":  # linear evaluation: BN on the running statistics
         network: Any = model.network  # a ContrastiveModel
         network.encoder.eval()
     graphdef, params, batch_stats, rest = split_model(model)
@@ -325,7 +328,7 @@ def _per_device(graphdef, rest, terms: tuple[objective.Term, ...],
         metadata=None if metadata is None else _per_row(metadata, v),
         soft_label=soft_label,
     )
-    total, logged = _objective(terms, projections, targets, step)
+    total, logged = _objective(terms, projections, targets, step, v)
     if model.probe is not None:
         probe_loss, probe_logged = _probe(model.probe, features, targets.label)
         logged.update(probe_logged)
@@ -362,11 +365,13 @@ def _rows(local: dict[str, Array], key_data: Array, mix: objective.Mixing | None
 
 
 def _objective(terms: tuple[objective.Term, ...], projections: Array,
-               targets: objective.Targets, step: Array) -> tuple[Array, dict[str, Array]]:
-    """The weighted loss terms on the projections [n, d], and what is logged of them: each
-    term, each warm-up's temperature, the alignment and uniformity of the projections."""
+               targets: objective.Targets, step: Array,
+               num_views: int) -> tuple[Array, dict[str, Array]]:
+    """The weighted loss terms on the projections [n, d] (``num_views`` V rows per example),
+    and what is logged of them: each term, each warm-up's temperature, the alignment and
+    uniformity of the projections."""
     total, values = objective.evaluate(terms, projections, targets, axis_name=DATA_AXIS,
-                                       step=step)
+                                       step=step, num_views=num_views)
     logged = {f"loss/{k}": val for k, val in values.items()}
     for term in terms:
         if term.warmup is not None:

@@ -1,7 +1,7 @@
 """Training from a pretrained network: the linear-evaluation and fine-tuning protocols.
 
 A linear evaluation or a fine-tuning is a training run (:func:`contrastive_jax.train.loop.train`)
-whose model starts from a pretraining checkpoint. Three fields of ``config.model``
+whose model starts from a pretraining checkpoint. Four fields of ``config.model``
 (:class:`TransferSpec`) say how:
 
 * ``init_from``: a pretraining work directory (its newest readable checkpoint) or a checkpoint
@@ -12,8 +12,12 @@ whose model starts from a pretraining checkpoint. Three fields of ``config.model
   are left out of the optimiser (``optax.set_to_zero``, no optimiser state) and kept as they
   were, and it runs in inference mode (batch norm on the checkpoint's running statistics,
   which stay as restored; no dropout), as SimCLR's ``model.py`` (``model_train_mode = False``
-  with ``fine_tune_after_block >= 4``) and the SupCon TF code
-  (``stage_2_update_encoder_batch_norm=False``);
+  with ``fine_tune_after_block >= 4``). ``frozen_encoder_bn="batch"`` normalises
+  with each batch's statistics instead (over ``bn_axis_name``, global batch norm when it is
+  ``"data"``) and still keeps the running statistics as restored: the SupCon TF code's stage
+  2 (``--stage_2_update_encoder_batch_norm=False``: one training-mode graph serves both
+  stages, and the stage-2 train op runs without the batch-norm update ops,
+  ``supcon/launcher.py``, ``update_ops=[]``);
 * ``init_head_layers``: the hidden layers (Linear, batch norm) of the pretrained MLP
   projection head that initialise the new head's first hidden layers: SimCLR v2's
   fine-tuning "from the first layer of the projection head" (Chen et al. 2020b, Sec. 2;
@@ -40,6 +44,8 @@ from contrastive_jax.errors import ConfigError
 
 #: ``config.model.trainable``: what the optimiser trains.
 TRAINABLE = ("all", "head")
+#: ``config.model.frozen_encoder_bn``: the statistics a frozen encoder's batch norm uses.
+FROZEN_ENCODER_BN = ("running", "batch")
 #: The path of the encoder in the model's state (``PretrainModel.network.encoder``).
 ENCODER_PATH = ("network", "encoder")
 
@@ -52,6 +58,9 @@ class TransferSpec:
     init_from: str = ""  # a pretraining workdir or <workdir>/checkpoints/<step>; "": none
     trainable: str = "all"  # "all" | "head" (the encoder frozen: linear evaluation)
     init_head_layers: int = 0  # hidden layers of the pretrained head copied into the new head
+    # The frozen encoder's batch norm: "running" (the checkpoint's statistics) or "batch" (each
+    # batch's statistics, the moving averages kept as restored: the SupCon TF code's stage 2).
+    frozen_encoder_bn: str = "running"
 
     def __post_init__(self) -> None:
         if not isinstance(self.init_from, str):
@@ -60,6 +69,13 @@ class TransferSpec:
         if self.trainable not in TRAINABLE:
             raise ConfigError(
                 f"config.model.trainable={self.trainable!r} is not one of {TRAINABLE}")
+        if self.frozen_encoder_bn not in FROZEN_ENCODER_BN:
+            raise ConfigError(f"config.model.frozen_encoder_bn must be one of "
+                              f"{FROZEN_ENCODER_BN}, got {self.frozen_encoder_bn!r}")
+        if self.frozen_encoder_bn != "running" and self.trainable != "head":
+            raise ConfigError(
+                f"config.model.frozen_encoder_bn={self.frozen_encoder_bn!r} is for a frozen "
+                f"encoder (config.model.trainable='head'), got trainable={self.trainable!r}")
         layers = self.init_head_layers
         if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
             raise ConfigError(
