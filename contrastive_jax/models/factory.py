@@ -33,6 +33,13 @@ Encoder config fields:
 ``use_bias``                  mlp only: Linear biases (default True)
 ``init_std``                  mlp only: None = PyTorch's ``nn.Linear`` init, or the std
                               of normal weights with zero biases (default None)
+``conv_init``                 ResNet: ``he_fan_out`` (Kaiming normal, fan-out:
+                              torchvision's) | ``tf_fan_in`` (TF's ``variance_scaling``:
+                              scale 1, fan-in, truncated normal; the SimCLR v1 and SupCon
+                              TF codes') (default ``he_fan_out``)
+``pool_padding``              ResNet, ImageNet stem: the max-pool's padding ``symmetric``
+                              (PyTorch's) | ``same`` (TF's ``SAME``: an even side padded
+                              after only) (default ``symmetric``)
 ============================  =========================================================
 
 ``channels`` and ``strides`` and the ``mlp`` fields (:data:`ENCODER_ONLY`) are not in
@@ -59,6 +66,10 @@ Head config fields:
 ``bn_axis_name``              MLP heads: mesh axis for BN statistics (default None)
 ``bn_momentum``               MLP heads: BN running-average decay (default 0.9)
 ``dtype``                     compute dtype ``float32`` | ``bfloat16``
+``kernel_init``               the Linear kernels' initialiser: ``None`` (the head's own:
+                              LeCun normal, N(0, 0.01^2) for ``normalized_linear``) |
+                              ``lecun_normal`` | ``normal_0.01`` | ``glorot_uniform`` |
+                              ``zeros`` (:data:`HEAD_KERNEL_INITS`) (default None)
 ============================  =========================================================
 
 Fields a model does not use are ignored (e.g. ``stem`` for a ViT); a field not in
@@ -80,7 +91,7 @@ from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead, NormalizedLinearHead
 from contrastive_jax.models.mlp import MLP
-from contrastive_jax.models.resnet import ResNet
+from contrastive_jax.models.resnet import CONV_INITS, POOL_PADDINGS, ResNet
 from contrastive_jax.models.vit import VIT_VARIANTS, VisionTransformer
 
 RESNET_DEPTHS = {"resnet18": 18, "resnet34": 34, "resnet50": 50}
@@ -88,6 +99,16 @@ ENCODER_NAMES = (*RESNET_DEPTHS, *VIT_VARIANTS, "small_cnn", "mlp")
 HEAD_NAMES = ("simclr_v2", "simclr_v1", "mio", "normalized_linear", "linear", "classifier",
               "identity")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+#: ``config.model.head.kernel_init``: the heads' Linear kernels' initialisers. LeCun normal is
+#: Flax's default; N(0, 0.01^2) SimCLR v1's ``linear_layer`` and SupCon TF's projection head;
+#: Glorot uniform Keras's ``Dense`` default (SupCon TF's classifier); zeros SimCLR's
+#: ``--zero_init_logits_layer``. Biases start at zero.
+HEAD_KERNEL_INITS = {
+    "lecun_normal": nnx.initializers.lecun_normal(),
+    "normal_0.01": nnx.initializers.normal(stddev=0.01),
+    "glorot_uniform": nnx.initializers.glorot_uniform(),
+    "zeros": nnx.initializers.zeros_init(),
+}
 
 
 #: Fields of one encoder only (beside ``name``), not in :func:`default_encoder_config`.
@@ -118,9 +139,17 @@ class EncoderSpec:
     widths: tuple[int, ...] = (16, 16, 2)  # mlp
     use_bias: bool = True  # mlp
     init_std: float | None = None  # mlp
+    conv_init: str = "he_fan_out"  # ResNet
+    pool_padding: str = "symmetric"  # ResNet, ImageNet stem
 
     def __post_init__(self) -> None:
         _check_common("encoder", self.name, ENCODER_NAMES, self.dtype, self.bn_axis_name)
+        if self.conv_init not in CONV_INITS:
+            raise ConfigError(f"encoder config.conv_init must be one of {tuple(CONV_INITS)}, "
+                              f"got {self.conv_init!r}")
+        if self.pool_padding not in POOL_PADDINGS:
+            raise ConfigError(f"encoder config.pool_padding must be one of {POOL_PADDINGS}, "
+                              f"got {self.pool_padding!r}")
         if not isinstance(self.zero_init_residual, bool):
             raise ConfigError(f"encoder config.zero_init_residual must be a bool, got "
                               f"{self.zero_init_residual!r}")
@@ -144,9 +173,13 @@ class HeadSpec:
     bn_axis_name: str | None = None
     bn_momentum: float = 0.9
     dtype: str = "float32"
+    kernel_init: str | None = None  # a key of HEAD_KERNEL_INITS; None: the head's own
 
     def __post_init__(self) -> None:
         _check_common("head", self.name, HEAD_NAMES, self.dtype, self.bn_axis_name)
+        if self.kernel_init is not None and self.kernel_init not in HEAD_KERNEL_INITS:
+            raise ConfigError(f"head config.kernel_init must be None or one of "
+                              f"{tuple(HEAD_KERNEL_INITS)}, got {self.kernel_init!r}")
         k = self.num_classes
         if self.name == "classifier" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ConfigError(f"head config.num_classes must be a positive integer for the "
@@ -254,6 +287,8 @@ def create_encoder(
                 zero_init_residual=c.zero_init_residual,
                 bn_axis_name=c.bn_axis_name,
                 bn_momentum=c.bn_momentum,
+                conv_init=c.conv_init,
+                pool_padding=c.pool_padding,
                 dtype=dtype,
                 rngs=rngs,
             )
@@ -287,6 +322,7 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
         raise ValueError(f"in_features must be a positive integer, got {in_features!r}")
     c = head_spec(config)
     dtype = DTYPES[c.dtype]
+    init = {} if c.kernel_init is None else {"kernel_init": HEAD_KERNEL_INITS[c.kernel_init]}
     try:
         if c.name in ("simclr_v2", "simclr_v1", "mio"):
             return MLPHead(
@@ -300,13 +336,15 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
                 bn_momentum=c.bn_momentum,
                 dtype=dtype,
                 rngs=rngs,
+                **init,
             )
         if c.name == "linear":
-            return LinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs)
+            return LinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs, **init)
         if c.name == "normalized_linear":
-            return NormalizedLinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs)
+            return NormalizedLinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs,
+                                        **init)
         if c.name == "identity":
             return IdentityHead(in_features)
-        return LinearHead(in_features, c.num_classes, dtype=dtype, rngs=rngs)
+        return LinearHead(in_features, c.num_classes, dtype=dtype, rngs=rngs, **init)
     except ValueError as e:
         raise ConfigError(f"head config.{e}") from e

@@ -31,6 +31,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+Initializer = nnx.initializers.Initializer
+#: Flax's ``nnx.Linear`` default: LeCun normal (variance 1 / fan_in, truncated normal).
+DEFAULT_KERNEL_INIT: Initializer = nnx.initializers.lecun_normal()
+#: N(0, 0.01^2): the SupCon TF code's projection head (``projection_head.py``).
+SUPCON_PROJECTION_INIT: Initializer = nnx.initializers.normal(stddev=0.01)
+
 
 def _check_positive(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -53,6 +59,8 @@ class MLPHead(nnx.Module):
         v1's ``linear_layer(use_bias=False, use_bn=True)`` (``center=False``).
       bn_axis_name: mesh axis over which BN statistics are averaged, or ``None``.
       bn_momentum: running-average decay of BN statistics.
+      kernel_init: the initialiser of every Linear's kernel (Flax's LeCun normal by default;
+        SimCLR v1's ``linear_layer``: N(0, 0.01^2)).
       dtype: compute dtype; parameters are always float32.
       rngs: parameter initialisation RNGs.
     """
@@ -68,6 +76,7 @@ class MLPHead(nnx.Module):
         last_bn_center: bool = True,
         bn_axis_name: str | None = None,
         bn_momentum: float = 0.9,
+        kernel_init: Initializer = DEFAULT_KERNEL_INIT,
         dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
@@ -103,12 +112,14 @@ class MLPHead(nnx.Module):
         widths = [in_features] + [hidden_features] * num_hidden_layers
         self.hidden_linears = nnx.List(
             [
-                nnx.Linear(d_in, d_out, use_bias=False, dtype=dtype, rngs=rngs)
+                nnx.Linear(d_in, d_out, use_bias=False, kernel_init=kernel_init, dtype=dtype,
+                           rngs=rngs)
                 for d_in, d_out in zip(widths[:-1], widths[1:], strict=True)
             ]
         )
         self.hidden_bns = nnx.List([bn(width) for width in widths[1:]])
-        self.out = nnx.Linear(widths[-1], out_features, use_bias=False, dtype=dtype, rngs=rngs)
+        self.out = nnx.Linear(widths[-1], out_features, use_bias=False, kernel_init=kernel_init,
+                              dtype=dtype, rngs=rngs)
         self.out_bn = bn(out_features, last_bn_center) if last_bn else None
 
     def __call__(self, h: jax.Array) -> jax.Array:
@@ -125,7 +136,8 @@ class LinearHead(nnx.Module):
     """A single Linear layer with bias: h [B, in_features] -> [B, out_features] float32.
 
     The linear projection head, and the classifier (``out_features`` = number of
-    classes) for supervised baselines and soft-target losses.
+    classes) for supervised baselines and soft-target losses. ``kernel_init``: its kernel's
+    initialiser (Flax's LeCun normal by default); the bias starts at zero.
     """
 
     def __init__(
@@ -133,12 +145,14 @@ class LinearHead(nnx.Module):
         in_features: int,
         out_features: int,
         *,
+        kernel_init: Initializer = DEFAULT_KERNEL_INIT,
         dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
         _check_positive("in_features", in_features)
         _check_positive("out_features", out_features)
-        self.linear = nnx.Linear(in_features, out_features, dtype=dtype, rngs=rngs)
+        self.linear = nnx.Linear(in_features, out_features, kernel_init=kernel_init, dtype=dtype,
+                                 rngs=rngs)
 
     def __call__(self, h: jax.Array) -> jax.Array:
         return self.linear(h).astype(jnp.float32)
@@ -152,7 +166,8 @@ class NormalizedLinearHead(nnx.Module):
     ``--normalize_embedding=True`` (``models.py``: the projection head's input is the
     normalised embedding), ``--projection_head_layers=128`` (one Dense layer, the last one,
     which ``projection_head.py`` builds without a bias) and ``--use_projection_batch_norm=False``;
-    its kernel is initialised from N(0, 0.01^2), as there.
+    its kernel is initialised from N(0, 0.01^2), as there, unless ``kernel_init`` says
+    otherwise.
     """
 
     def __init__(
@@ -160,14 +175,15 @@ class NormalizedLinearHead(nnx.Module):
         in_features: int,
         out_features: int,
         *,
+        kernel_init: Initializer = SUPCON_PROJECTION_INIT,
         dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
         _check_positive("in_features", in_features)
         _check_positive("out_features", out_features)
         self.linear = nnx.Linear(
-            in_features, out_features, use_bias=False, dtype=dtype,
-            kernel_init=nnx.initializers.normal(stddev=0.01), rngs=rngs)
+            in_features, out_features, use_bias=False, dtype=dtype, kernel_init=kernel_init,
+            rngs=rngs)
 
     def __call__(self, h: jax.Array) -> jax.Array:
         h = h.astype(jnp.float32)

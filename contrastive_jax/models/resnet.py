@@ -27,8 +27,20 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-# Kaiming-normal (fan-out) for convolutions, as torchvision's ResNet.
-_conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
+#: The convolutions' initialisers (``conv_init``): ``"he_fan_out"``, Kaiming-normal on the
+#: fan-out, torchvision's ResNet's; ``"tf_fan_in"``, TF's ``variance_scaling_initializer()``
+#: (scale 1, fan-in, a normal truncated at two standard deviations and rescaled to keep the
+#: variance 1 / fan_in), what the SimCLR v1 (``resnet.py``) and SupCon TF (``blocks.py``) codes
+#: use.
+CONV_INITS = {
+    "he_fan_out": nnx.initializers.variance_scaling(2.0, "fan_out", "normal"),
+    "tf_fan_in": nnx.initializers.variance_scaling(1.0, "fan_in", "truncated_normal"),
+}
+#: The ImageNet stem's 3x3 stride-2 max-pool padding (``pool_padding``): ``"symmetric"`` (one
+#: pixel each side, PyTorch's ``padding=1``) or ``"same"`` (TF's ``padding='SAME'``: the
+#: total ``max((ceil(n / 2) - 1) * 2 + 3 - n, 0)`` split with the smaller half before, so an
+#: even side is padded after only).
+POOL_PADDINGS = ("symmetric", "same")
 
 STEMS = ("cifar", "imagenet")
 
@@ -46,10 +58,12 @@ def _conv(
     kernel_size: int,
     strides: int,
     *,
+    init: str,
     dtype: jnp.dtype,
     rngs: nnx.Rngs,
 ) -> nnx.Conv:
-    """A bias-free k×k convolution with PyTorch-style symmetric padding k // 2."""
+    """A bias-free k×k convolution with symmetric padding k // 2 (PyTorch's, and for odd k
+    the TF codes' ``conv2d_fixed_padding``), initialised by ``CONV_INITS[init]``."""
     pad = kernel_size // 2
     return nnx.Conv(
         in_features,
@@ -58,7 +72,7 @@ def _conv(
         strides=strides,
         padding=((pad, pad), (pad, pad)),
         use_bias=False,
-        kernel_init=_conv_init,
+        kernel_init=CONV_INITS[init],
         dtype=dtype,
         rngs=rngs,
     )
@@ -100,10 +114,10 @@ class _Shortcut(nnx.Module):
     ``dtype``, ``rngs``), shared with the block's own BatchNorms.
     """
 
-    def __init__(self, in_features: int, out_features: int, strides: int, **bn):
-        self.conv = _conv(
-            in_features, out_features, 1, strides, dtype=bn["dtype"], rngs=bn["rngs"]
-        )
+    def __init__(self, in_features: int, out_features: int, strides: int, conv_init: str,
+                 **bn):
+        self.conv = _conv(in_features, out_features, 1, strides, init=conv_init,
+                          dtype=bn["dtype"], rngs=bn["rngs"])
         self.bn = _bn(out_features, **bn)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -128,15 +142,17 @@ class BasicBlock(nnx.Module):
         zero_init_residual: bool = False,
         bn_axis_name: str | None = None,
         bn_momentum: float = 0.9,
+        conv_init: str = "he_fan_out",
         dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
         bn = dict(axis_name=bn_axis_name, momentum=bn_momentum, dtype=dtype, rngs=rngs)
-        self.conv1 = _conv(in_features, features, 3, strides, dtype=dtype, rngs=rngs)
+        self.conv1 = _conv(in_features, features, 3, strides,
+                           init=conv_init, dtype=dtype, rngs=rngs)
         self.bn1 = _bn(features, **bn)
-        self.conv2 = _conv(features, features, 3, 1, dtype=dtype, rngs=rngs)
+        self.conv2 = _conv(features, features, 3, 1, init=conv_init, dtype=dtype, rngs=rngs)
         self.bn2 = _bn(features, zero_scale=zero_init_residual, **bn)
-        self.shortcut = _shortcut(in_features, features, strides, **bn)
+        self.shortcut = _shortcut(in_features, features, strides, conv_init, **bn)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         residual = x if self.shortcut is None else self.shortcut(x)
@@ -145,11 +161,12 @@ class BasicBlock(nnx.Module):
         return nnx.relu(y + residual)
 
 
-def _shortcut(in_features: int, out_features: int, strides: int, **bn) -> _Shortcut | None:
+def _shortcut(in_features: int, out_features: int, strides: int, conv_init: str,
+              **bn) -> _Shortcut | None:
     """The projection shortcut a block needs when its shape changes, else None (identity)."""
     if strides == 1 and in_features == out_features:
         return None
-    return _Shortcut(in_features, out_features, strides, **bn)
+    return _Shortcut(in_features, out_features, strides, conv_init, **bn)
 
 
 class Bottleneck(nnx.Module):
@@ -169,18 +186,19 @@ class Bottleneck(nnx.Module):
         zero_init_residual: bool = False,
         bn_axis_name: str | None = None,
         bn_momentum: float = 0.9,
+        conv_init: str = "he_fan_out",
         dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
         out_features = features * self.expansion
         bn = dict(axis_name=bn_axis_name, momentum=bn_momentum, dtype=dtype, rngs=rngs)
-        self.conv1 = _conv(in_features, features, 1, 1, dtype=dtype, rngs=rngs)
+        self.conv1 = _conv(in_features, features, 1, 1, init=conv_init, dtype=dtype, rngs=rngs)
         self.bn1 = _bn(features, **bn)
-        self.conv2 = _conv(features, features, 3, strides, dtype=dtype, rngs=rngs)
+        self.conv2 = _conv(features, features, 3, strides, init=conv_init, dtype=dtype, rngs=rngs)
         self.bn2 = _bn(features, **bn)
-        self.conv3 = _conv(features, out_features, 1, 1, dtype=dtype, rngs=rngs)
+        self.conv3 = _conv(features, out_features, 1, 1, init=conv_init, dtype=dtype, rngs=rngs)
         self.bn3 = _bn(out_features, zero_scale=zero_init_residual, **bn)
-        self.shortcut = _shortcut(in_features, out_features, strides, **bn)
+        self.shortcut = _shortcut(in_features, out_features, strides, conv_init, **bn)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         residual = x if self.shortcut is None else self.shortcut(x)
@@ -188,6 +206,14 @@ class Bottleneck(nnx.Module):
         y = nnx.relu(self.bn2(self.conv2(y)))
         y = self.bn3(self.conv3(y))
         return nnx.relu(y + residual)
+
+
+def stem_pool(x: jax.Array, padding: str) -> jax.Array:
+    """The ImageNet stem's 3x3 stride-2 max-pool: x [B, H, W, C] -> [B, ceil(H/2), ceil(W/2),
+    C] with ``padding`` one of :data:`POOL_PADDINGS` (padded cells never win)."""
+    if padding == "same":
+        return nnx.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+    return nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
 
 
 def _base_features(width: float) -> int:
@@ -216,6 +242,8 @@ class ResNet(nnx.Module):
       zero_init_residual: zero-initialise the last BN gamma of each block.
       bn_axis_name: mesh axis over which BN statistics are averaged, or ``None``.
       bn_momentum: running-average decay of BN statistics (0.9 = PyTorch's 0.1).
+      conv_init: the convolutions' initialiser, a key of :data:`CONV_INITS`.
+      pool_padding: the ImageNet stem's max-pool padding, one of :data:`POOL_PADDINGS`.
       in_channels: input channels.
       dtype: compute dtype; parameters are always float32.
       rngs: parameter initialisation RNGs.
@@ -230,6 +258,8 @@ class ResNet(nnx.Module):
         zero_init_residual: bool = False,
         bn_axis_name: str | None = None,
         bn_momentum: float = 0.9,
+        conv_init: str = "he_fan_out",
+        pool_padding: str = "symmetric",
         in_channels: int = 3,
         dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
@@ -238,6 +268,11 @@ class ResNet(nnx.Module):
             raise ValueError(f"depth must be one of {sorted(_DEPTHS)}, got {depth!r}")
         if stem not in STEMS:
             raise ValueError(f"stem must be one of {STEMS}, got {stem!r}")
+        if conv_init not in CONV_INITS:
+            raise ValueError(f"conv_init must be one of {tuple(CONV_INITS)}, got {conv_init!r}")
+        if pool_padding not in POOL_PADDINGS:
+            raise ValueError(
+                f"pool_padding must be one of {POOL_PADDINGS}, got {pool_padding!r}")
         base = _base_features(width)
         if not 0.0 <= bn_momentum < 1.0:
             raise ValueError(f"bn_momentum must be in [0, 1), got {bn_momentum!r}")
@@ -246,10 +281,13 @@ class ResNet(nnx.Module):
         block_cls = Bottleneck if bottleneck else BasicBlock
         stem_features = base
         self.stem = stem
+        self.pool_padding = pool_padding
         if stem == "imagenet":
-            self.conv1 = _conv(in_channels, stem_features, 7, 2, dtype=dtype, rngs=rngs)
+            self.conv1 = _conv(in_channels, stem_features, 7, 2,
+                               init=conv_init, dtype=dtype, rngs=rngs)
         else:
-            self.conv1 = _conv(in_channels, stem_features, 3, 1, dtype=dtype, rngs=rngs)
+            self.conv1 = _conv(in_channels, stem_features, 3, 1,
+                               init=conv_init, dtype=dtype, rngs=rngs)
         self.bn1 = _bn(
             stem_features, axis_name=bn_axis_name, momentum=bn_momentum, dtype=dtype, rngs=rngs
         )
@@ -268,6 +306,7 @@ class ResNet(nnx.Module):
                         zero_init_residual=zero_init_residual,
                         bn_axis_name=bn_axis_name,
                         bn_momentum=bn_momentum,
+                        conv_init=conv_init,
                         dtype=dtype,
                         rngs=rngs,
                     )
@@ -281,7 +320,7 @@ class ResNet(nnx.Module):
             raise ValueError(f"x must be NHWC [B, H, W, C], got shape {x.shape}")
         x = nnx.relu(self.bn1(self.conv1(x)))
         if self.stem == "imagenet":
-            x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+            x = stem_pool(x, self.pool_padding)
         for block in self.blocks:
             x = block(x)
         return jnp.mean(x.astype(jnp.float32), axis=(1, 2))
