@@ -3,7 +3,8 @@
 :func:`from_pretraining` makes the config of a linear evaluation (``trainable="head"``) or a
 fine-tuning (``"all"``) of the network a pretraining recipe trains: the recipe's dataset,
 image side and encoder (which must be the checkpoint's, :mod:`contrastive_jax.train.transfer`),
-one augmented view per example, cross-entropy on the head's class scores, and top-1/top-5 on
+the same input scaling (``data.mean``, ``data.std``), one augmented view per example,
+cross-entropy on the head's class scores, and top-1/top-5 on
 the held-out split every epoch (:mod:`contrastive_jax.train.validation`). Set
 ``--config.model.init_from`` to the pretraining work directory (or one of its checkpoints).
 """
@@ -24,6 +25,8 @@ def from_pretraining(pretraining: ml_collections.ConfigDict, *, trainable: str,
     config.seed = pretraining.seed
     config.data.dataset = pretraining.data.dataset
     config.data.image_size = pretraining.data.image_size
+    config.data.mean = pretraining.data.mean  # the input scaling the encoder was trained on
+    config.data.std = pretraining.data.std
     config.data.num_views = 1
     config.data.augmentation = augmentation
     config.data.global_batch_size = batch_size

@@ -34,6 +34,10 @@ import ml_collections
 from contrastive_jax.configs._sources import SUPCONTRAST, Row
 from contrastive_jax.train.config import default_config
 
+#: The reference code's CIFAR-10 normalisation (main_supcon.py:134-135, main_ce.py:121-122).
+SUPCONTRAST_MEAN = (0.4914, 0.4822, 0.4465)
+SUPCONTRAST_STD = (0.2023, 0.1994, 0.2010)
+
 
 def supcontrast_cifar10(
     *, loss: str, temperature: float, batch_size: int, learning_rate: float,
@@ -46,6 +50,8 @@ def supcontrast_cifar10(
     config.data.num_views = 2
     config.data.augmentation = "supcon_cifar"
     config.data.global_batch_size = batch_size
+    config.data.mean = SUPCONTRAST_MEAN
+    config.data.std = SUPCONTRAST_STD
     config.model.encoder.name = "resnet50"
     config.model.encoder.stem = "cifar"
     config.model.encoder.width = 1.0
@@ -109,6 +115,9 @@ def supcontrast_source(*, readme: str, linear_lr: int) -> tuple[Row, ...]:
         Row("image side, augmentation", ("data.image_size", "data.augmentation"),
             "32; crop 0.2-1, flip, jitter (0.4, 0.4, 0.4, 0.1) p 0.8, grayscale p 0.2",
             f"{ref} main_supcon.py:60, 146-155", (32, "supcon_cifar")),
+        Row("input normalisation", ("data.mean", "data.std"),
+            "mean (0.4914, 0.4822, 0.4465), std (0.2023, 0.1994, 0.2010)",
+            f"{ref} main_supcon.py:134-135", (SUPCONTRAST_MEAN, SUPCONTRAST_STD)),
         Row("precision", ("model.encoder.dtype", "model.head.dtype"),
             "float32 (apex is imported for its sync-BN converter; amp is not used)",
             f"{ref} main_supcon.py:21-22, 185", ("float32", "float32")),

@@ -81,16 +81,21 @@ def get_config():
     config.data.num_views = 2
     config.data.augmentation = "simclr_v1_imagenet"
     config.data.global_batch_size = 4096
+    config.data.mean = (0.0, 0.0, 0.0)  # the v1 code feeds [0, 1], unnormalised
+    config.data.std = (1.0, 1.0, 1.0)
     config.model.encoder.name = "resnet50"
     config.model.encoder.stem = "imagenet"
     config.model.encoder.width = 1.0
     config.model.encoder.bn_axis_name = "data"
     config.model.encoder.zero_init_residual = True
+    config.model.encoder.conv_init = "tf_fan_in"
+    config.model.encoder.pool_padding = "same"
     config.model.head.name = "simclr_v1"
     config.model.head.num_hidden_layers = 1
     config.model.head.hidden_features = 2048
     config.model.head.out_features = 128
     config.model.head.bn_axis_name = "data"
+    config.model.head.kernel_init = "normal_0.01"
     config.loss.name = "nt_xent"
     config.loss.temperature = 0.1
     config.loss.view_reduction = "sum"
@@ -117,6 +122,12 @@ SOURCE = (
     Row("encoder", ("model.encoder.name", "model.encoder.stem", "model.encoder.width"),
         "ResNet-50 (v1), 7x7 stride-2 stem and max pool, width 1", "paper Sec. 2.3",
         ("resnet50", "imagenet", 1.0)),
+    Row("convolution initialisation", ("model.encoder.conv_init",),
+        "tf.variance_scaling_initializer(): scale 1, fan-in, truncated normal",
+        f"{_V1} resnet.py (conv2d_fixed_padding)", ("tf_fan_in",)),
+    Row("stem max-pool padding", ("model.encoder.pool_padding",),
+        "TF's SAME (an even side padded after only)",
+        f"{_V1} resnet.py (max_pooling2d, padding='SAME')", ("same",)),
     Row("last BN gamma of each block", ("model.encoder.zero_init_residual",),
         "zero-initialised (init_zero=True)", f"{_V1} resnet.py:324, 389", (True,)),
     Row("projection head", ("model.head.name", "model.head.num_hidden_layers",
@@ -124,6 +135,10 @@ SOURCE = (
         "Linear 2048 (no bias) -> BN -> ReLU -> Linear 128 (no bias) -> BN without offset",
         f"{_V1} model_util.py:98, 103-120 (linear_layer: center=use_bias)",
         ("simclr_v1", 1, 2048, 128)),
+    Row("head initialisation", ("model.head.kernel_init",),
+        "every Linear kernel N(0, 0.01^2)",
+        f"{_V1} model_util.py (linear_layer: tf.random_normal_initializer(stddev=.01))",
+        ("normal_0.01",)),
     Row("loss, temperature", ("loss.name", "loss.temperature"), "NT-Xent, tau = 0.1",
         f"paper Sec. 2.3, Table 5; {_V1} run.py:186", ("nt_xent", 0.1)),
     Row("loss scale", ("loss.base_temperature", "loss.view_reduction"),
@@ -150,6 +165,9 @@ SOURCE = (
         "global (all cores), decay 0.9",
         f"paper Sec. 2.2 (Global BN); {_V1} run.py:54 (batch_norm_decay)",
         ("data", "data", 0.9)),
+    Row("input scaling", ("data.mean", "data.std"), "[0, 1], no normalisation",
+        f"{_V1} data_util.py (preprocess_image: 'A preprocessed image Tensor of range [0, 1]')",
+        ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))),
     Row("image side, views", ("data.image_size", "data.num_views"), "224, 2",
         "paper App. A, Sec. 2.1", (224, 2)),
     Row("augmentation", ("data.augmentation",),

@@ -37,6 +37,7 @@ def get_config():
     config = from_pretraining(simclr_imagenet.get_config(), trainable="all", num_classes=1000,
                               augmentation="simclr_v1_linear", batch_size=4096, epochs=60)
     config.data.dataset = "imagenet2012_subset/1pct"
+    config.model.head.kernel_init = "normal_0.01"  # linear_layer; zero_init_logits_layer off
     simclr_sgd(config, base_learning_rate=0.05)
     config.train.validate_every_epochs = 10
     return config
@@ -53,6 +54,12 @@ SOURCE = (
         "(fine_tune_after_block=-1, head_supervised)",
         f"paper App. B.5; {_V1} model.py:62-68, model_util.py (supervised_head: "
         "linear_layer, use_bias=True)", ("all", 0, "classifier")),
+    Row("classifier initialisation", ("model.head.kernel_init",),
+        "N(0, 0.01^2) (linear_layer; --zero_init_logits_layer defaults to False)",
+        f"{_V1} model_util.py (linear_layer); run.py (zero_init_logits_layer)",
+        ("normal_0.01",)),
+    Row("input scaling", ("data.mean", "data.std"), "[0, 1], no normalisation (pretraining's)",
+        f"{_V1} data_util.py (preprocess_image)", ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))),
     Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "4096, 60 (1 %)",
         "paper App. B.5", (4096, 60)),
     Row("optimiser", ("optimizer.name", "optimizer.momentum", "optimizer.nesterov"),

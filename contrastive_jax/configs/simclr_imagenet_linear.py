@@ -24,6 +24,7 @@ from contrastive_jax.configs._sources import Row
 def get_config():
     config = from_pretraining(simclr_imagenet.get_config(), trainable="head", num_classes=1000,
                               augmentation="simclr_v1_linear", batch_size=4096, epochs=90)
+    config.model.head.kernel_init = "zeros"  # README: --zero_init_logits_layer=True
     simclr_sgd(config, base_learning_rate=0.1)
     return config
 
@@ -35,11 +36,12 @@ SOURCE = (
         "the pretrained ResNet-50, frozen, batch norm in inference mode",
         f"paper App. B.6; {_V1} model.py:62-64 (fine_tune_after_block=4)",
         ("resnet50", "imagenet", "head")),
-    Row("classifier", ("model.head.name", "model.head.num_classes"),
-        "Linear 2048 -> 1000 (bias), zero-initialised (--zero_init_logits_layer)",
+    Row("classifier", ("model.head.name", "model.head.num_classes", "model.head.kernel_init"),
+        "Linear 2048 -> 1000 (bias), zero-initialised (--zero_init_logits_layer=True)",
         f"{_V1} model_util.py:71-100 (linear_layer); README.md:54",
-        why="the classifier starts at Flax's default initialisation (a convex problem on "
-            "frozen features: the start changes the first steps only)"),
+        ("classifier", 1000, "zeros")),
+    Row("input scaling", ("data.mean", "data.std"), "[0, 1], no normalisation (pretraining's)",
+        f"{_V1} data_util.py (preprocess_image)", ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))),
     Row("loss", ("loss.name",), "softmax cross-entropy, no label smoothing",
         f"{_V1} objective.py (add_supervised_loss)", ("label_cross_entropy",)),
     Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "4096, 90",

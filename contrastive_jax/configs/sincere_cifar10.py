@@ -84,6 +84,8 @@ SOURCE = (
     Row("batch norm", ("model.encoder.bn_axis_name", "model.head.bn_axis_name"),
         "over the whole batch (one A100)", f"{_PAPER} Sec. 4.3", ("data", "data")),
     _ROWS["image side, augmentation"],
+    _ROWS["input normalisation"]._replace(
+        where="tufts-ml/SupContrast (HobbitLong's main_supcon.py:134-135, kept)"),
     Row("linear evaluation", (),
         "100 epochs, batch 512, 0.05 -> 5 over 10 warm-up epochs, cosine back",
         f"{_PAPER} Sec. 4.3",

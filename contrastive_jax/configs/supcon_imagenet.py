@@ -73,6 +73,8 @@ def get_config():
     config.optimizer.warmup_epochs = 12.0
     config.train.epochs = 350
     config.data.augmentation = "supcon_autoaugment"
+    config.data.mean = (0.5, 0.5, 0.5)  # x / 127.5 - 1: [-1, 1]
+    config.data.std = (0.5, 0.5, 0.5)
     return config
 
 
@@ -85,6 +87,11 @@ _ROWS = {row.setting: row for row in simclr_imagenet.SOURCE}
 SOURCE = (
     _ROWS["encoder"]._replace(source="ResNet-50 (v1), 7x7 stride-2 stem and max pool, width 1",
                               where=f"{_FLAGS}:31-33, 57-59"),
+    _ROWS["convolution initialisation"]._replace(
+        source="tf.keras.initializers.VarianceScaling(): scale 1, fan-in, truncated normal",
+        where=f"{_TF}blocks.py (Conv2DFixedPadding)"),
+    _ROWS["stem max-pool padding"]._replace(
+        where=f"{_TF}resnet.py (MaxPooling2D, padding='SAME')"),
     Row("last BN gamma of each block", ("model.encoder.zero_init_residual",),
         "zero-initialised", f"{_TF}blocks.py (BottleneckResidualBlock: third_bn init_zero=True)",
         (True,)),
@@ -92,6 +99,8 @@ SOURCE = (
         "L2-normalised encoder output -> Linear 128 without bias, no batch norm",
         f"{_FLAGS}:82, 84, 85; {_TF}projection_head.py (the last Dense has no bias)",
         ("normalized_linear", 128)),
+    Row("head initialisation", ("model.head.kernel_init",), "the Dense kernel N(0, 0.01^2)",
+        f"{_TF}projection_head.py", ("normal_0.01",)),
     Row("loss, temperature", ("loss.name", "loss.temperature"),
         "SupCon, sum over positives outside the log, tau = 0.1",
         f"{_FLAGS}:66; {_SCRIPT}:33", ("supcon", 0.1)),
@@ -117,6 +126,9 @@ SOURCE = (
         "global (use_global_batch_norm)", f"{_TF}hparams_flags.py (use_global_batch_norm)",
         ("data", "data")),
     Row("image side", ("data.image_size",), "224", f"{_FLAGS}:60", (224,)),
+    Row("input scaling", ("data.mean", "data.std"), "[-1, 1] (x / 127.5 - 1), no whitening",
+        f"{_TF}preprocessing.py (_convert_image_dtype; apply_whitening needs the dataset's "
+        "image_mean_std)", ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))),
     Row("augmentation", ("data.augmentation",),
         "TF's distorted crop (area 0.08-1, aspect 0.75-1.33, 100 attempts, else the central "
         "square), flip, AutoAugment (ImageNet policy v0, cutout 100, translate 250); no colour "

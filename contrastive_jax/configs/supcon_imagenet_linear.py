@@ -30,6 +30,7 @@ def get_config():
     config.model.frozen_encoder_bn = "batch"
     config.model.head.name = "normalized_linear"
     config.model.head.out_features = 1000
+    config.model.head.kernel_init = "glorot_uniform"  # Keras Dense's default
     config.model.head.dtype = config.model.encoder.dtype
     config.loss.kwargs = {"label_cross_entropy": {"label_smoothing": 0.05}}
     config.optimizer.name = "rmsprop"
@@ -65,6 +66,11 @@ SOURCE = (
         f"{_FLAGS} (SUPCON_FLAGS: --normalize_embedding=True, --zero_initialize_classifier="
         f"False); {_TF}classification_head.py",
         why="normalized_linear has no bias (the nearest head built)"),
+    Row("classifier initialisation", ("model.head.kernel_init",),
+        "glorot uniform (tf.keras.layers.Dense's default; --zero_initialize_classifier=False)",
+        f"{_TF}classification_head.py; {_FLAGS} (SUPCON_FLAGS)", ("glorot_uniform",)),
+    Row("input scaling", ("data.mean", "data.std"), "[-1, 1], as in pretraining",
+        f"{_TF}preprocessing.py (_convert_image_dtype)", ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))),
     Row("loss", ("loss.name", "loss.kwargs.label_cross_entropy.label_smoothing"),
         "cross-entropy, label smoothing 0.05", f"{_FLAGS} (IMAGENET_FLAGS: --label_smoothing=0.05)",
         ("label_cross_entropy", 0.05)),
