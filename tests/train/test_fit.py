@@ -35,8 +35,9 @@ def small(batch: int = 32):
 
 
 def test_run_cli_ends_with_a_json_line(capsys):
-    # The dry run without --fit. The backend runs before run_cli (so it keeps the session's 8 devices, of which it uses
-    # 4); in a fresh process run_cli would set the CPU device count for the whole process.
+    # The dry run without --fit. The backend runs before run_cli (so it keeps the session's 8
+    # devices, of which it uses 4); in a fresh process run_cli would set the CPU device count
+    # for the whole process.
     assert len(jax.devices("cpu")) == 8
     assert fitting.run_cli(small(16), num_devices=4, target="cpu", peak_tflops=None, mfu=0.4) == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
