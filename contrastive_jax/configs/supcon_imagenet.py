@@ -88,8 +88,7 @@ SOURCE = (
     _ROWS["encoder"]._replace(source="ResNet-50 (v1), 7x7 stride-2 stem and max pool, width 1",
                               where=f"{_FLAGS}:31-33, 57-59"),
     _ROWS["convolution initialisation"]._replace(
-        source="tf.keras.initializers.VarianceScaling(): scale 1, fan-in, truncated normal",
-        where=f"{_TF}blocks.py (Conv2DFixedPadding)"),
+        where=f"{_TF}blocks.py (Conv2DFixedPadding: tf.variance_scaling_initializer())"),
     _ROWS["stem max-pool padding"]._replace(
         where=f"{_TF}resnet.py (MaxPooling2D, padding='SAME')"),
     Row("last BN gamma of each block", ("model.encoder.zero_init_residual",),
