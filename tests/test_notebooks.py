@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,4 +159,4 @@ def test_notebook_runs_from_the_wheel(path, wheel_python, tmp_path):
     assert _stale_problems(nb) == []
     if path.stem == "05_explore_a_checkpoint":  # trained its short run in the kernel's directory
         text = "".join("".join(o.get("text", "")) for o in _outputs(_code_cells(nb)))
-        assert "checkpoint: sincere+global_uniformity on digits_cluttered, step 150" in text
+        assert re.search(r"checkpoint: .* on digits_cluttered, step 150,", text), text[-2000:]
