@@ -27,9 +27,9 @@ DOCTESTS := contrastive_jax/losses contrastive_jax/metrics.py
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow" --doctest-modules tests $(DOCTESTS)
 
-# Every notebook run top to bottom in a fresh kernel, as a user runs it (no environment
-# variables): 05 trains the quickstart into runs/quickstart when that holds no checkpoint
-# (about 5 minutes), 03 uses the built-in digits. See notebooks/README.md for the timings.
+# Every notebook run top to bottom in a fresh kernel, as a user runs it: from the wheel of
+# this checkout installed in a virtual environment, in a temporary directory, no environment
+# variables (03 uses the built-in digits, 05 trains its short run). Timings: notebooks/README.md.
 notebooks: $(STAMP)
 	$(PY) -m pytest -q -n 0 -m slow tests/test_notebooks.py
 

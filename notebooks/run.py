@@ -2,14 +2,16 @@
 
     .venv/bin/python notebooks/run.py                      # every notebook here
     .venv/bin/python notebooks/run.py notebooks/01_loss_tour.ipynb
+    .venv/bin/python notebooks/run.py --output DIR NOTEBOOK  # write the run to DIR instead
 
-Each notebook runs in a fresh ``python3`` kernel of this interpreter (ipykernel
-of the ``notebooks`` extra), with ``notebooks/`` as the working directory, and
-is written back with its outputs so it reads well on a code host. Every code
-cell records the SHA-256 of the source it ran (``metadata.source_sha256``), so
-``tests/test_notebooks.py`` can tell when a cell was edited after its outputs
-were made.
-``tests/test_notebooks.py`` uses :func:`execute` without writing anything.
+Each notebook runs in a fresh ``python3`` kernel of this interpreter (ipykernel of the
+``notebooks`` extra) whose working directory is a new temporary directory, as a notebook
+opened anywhere would: what it needs it finds through the installed package or creates
+there. It is written back with its outputs so it reads well on a code host. Every code cell
+records the SHA-256 of the source it ran (``metadata.source_sha256``), so
+``tests/test_notebooks.py`` can tell when a cell was edited after its outputs were made.
+``tests/test_notebooks.py`` runs this script with the interpreter of a virtual environment
+where the wheel is installed, with ``--output``, so the committed files stay as they are.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import argparse
 import hashlib
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent
-#: Per-cell limit in seconds; the slowest cell (05's quickstart run) takes minutes.
+#: Per-cell limit in seconds; the slowest cell (05's short training run) takes minutes.
 CELL_TIMEOUT = 1200
 
 
@@ -38,9 +41,10 @@ def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def execute(path: str | Path, *, timeout: int = CELL_TIMEOUT, env: dict[str, str] | None = None):
-    """Runs the notebook at ``path`` in memory and returns it (an ``nbformat.NotebookNode``)
-    with outputs and source digests.
+def execute(path: str | Path, *, cwd: str | Path, timeout: int = CELL_TIMEOUT,
+            env: dict[str, str] | None = None):
+    """Runs the notebook at ``path`` in memory, in a kernel whose working directory is
+    ``cwd``, and returns it (an ``nbformat.NotebookNode``) with outputs and source digests.
 
     Raises ``nbclient.exceptions.CellExecutionError`` on the first failing cell.
     """
@@ -52,7 +56,7 @@ def execute(path: str | Path, *, timeout: int = CELL_TIMEOUT, env: dict[str, str
         nb,
         timeout=timeout,
         kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+        resources={"metadata": {"path": str(cwd)}},
     )
     client.execute(env=kernel_env(env))
     for cell in nb.cells:
@@ -70,14 +74,18 @@ def source_digest(source: str | list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--output", type=Path, default=None,
+                        help="directory for the executed notebooks (default: in place)")
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted(NOTEBOOK_DIR.glob("[0-9]*.ipynb"))
     import nbformat
 
     for path in paths:
         start = time.perf_counter()
-        nb = execute(path)
-        nbformat.write(nb, path)
+        with tempfile.TemporaryDirectory(prefix="notebook-") as cwd:
+            nb = execute(path, cwd=cwd)
+        target = path if args.output is None else args.output / path.name
+        nbformat.write(nb, target)
         print(f"{path.name}: {time.perf_counter() - start:.1f} s", flush=True)
     return 0
 

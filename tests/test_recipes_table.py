@@ -3,6 +3,7 @@ holds the source's value, and the schedule difference the CIFAR recipes declare.
 
 from __future__ import annotations
 
+import importlib
 import math
 from pathlib import Path
 
@@ -80,3 +81,46 @@ def test_supcontrast_schedule_difference():
 def test_the_command_line_prints_the_table(capsys):
     assert configs.main(["--table"]) == 0
     assert capsys.readouterr().out == table.markdown()
+
+
+def _readme_recipes_table() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("<!-- recipes table:")
+    body = text[start:].split("\n", 1)[1]
+    return body.split("<!-- end of recipes table -->", 1)[0]
+
+
+def test_readme_recipes_table_is_the_generated_one():
+    assert _readme_recipes_table() == table.readme_table(), (
+        "README.md's recipes table is stale: paste contrastive_jax.configs._table.readme_table() "
+        "between its markers")
+
+
+def test_readme_row_reads_the_recipe_and_its_docstring():
+    row = table.readme_row("sincere_cifar10").strip("|\n").split(" | ")
+    assert [c.strip() for c in row] == [
+        "`sincere_cifar10`", "SINCERE (Feeney & Hughes 2023)", "`cifar10`", "ResNet-50", "512",
+        "1,000", "95.93 %", "not run"]
+    assert table.paper_top1("sincere_imagenet") == "none published"
+
+
+def test_readme_columns_from_a_docstring(monkeypatch):
+    module = importlib.import_module("contrastive_jax.configs.supcon_cifar10")
+    monkeypatch.setattr(module, "__doc__", "Title.\n\nExpected: 91.5 % top-1 after\nall.\n\n"
+                        "Measured here: 90.2 % top-1 (runs/x).")
+    assert table.paper_top1("supcon_cifar10") == "91.5 %"
+    assert table.measured_here("supcon_cifar10") == "90.2 %"
+    monkeypatch.setattr(module, "__doc__", "Title.\n\nExpected: better than chance.\n")
+    with pytest.raises(ValueError, match="no 'N % top-1'"):
+        table.paper_top1("supcon_cifar10")
+    with pytest.raises(ValueError, match="Not run here"):
+        table.measured_here("supcon_cifar10")
+    monkeypatch.setattr(module, "__doc__", "Title only.")
+    with pytest.raises(ValueError, match="no 'Expected:' paragraph"):
+        table.paper_top1("supcon_cifar10")
+
+
+def test_encoder_names():
+    config = configs.get("quickstart")
+    assert table.encoder_name(config.model.encoder) == "ResNet-18 x0.25"
+    assert table.encoder_name(configs.get("supcon_cifar10").model.encoder) == "ResNet-50"

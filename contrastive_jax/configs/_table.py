@@ -5,13 +5,16 @@ this module reads our values from the recipe's config and writes one table per r
 
     python -m contrastive_jax.configs --table > docs/recipes.md
 
-``tests/test_recipes_table.py`` fails when the file is not this output, or when a row marked
-as a match holds a config value other than the source's.
+and the README's table of the recipes (:func:`readme_table`: each recipe's paper, encoder,
+batch and epochs, the paper's top-1 and ours from the "Expected:" paragraph of its docstring).
+``tests/test_recipes_table.py`` fails when either file is not this output, or when a row
+marked as a match holds a config value other than the source's.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 from contrastive_jax import configs
@@ -102,3 +105,83 @@ def recipe_table(name: str) -> str:
 def markdown() -> str:
     """The whole of ``docs/recipes.md``."""
     return HEADER + "".join("\n" + recipe_table(name) for name in RECIPES)
+
+
+#: The paper of each method, by the first word of a recipe's name.
+PAPERS = {
+    "simclr": "SimCLR (Chen et al. 2020)",
+    "supcon": "SupCon (Khosla et al. 2020)",
+    "sincere": "SINCERE (Feeney & Hughes 2023)",
+}
+
+README_HEADER = """| recipe | paper | data | encoder | batch | epochs | paper's top-1 | here |
+|---|---|---|---|---|---|---|---|
+"""
+
+
+def _docstring(name: str) -> str:
+    return importlib.import_module(f"contrastive_jax.configs.{name}").__doc__ or ""
+
+
+def _expected(name: str) -> str:
+    """The "Expected:" paragraph of recipe ``name``'s docstring."""
+    found = re.search(r"Expected: (.*?)(?:\n\s*\n|$)", _docstring(name), flags=re.S)
+    if found is None:
+        raise ValueError(f"the docstring of recipe {name!r} has no 'Expected:' paragraph")
+    return " ".join(found.group(1).split())
+
+
+def paper_top1(name: str) -> str:
+    """The top-1 the paper reports for recipe ``name`` (the first "N % top-1" of its
+    docstring's "Expected:" paragraph), or "none published" where the paragraph says so.
+
+    Raises:
+      ValueError: the docstring has no "Expected:" paragraph, or one with neither.
+    """
+    expected = _expected(name)
+    found = re.search(r"(\d+(?:\.\d+)?) % top-1", expected)
+    if found:
+        return f"{found.group(1)} %"
+    if "no published" in expected:
+        return "none published"
+    raise ValueError(f"recipe {name!r}: 'Expected:' gives no 'N % top-1' and does not say "
+                     f"'no published': {expected!r}")
+
+
+def measured_here(name: str) -> str:
+    """Our top-1 for recipe ``name``, from its docstring: "N %" after "Measured here:", or
+    "not run" where it says "Not run here".
+
+    Raises:
+      ValueError: the docstring says neither.
+    """
+    doc = " ".join(_docstring(name).split())
+    found = re.search(r"Measured here: (\d+(?:\.\d+)?) % top-1", doc)
+    if found:
+        return f"{found.group(1)} %"
+    if "Not run here" in doc:
+        return "not run"
+    raise ValueError(f"the docstring of recipe {name!r} says neither 'Measured here: N % top-1' "
+                     "nor 'Not run here'")
+
+
+def encoder_name(encoder: Any) -> str:
+    """``resnet50`` at width 1 -> "ResNet-50"; other widths are appended ("ResNet-18 x0.25")."""
+    found = re.fullmatch(r"resnet(\d+)", encoder.name)
+    label = f"ResNet-{found.group(1)}" if found else encoder.name
+    width = encoder.get("width", 1.0)
+    return label if width == 1.0 else f"{label} x{width:g}"
+
+
+def readme_row(name: str) -> str:
+    """The README table's row of recipe ``name``."""
+    config = configs.get(name)
+    cells = (f"`{name}`", PAPERS[name.split("_")[0]], f"`{config.dataset}`",
+             encoder_name(config.model.encoder), f"{config.batch_size:,}",
+             f"{config.train.epochs:,}", paper_top1(name), measured_here(name))
+    return "| " + " | ".join(_cell(c) for c in cells) + " |\n"
+
+
+def readme_table() -> str:
+    """README.md's table of the recipes (between its ``recipes table`` markers)."""
+    return README_HEADER + "".join(readme_row(name) for name in RECIPES)
