@@ -27,6 +27,9 @@ def from_pretraining(pretraining: ml_collections.ConfigDict, *, trainable: str,
     config.data.image_size = pretraining.data.image_size
     config.data.mean = pretraining.data.mean  # the input scaling the encoder was trained on
     config.data.std = pretraining.data.std
+    # and the pretraining source's evaluation transform
+    config.data.eval_transform = pretraining.data.eval_transform
+    config.data.eval_crop_fraction = pretraining.data.eval_crop_fraction
     config.data.num_views = 1
     config.data.augmentation = augmentation
     config.data.global_batch_size = batch_size

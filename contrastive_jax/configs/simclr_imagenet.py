@@ -83,6 +83,9 @@ def get_config():
     config.data.global_batch_size = 4096
     config.data.mean = (0.0, 0.0, 0.0)  # the v1 code feeds [0, 1], unnormalised
     config.data.std = (1.0, 1.0, 1.0)
+    # evaluation (the kNN monitor, the linear evaluation): data_util.py's center_crop
+    config.data.eval_transform = "crop_resize"
+    config.data.eval_crop_fraction = 0.875
     config.model.encoder.name = "resnet50"
     config.model.encoder.stem = "imagenet"
     config.model.encoder.width = 1.0
@@ -170,6 +173,10 @@ SOURCE = (
         ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))),
     Row("image side, views", ("data.image_size", "data.num_views"), "224, 2",
         "paper App. A, Sec. 2.1", (224, 2)),
+    Row("evaluation transform", ("data.eval_transform", "data.eval_crop_fraction"),
+        "a centred square of 0.875 of the shorter side (CROP_PROPORTION), resize_bicubic to "
+        "224, clipped to [0, 1]", f"{_V1} data_util.py (center_crop, preprocess_for_eval)",
+        ("crop_resize", 0.875)),
     Row("augmentation", ("data.augmentation",),
         "distorted_bounding_box_crop (area 0.08-1) + bicubic resize, flip, colour distortion "
         "s = 1 with additive brightness, blur p = 0.5",

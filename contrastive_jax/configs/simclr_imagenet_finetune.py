@@ -80,6 +80,10 @@ SOURCE = (
     Row("batch norm", ("model.encoder.bn_axis_name",),
         "global (all cores), updated", f"{_V1} model.py:62-68 (model_train_mode)",
         ("data",)),
+    Row("evaluation transform", ("data.eval_transform", "data.eval_crop_fraction"),
+        "a centred square of 0.875 of the shorter side (CROP_PROPORTION), resize_bicubic to "
+        "224, clipped to [0, 1]", f"{_V1} data_util.py (center_crop, preprocess_for_eval)",
+        ("crop_resize", 0.875)),
     Row("evaluation", ("train.validate_every_epochs",),
         "top-1/top-5 on the validation split after training", f"{_V1} run.py (train_then_eval)",
         why="evaluated every 10 epochs too; the final epoch is the paper's number"),

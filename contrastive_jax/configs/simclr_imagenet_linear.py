@@ -63,6 +63,10 @@ SOURCE = (
         "224) + flip, no colour distortion; one view",
         f"paper App. B.5; {_V1} data_util.py (preprocess_for_train, color_distort=False), "
         "data.py:164", ("simclr_v1_linear", 1, 224)),
+    Row("evaluation transform", ("data.eval_transform", "data.eval_crop_fraction"),
+        "a centred square of 0.875 of the shorter side (CROP_PROPORTION), resize_bicubic to "
+        "224, clipped to [0, 1]", f"{_V1} data_util.py (center_crop, preprocess_for_eval)",
+        ("crop_resize", 0.875)),
     Row("evaluation", ("train.validate_every_epochs",),
         "top-1/top-5 on the validation split after training", f"{_V1} run.py (train_then_eval)",
         why="evaluated after every epoch too; the final epoch is the paper's number"),

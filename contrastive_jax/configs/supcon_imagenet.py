@@ -73,6 +73,7 @@ def get_config():
     config.optimizer.warmup_epochs = 12.0
     config.train.epochs = 350
     config.data.augmentation = "supcon_autoaugment"
+    config.data.eval_crop_fraction = 0.875  # the evaluation path: 224 of the shorter side 256
     config.data.mean = (0.5, 0.5, 0.5)  # x / 127.5 - 1: [-1, 1]
     config.data.std = (0.5, 0.5, 0.5)
     return config

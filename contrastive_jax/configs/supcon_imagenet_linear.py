@@ -97,6 +97,12 @@ SOURCE = (
     Row("augmentation, views", ("data.augmentation", "data.num_views"),
         "AutoAugment (the run's --augmentation_type), one view",
         f"{_SCRIPT} (--augmentation_type=AUTOAUGMENT)", ("supcon_autoaugment", 1)),
+    Row("evaluation transform", ("data.eval_transform", "data.eval_crop_fraction"),
+        "resize the shorter side to 256 (bilinear), centre crop 224",
+        f"{_TF}preprocessing.py (the evaluation path of preprocess_image)",
+        why="the same geometry (resize_crop at 224 / 256 = 0.875); ours resizes with an "
+            "antialiased bilinear filter where the source's tf.image.resize does not "
+            "antialias"),
     Row("precision", ("model.encoder.dtype", "model.head.dtype"), "bfloat16",
         f"{_FLAGS} (TPU_FLAGS: --allow_mixed_precision=True)", ("bfloat16", "bfloat16")),
 )

@@ -67,6 +67,7 @@ class EvalIterator:
         self.num_examples = self._split.num_examples
         self.num_batches = math.ceil(self.num_examples / self._global_batch)
         self._crop_fraction = resolve_crop_fraction(config, self.source)
+        self._transform = config.eval_transform
         self._prefetch = config.prefetch
 
     def __len__(self) -> int:
@@ -74,6 +75,7 @@ class EvalIterator:
 
     def _dataset(self) -> tf.data.Dataset:
         n, size, crop_fraction = self.num_examples, self.image_size, self._crop_fraction
+        mode = self._transform
         global_batch, local_batch = self._global_batch, self.local_batch_size
         offset = self._process_index * local_batch
         normalise = normaliser(self.source)
@@ -84,7 +86,8 @@ class EvalIterator:
             return row < n, tf.minimum(row, n - 1)  # (valid, a row to read)
 
         def example(valid: tf.Tensor, ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            image = eval_transform(decode_example(ex), size=size, crop_fraction=crop_fraction)
+            image = eval_transform(decode_example(ex), size=size, crop_fraction=crop_fraction,
+                                   mode=mode)
             image = normalise(image)
             out = {
                 "image": tf.where(valid, image, tf.zeros_like(image)),

@@ -219,14 +219,24 @@ def make_views(
     return tf.stack(views)
 
 
-def eval_transform(image: tf.Tensor, *, size: int, crop_fraction: float) -> tf.Tensor:
-    """Resize the shorter side to ``round(size / crop_fraction)`` and centre-crop ``size x size``.
+def eval_transform(
+    image: tf.Tensor, *, size: int, crop_fraction: float, mode: str = "resize_crop"
+) -> tf.Tensor:
+    """The evaluation transform of one image (``config.data.eval_transform``).
+
+    ``"resize_crop"`` resizes the shorter side to ``round(size / crop_fraction)``
+    (antialiased bilinear) and centre-crops ``size x size`` (torchvision's
+    ``Resize`` + ``CenterCrop``). ``"crop_resize"`` is SimCLR v1's ``center_crop``
+    (``data_util.py``): a centred square of ``rint(crop_fraction * min(h, w))`` pixels,
+    offset ``(h - side + 1) // 2``, resized to ``size x size`` by TF1's ``resize_bicubic``
+    (the source's call) and clipped to [0, 1].
 
     Args:
       image: float32 [h, w, 3] in [0, 1].
       size: output side.
-      crop_fraction: fraction of the resized shorter side kept by the centre
+      crop_fraction: fraction of the (resized) shorter side kept by the centre
         crop (1.0 keeps it all; ImageNet's usual 224/256 = 0.875).
+      mode: ``"resize_crop"`` or ``"crop_resize"``.
 
     Returns:
       float32 [size, size, 3]. An image that already is ``size x size`` with
@@ -237,6 +247,15 @@ def eval_transform(image: tf.Tensor, *, size: int, crop_fraction: float) -> tf.T
     shape = tf.shape(image)
     h = tf.cast(shape[0], tf.float32)
     w = tf.cast(shape[1], tf.float32)
+    if mode == "crop_resize":
+        side = tf.cast(tf.math.rint(crop_fraction * tf.minimum(h, w)), tf.int32)
+        top = (shape[0] - side + 1) // 2
+        left = (shape[1] - side + 1) // 2
+        crop = image[top : top + side, left : left + side]
+        # TF1's resize_bicubic, as the source calls it (legacy sampling, Keys a = -0.75).
+        resized = tf.compat.v1.image.resize_bicubic(crop[None], [size, size])[0]
+        out = tf.clip_by_value(resized, 0.0, 1.0)
+        return tf.ensure_shape(out, [size, size, 3])
     scale = round(size / crop_fraction) / tf.minimum(h, w)
     new_h = tf.maximum(tf.cast(tf.round(h * scale), tf.int32), size)
     new_w = tf.maximum(tf.cast(tf.round(w * scale), tf.int32), size)

@@ -15,6 +15,8 @@ from contrastive_jax.errors import ConfigError, check_fields
 LOADERS = ("grain", "tf")
 #: Values of ``config.data.metadata``.
 METADATA_CHOICES = ("source", "label_onehot")
+#: ``config.data.eval_transform``'s choices (:func:`.augment.eval_transform`).
+EVAL_TRANSFORMS = ("resize_crop", "crop_resize")
 
 #: Datasets whose class count and native image side are known without reading them.
 KNOWN_DATASETS = {
@@ -92,6 +94,10 @@ class DataSpec:
         ``image_size / eval_crop_fraction`` and centre-crop; None: 0.875
         (ImageNet's 224 of 256) for datasets of variable-size images, 1.0
         (the whole image) for the others.
+      eval_transform: ``"resize_crop"`` (resize the shorter side, then centre-crop;
+        torchvision's ``Resize`` + ``CenterCrop``) or ``"crop_resize"`` (SimCLR v1's
+        ``center_crop``: a centred square of ``eval_crop_fraction`` of the shorter side,
+        resized bicubically); see :func:`.augment.eval_transform`.
       prefetch: batches prepared ahead of the consumer.
       loader: pretraining input path. ``"grain"`` (default, no TensorFlow): the host
         decodes, crops, resizes and flips (grain threads), the accelerator does the
@@ -125,6 +131,7 @@ class DataSpec:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     eval_crop_fraction: float | None = None
+    eval_transform: str = "resize_crop"
     prefetch: int = 2
     loader: str = "grain"
     loader_threads: int | None = None
@@ -150,6 +157,7 @@ class DataSpec:
             raise ConfigError(f"config.data.eval_crop_fraction must be in (0, 1], got "
                               f"{self.eval_crop_fraction!r}")
         for name, choices in (("loader", LOADERS), ("metadata", METADATA_CHOICES),
+                              ("eval_transform", EVAL_TRANSFORMS),
                               ("augmentation", ("auto", *PRESET_NAMES))):
             if getattr(self, name) not in choices:
                 raise ConfigError(

@@ -180,3 +180,28 @@ def test_eval_transform():
     np.testing.assert_array_equal(augment.eval_transform(same, size=32, crop_fraction=1.0), same)
     up = augment.eval_transform(_image(8, 8), size=16, crop_fraction=1.0)
     assert up.shape == (16, 16, 3)
+
+
+def test_eval_transform_crop_resize_is_simclr_center_crop():
+    """SimCLR v1's center_crop: a centred square of rint(f * min(h, w)) pixels at offset
+    ((h - side + 1) // 2, (w - side + 1) // 2), then resize_bicubic (identity at the same
+    size), so the output is exactly that window of the input."""
+    image = _image(10, 20)
+    out = augment.eval_transform(image, size=5, crop_fraction=0.5, mode="crop_resize").numpy()
+    np.testing.assert_array_equal(out, image.numpy()[3:8, 8:13])
+    tall = _image(21, 9)  # side rint(0.75 * 9) = 7, offsets (21 - 7 + 1) // 2 = 7 and 1
+    out = augment.eval_transform(tall, size=7, crop_fraction=0.75, mode="crop_resize").numpy()
+    np.testing.assert_array_equal(out, tall.numpy()[7:14, 1:8])
+
+
+def test_eval_transform_crop_resize_resamples_bicubically_and_clips():
+    """Upsampling uses TF1's resize_bicubic (the source's op) and clips its overshoot to
+    [0, 1]; the default mode's antialiased bilinear resize gives other pixels."""
+    rng = np.random.default_rng(0)
+    image = tf.constant(rng.integers(0, 2, (12, 12, 3)).astype(np.float32))  # sharp edges
+    out = augment.eval_transform(image, size=24, crop_fraction=1.0, mode="crop_resize").numpy()
+    reference = tf.compat.v1.image.resize_bicubic(image[None], [24, 24])[0].numpy()
+    assert reference.min() < 0 and reference.max() > 1  # bicubic overshoots at the edges
+    np.testing.assert_array_equal(out, np.clip(reference, 0, 1))
+    default = augment.eval_transform(image, size=24, crop_fraction=1.0).numpy()
+    assert np.abs(default - out).max() > 0.05
