@@ -76,12 +76,43 @@ def run_tool(body: Callable[[], int], *, workdir: str | None = None) -> int:
         return code
 
 
+#: The arguments that ask for the tool's flags and their help (absl's short help).
+HELP_ARGS = frozenset({"-h", "-?", "-help", "--help", "-helpshort", "--helpshort"})
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing for every tool, with the exit codes of :class:`ExitCode`.
+
+    ``--help`` (``-h``) prints the tool's docstring and its flags with their help to stdout and
+    exits 0; a flag error (an unknown flag, a bad value, a missing config file) is a usage error:
+    one ``error:`` line on stderr, exit 2. ``--helpfull`` is absl's, with every library's flags.
+    """
+    from absl import app, flags
+
+    if HELP_ARGS.intersection(argv[1:]):
+        app.usage(shorthelp=True, writeto_stdout=True)
+        sys.exit(ExitCode.OK)
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as err:
+        report_error(f"{err} (--help lists the flags)")
+        sys.exit(ExitCode.USAGE)
+
+
 def _run(module_name: str) -> None:
+    """Runs a tool's ``main`` as ``python -m module_name`` would.
+
+    absl's help reads the docstring of ``__main__`` and the flags of the module named by
+    ``sys.argv[0]``: a console script's wrapper has neither, so the tool's module lends them.
+    """
     quiet_startup()
-    from absl import app
+    from absl import app, flags
 
     module = importlib.import_module(module_name)
-    app.run(module.main, flags_parser=getattr(module, "parse_flags", app.parse_flags_with_usage))
+    sys.modules["__main__"].__doc__ = module.__doc__
+    for flag in flags.FLAGS.get_flags_for_module(module_name):
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    app.run(module.main, flags_parser=getattr(module, "parse_flags", parse_flags))
 
 
 def pretrain() -> None:

@@ -17,7 +17,7 @@ or unreadable checkpoint or a bad argument.
 
 from __future__ import annotations
 
-from contrastive_jax._cli import quiet_startup, run_tool
+from contrastive_jax._cli import parse_flags, quiet_startup, run_tool
 
 quiet_startup()  # before TensorFlow and JAX load
 
@@ -85,4 +85,4 @@ def _evaluate() -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -37,6 +37,7 @@ that ship with the package are listed by ``python -m contrastive_jax.configs``.
 
 from __future__ import annotations
 
+from contrastive_jax._cli import parse_flags as cli_parse_flags
 from contrastive_jax._cli import quiet_startup, run_tool
 
 quiet_startup()  # before TensorFlow and JAX load
@@ -116,7 +117,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing, where an override of an undeclared field is a usage error (exit 2)
     that names the nearest field, not a traceback."""
     try:
-        return app.parse_flags_with_usage(argv)
+        return cli_parse_flags(argv)
     except (AttributeError, KeyError):
         for arg in argv[1:]:
             name = arg.split("=", 1)[0].lstrip("-")

@@ -18,7 +18,7 @@ bad config (refused before the work directory is created), input or work directo
 
 from __future__ import annotations
 
-from contrastive_jax._cli import quiet_startup, run_tool
+from contrastive_jax._cli import parse_flags, quiet_startup, run_tool
 
 quiet_startup()  # before TensorFlow and JAX load
 
@@ -71,4 +71,4 @@ def _quickstart() -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -126,3 +126,44 @@ def test_the_exit_code_table_is_documented():
     text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     for code in ExitCode:
         assert f"| {int(code)} | `{code.name}` |" in text, code
+
+
+#: Each tool's module, console script and a flag its --help must list.
+TOOLS = (
+    ("contrastive_jax.pretrain", "contrastive-jax-pretrain", "--dry_run"),
+    ("contrastive_jax.linear_eval", "contrastive-jax-linear-eval", "--epochs"),
+    ("contrastive_jax.quickstart", "contrastive-jax-quickstart", "--workdir"),
+)
+
+
+def _commands(module: str, script: str) -> list[list[str]]:
+    """The tool as ``python -m`` and, where the package is installed, as its console script."""
+    commands = [[sys.executable, "-m", module]]
+    installed = Path(sys.executable).parent / script
+    if installed.exists():
+        commands.append([str(installed)])
+    return commands
+
+
+@pytest.mark.parametrize(("module", "script", "flag"), TOOLS)
+def test_help_lists_the_flags_with_their_help_and_exits_0(module, script, flag, tmp_path):
+    for command in _commands(module, script):
+        done = subprocess.run([*command, "--help"], cwd=tmp_path, env=_env(),
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (command, done.stderr)
+        assert flag in done.stdout, (command, done.stdout)
+        assert "--workdir" in done.stdout and "USAGE" not in done.stdout, command
+        assert not any(word in done.stderr for word in NOISE), done.stderr
+
+
+@pytest.mark.parametrize(("module", "script", "flag"), TOOLS)
+def test_a_flag_error_is_a_usage_error_exit_2(module, script, flag, tmp_path):
+    del flag
+    for command in _commands(module, script):
+        for bad in (["--no_such_flag=1"], ["--workdir"]):  # unknown; a value missing
+            done = subprocess.run([*command, *bad], cwd=tmp_path, env=_env(),
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == ExitCode.USAGE, (command, bad, done.stderr)
+            last = done.stderr.strip().splitlines()[-1]
+            assert last.startswith("error: ") and "--help" in last, last
+        assert not any(tmp_path.iterdir()), "a refused command wrote files"

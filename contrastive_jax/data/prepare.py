@@ -210,7 +210,9 @@ def main(argv: list[str]) -> int:
 
 
 def _run() -> None:
-    app.run(main)
+    from contrastive_jax._cli import parse_flags
+
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":
