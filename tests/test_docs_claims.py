@@ -220,3 +220,20 @@ def test_the_checker_finds_what_is_wrong(tmp_path):
     config_module = pytest.importorskip("contrastive_jax.train.config")
     assert not _has_field(config_module.default_config(), "train.no_such_field")
     assert _has_field(config_module.default_config(), "loss.kwargs.mio.temperature")
+
+
+def test_every_bibtex_key_a_loss_docstring_names_is_in_docs_losses():
+    """The losses' References name BibTeX keys; each is an entry of docs/losses.md, and every
+    entry there is named by some loss."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    named = set()
+    for path in (root / "contrastive_jax" / "losses").glob("_*.py"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip().startswith("BibTeX:"):
+                named.update(re.findall(r"``(\w+)``", line))
+    entries = set(re.findall(r"^@\w+\{(\w+),", (root / "docs" / "losses.md").read_text(
+        encoding="utf-8"), re.MULTILINE))
+    assert named and named == entries, (named - entries, entries - named)

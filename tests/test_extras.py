@@ -1,4 +1,4 @@
-"""The core install: losses and metrics import with jax, chex, numpy and scipy alone; the parts
+"""The core install: losses and metrics import with jax, numpy and scipy alone; the parts
 that need the ``train`` extra say so when it is missing.
 
 The extra's libraries are hidden in a subprocess (``sys.modules[name] = None`` makes importing
@@ -96,3 +96,26 @@ def import_errors() -> dict:
 @pytest.mark.parametrize("module", TRAIN_PARTS)
 def test_a_part_that_needs_the_train_extra_names_it(module, import_errors):
     assert "pip install 'contrastive_jax[train]'" in import_errors[module], import_errors[module]
+
+
+def test_the_version_is_written_once_and_cited_as_it():
+    """``contrastive_jax.__version__`` is the one source (pyproject reads it); CITATION.cff
+    cites the same version, and the wheel ships LICENSE and py.typed (tests/test_wheel.py
+    installs it)."""
+    import re
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from pathlib import Path
+
+    import contrastive_jax
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "contrastive_jax.__version__"}
+    cited = re.search(r"^version: (\S+)$", (root / "CITATION.cff").read_text(encoding="utf-8"),
+                      re.MULTILINE)
+    assert cited and cited.group(1) == contrastive_jax.__version__
+    assert (root / "LICENSE").read_text(encoding="utf-8").lstrip().startswith("Apache License")
+    assert (root / "contrastive_jax" / "py.typed").exists()
+    assert project["tool"]["setuptools"]["package-data"]["contrastive_jax"] == ["py.typed"]

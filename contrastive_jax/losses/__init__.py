@@ -17,8 +17,8 @@ of each tower is one pair);
 ``"logits"``) take ``logits [B, K]`` and soft ``targets [B, K]`` (the soft-target losses)
 or class labels (``label_cross_entropy``, ``label_soft_target_infonce``) instead.
 
-This package needs only the core install (jax, chex, numpy and scipy; the losses
-themselves import only jax, chex and numpy).
+This package needs only the core install (jax, numpy and scipy; the losses
+themselves import only jax and numpy).
 """
 
 from __future__ import annotations

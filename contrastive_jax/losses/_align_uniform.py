@@ -191,6 +191,7 @@ def alignment(
     References:
       Wang, T. and Isola, P. (2020). Understanding contrastive representation learning
       through alignment and uniformity on the hypersphere. ICML 2020, arXiv:2005.10242.
+      BibTeX: ``wang2020alignment`` (docs/losses.md, "Citing the papers").
     """
     z1 = _core.check_embeddings(z1, "z1")
     z2 = _core.check_embeddings(z2, "z2")
@@ -243,6 +244,7 @@ def alignment_from_labels(
     References:
       Wang, T. and Isola, P. (2020). Understanding contrastive representation learning
       through alignment and uniformity on the hypersphere. ICML 2020, arXiv:2005.10242.
+      BibTeX: ``wang2020alignment`` (docs/losses.md, "Citing the papers").
     """
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])
@@ -304,6 +306,7 @@ def uniformity(
     References:
       Wang, T. and Isola, P. (2020). Understanding contrastive representation learning
       through alignment and uniformity on the hypersphere. ICML 2020, arXiv:2005.10242.
+      BibTeX: ``wang2020alignment`` (docs/losses.md, "Citing the papers").
     """
     embeddings = _core.check_embeddings(embeddings)
     t = _core.check_positive(t, "t")
@@ -385,6 +388,7 @@ def align_uniform(
       Tongzhou Wang and Phillip Isola (2020). Understanding Contrastive Representation
       Learning through Alignment and Uniformity on the Hypersphere. ICML 2020,
       arXiv:2005.10242, Sec. 4.1 (``align_loss``, ``uniform_loss``).
+      BibTeX: ``wang2020alignment`` (docs/losses.md, "Citing the papers").
     """
     embeddings = _core.check_embeddings(embeddings)
     if embeddings.shape[0] % 2:

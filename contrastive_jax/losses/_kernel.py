@@ -178,6 +178,7 @@ def y_aware_infonce(
       Duchesnay (2021). Conditional Alignment and Uniformity for Contrastive
       Learning with Continuous Proxy Labels. Med-NeurIPS workshop,
       arXiv:2111.05643 (HAL hal-03523114), Eq. (1).
+      BibTeX: ``dufumier2021yaware``, ``dufumier2021conditional`` (docs/losses.md, "Citing the papers").
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
@@ -247,6 +248,7 @@ def conditional_alignment(
       Learning with Continuous Proxy Labels. Med-NeurIPS workshop,
       arXiv:2111.05643 (HAL hal-03523114), Eq. (2) (finite
       batch) and Eq. (3) (population form).
+      BibTeX: ``dufumier2021conditional`` (docs/losses.md, "Citing the papers").
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
@@ -300,6 +302,7 @@ def global_uniformity(
       Duchesnay (2021). Conditional Alignment and Uniformity for Contrastive
       Learning with Continuous Proxy Labels. Med-NeurIPS workshop,
       arXiv:2111.05643 (HAL hal-03523114), Eq. (2).
+      BibTeX: ``dufumier2021conditional`` (docs/losses.md, "Citing the papers").
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:
@@ -372,6 +375,7 @@ def conditional_uniformity(
       Duchesnay (2021). Conditional Alignment and Uniformity for Contrastive
       Learning with Continuous Proxy Labels. Med-NeurIPS workshop,
       arXiv:2111.05643 (HAL hal-03523114), Eq. (4).
+      BibTeX: ``dufumier2021conditional`` (docs/losses.md, "Citing the papers").
     """
     block = _block_for(embeddings, axis_name, block_size)
     if block is not None:

@@ -100,6 +100,7 @@ def mio(
       Information Optimization using Self-Supervised Binary Contrastive
       Learning. arXiv:2111.12664, Eqs. (4)-(5) (L_O), Eq. (39) (the L2 term);
       Table 4.
+      BibTeX: ``manna2021mio`` (docs/losses.md, "Citing the papers").
     """
     embeddings = _core.check_embeddings(embeddings)
     labels = _core.check_labels(labels, embeddings.shape[0])

@@ -211,6 +211,7 @@ def supcon(
       Patrick Feeney and Michael C. Hughes (2023). SINCERE: Supervised
       Information Noise-Contrastive Estimation REvisited. arXiv:2309.14277,
       Eq. (3) (the form used here); Tables 1-2 (SupCon baseline).
+      BibTeX: ``khosla2020supcon``, ``feeney2023sincere`` (docs/losses.md, "Citing the papers").
     """
     return _label_loss(
         "supcon", embeddings, labels, temperature, valid, axis_name, block_size, precision
@@ -269,6 +270,7 @@ def nt_xent(
       Ting Chen, Simon Kornblith, Mohammad Norouzi and Geoffrey Hinton (2020).
       A Simple Framework for Contrastive Learning of Visual Representations.
       arXiv:2002.05709, Eq. (1) (NT-Xent).
+      BibTeX: ``chen2020simclr`` (docs/losses.md, "Citing the papers").
     """
     return supcon(
         embeddings,
@@ -331,6 +333,7 @@ def sincere(
       Patrick Feeney and Michael C. Hughes (2023). SINCERE: Supervised
       Information Noise-Contrastive Estimation REvisited. arXiv:2309.14277,
       Eq. (12) (the loss), Eq. (13) (its gradient); Tables 1-2.
+      BibTeX: ``feeney2023sincere`` (docs/losses.md, "Citing the papers").
     """
     return _label_loss(
         "sincere", embeddings, labels, temperature, valid, axis_name, block_size, precision

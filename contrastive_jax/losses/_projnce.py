@@ -287,6 +287,7 @@ def projnce(
       Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
       A Projection Perspective. arXiv:2506.09810. Definition 2.3 and Eq. (12) (the
       loss), Eq. (10) (the leave-one-out R); Table 1 (CIFAR with label noise).
+      BibTeX: ``jeong2025projnce`` (docs/losses.md, "Citing the papers").
     """
     return _projection_loss("projnce", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, beta=beta)
@@ -352,6 +353,7 @@ def soft_supcon(
       A Projection Perspective. arXiv:2506.09810. Definition 3.1 and Eq. (14)
       (SoftSupCon), Eqs. (17)-(18) (the Nadaraya–Watson soft labels and projection);
       Tables 2-3.
+      BibTeX: ``jeong2025projnce`` (docs/losses.md, "Citing the papers").
     """
     return _projection_loss("soft_supcon", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, bandwidth=bandwidth, distance=distance)
@@ -409,6 +411,7 @@ def soft_nce(
       Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
       A Projection Perspective. arXiv:2506.09810. Definition 3.2 and Eq. (15) (SoftNCE),
       Eqs. (17)-(18); Tables 2-3.
+      BibTeX: ``jeong2025projnce`` (docs/losses.md, "Citing the papers").
     """
     return _projection_loss("soft_nce", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, bandwidth=bandwidth, distance=distance)
@@ -464,6 +467,7 @@ def med_supcon(
       Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
       A Projection Perspective. arXiv:2506.09810. Section 3.3 (median projections) and
       Appendix C, Eq. (33) with the projection replaced by the median; Table 1.
+      BibTeX: ``jeong2025projnce`` (docs/losses.md, "Citing the papers").
     """
     return _projection_loss("med_supcon", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, median_mode=median_mode)
@@ -516,6 +520,7 @@ def med_nce(
       Minoh Jeong and Alfred Hero (2025). Generalizing Supervised Contrastive Learning:
       A Projection Perspective. arXiv:2506.09810. Section 3.3 and Appendix C, Eq. (34)
       with the projection replaced by the median.
+      BibTeX: ``jeong2025projnce`` (docs/losses.md, "Citing the papers").
     """
     return _projection_loss("med_nce", embeddings, labels, temperature, valid, axis_name,
                             block_size, num_classes, median_mode=median_mode)

@@ -154,6 +154,7 @@ def soft_target_infonce(
       Hugger, J. and Uhlmann, V. (2024). Towards noise contrastive estimation with soft
       targets for conditional models. arXiv:2404.14076. Eq. (12) (the loss), Eq. (5)
       (hard InfoNCE), Figure 2 (the reference implementation on class scores).
+      BibTeX: ``hugger2024softtarget`` (docs/losses.md, "Citing the papers").
     """
     logits, targets = _check_logits_and_targets(logits, targets)
     temperature = _core.check_positive(temperature, "temperature")
@@ -244,6 +245,7 @@ def soft_target_cross_entropy(
       Hugger, J. and Uhlmann, V. (2024). Towards noise contrastive estimation with soft
       targets for conditional models. arXiv:2404.14076. Eq. (3) (soft-target NLL),
       Eq. (1) (NLL).
+      BibTeX: ``hugger2024softtarget`` (docs/losses.md, "Citing the papers").
     """
     logits, targets = _check_logits_and_targets(logits, targets)
     temperature = _core.check_positive(temperature, "temperature")
@@ -339,6 +341,7 @@ def label_cross_entropy(
     References:
       Jan Hugger and Virginie Uhlmann (2024). Towards noise contrastive estimation with
       soft targets for conditional models. arXiv:2404.14076, Eq. (3).
+      BibTeX: ``hugger2024softtarget`` (docs/losses.md, "Citing the papers").
     """
     targets = _smoothed(logits, label, label_smoothing)
     return soft_target_cross_entropy(
@@ -391,6 +394,7 @@ def label_soft_target_infonce(
     References:
       Jan Hugger and Virginie Uhlmann (2024). Towards noise contrastive estimation with
       soft targets for conditional models. arXiv:2404.14076, Eq. (12).
+      BibTeX: ``hugger2024softtarget`` (docs/losses.md, "Citing the papers").
     """
     targets = _smoothed(logits, label, label_smoothing)
     prior = None if class_prior is None else jnp.asarray(class_prior, jnp.float32)

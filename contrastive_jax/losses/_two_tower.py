@@ -424,6 +424,7 @@ def clip(
       cross-entropy and its learnable temperature).
       Aaron van den Oord, Yazhe Li and Oriol Vinyals (2018). Representation Learning with
       Contrastive Predictive Coding. arXiv:1807.03748, Eq. (4) (InfoNCE).
+      BibTeX: ``radford2021clip``, ``oord2018cpc`` (docs/losses.md, "Citing the papers").
     """
     temperature = _core.check_positive(temperature, "temperature")
     axis_name = _axis_tuple(axis_name)
@@ -512,6 +513,7 @@ def siglip(
       Loss for Language Image Pre-Training. arXiv:2303.15343, Sec. 3.2, Eq. (1) and
       Algorithm 1 (the loss, its normalisation and the initialisation t' = log 10,
       b = -10); Sec. 3.3 (the chunked multi-device form).
+      BibTeX: ``zhai2023siglip`` (docs/losses.md, "Citing the papers").
     """
     temperature = _core.check_positive(temperature, "temperature")
     _check_finite(bias, "bias")

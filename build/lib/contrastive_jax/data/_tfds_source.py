@@ -1,0 +1,219 @@
+"""A prepared (or downloadable) TFDS dataset as a source: in memory or streamed.
+
+:func:`tfds_source` loads the ``train`` and ``test`` splits of a TFDS dataset into memory
+when its images have a fixed size and fit :data:`MAX_IN_MEMORY_BYTES`, else streams them
+from their prepared ArrayRecord or TFRecord files
+(:class:`~contrastive_jax.data.records.RecordSet`). :func:`tfds_builder` finds the
+dataset's builder and fails fast, with :class:`DatasetNotPreparedError` listing what the
+data directory holds, when it is not prepared and downloads are off.
+:mod:`contrastive_jax.data.sources` reads a data config's TFDS dataset through these and
+re-exports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from contrastive_jax.data import records as records_lib
+from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
+from contrastive_jax.errors import ConfigError, CorruptImageError, InputError
+
+log = logging.getLogger(__name__)
+
+#: Largest TFDS split loaded into memory. The pipeline captures the split as a
+#: tensor, which tf.data copies a few times (graph serialisation, 2 GB proto
+#: limit); CIFAR (150 MB) and STL-10 (140-220 MB) fit with room to spare.
+MAX_IN_MEMORY_BYTES = 2**30
+
+
+class DatasetNotPreparedError(FileNotFoundError):
+    """A TFDS dataset that is not prepared locally and may not be downloaded."""
+
+
+def tfds_builder(name: str, data_dir: str | None, download: bool):
+    """The TFDS builder of ``name`` in ``data_dir``, prepared (downloading only if allowed)."""
+    import tensorflow_datasets as tfds
+
+    def not_prepared(where: str) -> DatasetNotPreparedError:
+        found = records_lib.list_prepared(where)
+        listing = (
+            f"it holds: {', '.join(found)}" if found
+            else "it holds no prepared TFDS dataset" if os.path.isdir(where)
+            else "it does not exist"
+        )
+        return DatasetNotPreparedError(
+            f"TFDS dataset {name!r} is not prepared in {where} ({listing}) and downloads are off "
+            "(config.download=False). Prepare it with `tfds build "
+            f"{name} --data_dir=DIR` (or `python -m contrastive_jax.data.prepare`) and set "
+            "config.data_dir=DIR, or read a folder of images: config.data_dir=<root>/<split>/"
+            f"<class>/<image> (e.g. config.dataset={name!r}, config.data_dir=PATH/TO/FOLDER)."
+        )
+
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError as e:
+        if data_dir is not None:
+            raise not_prepared(data_dir) from e
+        raise InputError(
+            f"unknown dataset {name!r}: not a built-in name (digits, digits_cluttered, phantoms, "
+            "image_folder) nor a TFDS dataset; a dataset prepared in a data directory needs "
+            "config.data_dir"
+        ) from e
+    if not builder.is_prepared():
+        if not download:
+            raise not_prepared(data_dir or str(builder.data_dir_root))
+        builder.download_and_prepare()
+    return builder
+
+
+def tfds_source(
+    name: str,
+    *,
+    data_dir: str | None = None,
+    download: bool = False,
+    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+    in_memory: bool | None = None,
+) -> Source:
+    """A prepared (or, with ``download``, downloadable) TFDS dataset.
+
+    Splits ``train`` and ``test`` (``validation`` serves as ``test`` when the
+    dataset has no ``test`` split). Grey images are repeated on three channels.
+    The splits are either loaded into memory (fixed-size images, both splits
+    at most :data:`MAX_IN_MEMORY_BYTES` decoded) or streamed from their
+    records (:class:`~contrastive_jax.data.records.RecordSet`: ArrayRecord or
+    TFRecord files, any size, images of any shape).
+
+    Args:
+      name: the TFDS name; a dataset prepared under ``data_dir`` may be one
+        TFDS does not register (e.g. written by ``TfDataBuilder`` or by
+        :mod:`contrastive_jax.data.prepare`).
+      data_dir: TFDS data directory (None: TFDS's default).
+      download: let TFDS download and prepare an unprepared dataset.
+      stats: (mean, std) on the [0, 1] scale; default: :data:`KNOWN_STATS`,
+        else computed from the training images (in memory) or estimated from
+        :data:`STATS_SAMPLE` of them (streamed).
+      in_memory: True / False forces the choice; None picks memory for small
+        fixed-size datasets.
+
+    Raises:
+      DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` and
+        ``download`` is false; the message lists what ``data_dir`` holds.
+      ValueError: unknown name, no image or label feature (the message lists
+        the features), no train split, or ``in_memory=True`` for images of
+        variable size.
+    """
+    import tensorflow_datasets as tfds
+
+    builder = tfds_builder(name, data_dir, download)
+    features = builder.info.features
+    missing = [k for k in ("image", "label") if k not in features]
+    if missing:
+        raise InputError(
+            f"TFDS dataset {name!r} has no {' and no '.join(repr(k) for k in missing)} feature; "
+            f"its features: {sorted(features.keys())}. Pretraining and evaluation need an "
+            "'image' and an integer class 'label'."
+        )
+    shape = tuple(features["image"].shape)
+    available = builder.info.splits
+    chosen = {"train": "train", "test": "test" if "test" in available else "validation"}
+    chosen = {k: v for k, v in chosen.items() if v in available}
+    if "train" not in chosen:
+        raise InputError(
+            f"TFDS dataset {name!r} has no 'train' split; its splits: {sorted(available.keys())}"
+        )
+    fixed = None not in shape[:2]
+    total = sum(available[v].num_examples for v in chosen.values()) * (
+        int(np.prod(shape)) if fixed else 0
+    )
+    if in_memory is None:
+        # Loading into memory reads through tf.data; without TensorFlow an ArrayRecord
+        # dataset is read from its files (the default input path needs no TensorFlow).
+        in_memory = fixed and total <= MAX_IN_MEMORY_BYTES and _has_tensorflow()
+    elif in_memory and not fixed:
+        raise ConfigError(f"TFDS dataset {name!r} has variable-size images {shape}; stream it")
+    label_feature = features["label"]
+    if in_memory:
+        splits = {}
+        for split, tfds_split in chosen.items():
+            arrays = tfds.as_numpy(builder.as_dataset(split=tfds_split, batch_size=-1))
+            images, labels = arrays["image"], arrays["label"]
+            if images.shape[-1] == 1:
+                images = np.repeat(images, 3, axis=-1)
+            splits[split] = Split(labels=labels, images=images)
+        train_images = splits["train"].images
+        image_shape = train_images.shape[1:]
+        mean, std = stats if stats is not None else channel_stats(train_images)
+    else:
+        file_format = str(getattr(builder.info.file_format, "value", builder.info.file_format))
+        splits = {
+            split: Split(
+                labels=None,
+                records=records_lib.RecordSet(
+                    f"{name}/{tfds_split}",
+                    file_format,
+                    [
+                        records_lib.Span(f.filename, f.skip, f.take, f.examples_in_shard)
+                        for f in available[tfds_split].file_instructions
+                    ],
+                ),
+            )
+            for split, tfds_split in chosen.items()
+        }
+        image_shape = (shape[0], shape[1], 3)
+        if stats is None:
+            stats = KNOWN_STATS.get(name) or _record_stats(splits["train"].records)
+        mean, std = stats
+        log.info(
+            "dataset %s: streaming %s records (%s)", name, file_format,
+            ", ".join(f"{k} {v.num_examples}" for k, v in splits.items()),
+        )
+    return Source(
+        name=name,
+        splits=splits,
+        num_classes=label_feature.num_classes,
+        class_names=tuple(label_feature.names),
+        image_shape=image_shape,
+        mean=tuple(mean),
+        std=tuple(std),
+    )
+
+
+def _has_tensorflow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def _record_stats(records: records_lib.RecordSet) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Channel statistics of :data:`STATS_SAMPLE` decoded training images (evenly spaced
+    rows for ArrayRecord, decoded by Pillow; the first ones for TFRecord, by TensorFlow)."""
+    count = min(STATS_SAMPLE, records.num_examples)
+    if records.random_access:
+        from contrastive_jax.data.host_views import decode
+
+        rows = np.linspace(0, records.num_examples - 1, count).astype(np.int64)
+        pixels = []
+        for row, record in zip(rows, records.read(rows), strict=True):
+            try:
+                image = decode(records.parse_bytes(record)[0], f"row {row}")
+            except (CorruptImageError, IndexError, ValueError) as e:
+                raise records.corrupt(int(row), e) from e
+            pixels.append(np.asarray(image).reshape(-1, 3))
+        return channel_stats(np.concatenate(pixels)[None])
+    from contrastive_jax.data._tf import tf
+
+    rows = np.arange(count)
+    serialized = [r for _, r in records.stream(0, count).as_numpy_iterator()]
+    pixels = []
+    for row, record in zip(rows, serialized, strict=True):
+        try:
+            data = records.parse(tf.constant(record))["data"]
+            image = tf.io.decode_image(data, channels=3, expand_animations=False)
+        except tf.errors.OpError:
+            records.check([row], [record])  # raises CorruptRecordError naming the record
+            raise
+        pixels.append(image.numpy().reshape(-1, 3))
+    return channel_stats(np.concatenate(pixels)[None])

@@ -1,0 +1,241 @@
+"""The default pretraining input path: grain on the host, the appearance on the device.
+
+No TensorFlow: examples are read from in-memory arrays, image files or the ArrayRecord
+files of a prepared TFDS dataset (:class:`~.records.RecordSet`, the files
+``tfds.data_source`` reads, parsed without TensorFlow), decoded once by Pillow, and
+cropped, resized and flipped per view (:mod:`.host_views`) by a ``grain.MapDataset``
+whose threads overlap the training step (Pillow releases the GIL while it decodes and
+resamples). A batch is::
+
+    {"views": uint8 [B, V, S, S, 3]  cropped, resized, flipped views (not normalised),
+     "label": int32 [B], "index": int64 [B] (the example id),
+     "step":  int64 [B] (the batch's step), "metadata": float32 [B, p] if any}
+
+and :meth:`HostPretrainIterator.on_device` turns the views into the normalised float32
+views the training step reads, with the appearance stages (:mod:`.device_augment`) in one
+jitted function on the global arrays.
+
+Which examples a step gets and every random draw are a pure function of (seed, step), as
+on the tf.data path (:mod:`.pipeline`), though other draws: epoch ``e`` is the permutation
+``numpy.random.default_rng([seed, e]).permutation(N)`` of the training split, step ``k``
+takes its ``k % steps_per_epoch``-th block of ``global_batch_size`` rows (the tail of each
+epoch is dropped), and process ``i`` of ``P`` reads rows ``[i B, (i + 1) B)`` of the block.
+The host draws a view's crop and flip from ``(seed, step, id, view)``, the device its
+appearance from a key folded from the same four numbers. So a run resumed at step ``k``
+sees exactly the batches of the uninterrupted run from step ``k`` (no iterator state to
+checkpoint), whatever the process or device count.
+
+TFRecord datasets (read in order only) are served by the tf.data path
+(``config.data.loader = "tf"``), or converted once to ArrayRecord with
+``python -m contrastive_jax.data.prepare``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import grain
+import jax
+import ml_collections
+import numpy as np
+
+from contrastive_jax.data._image_folder import read_file
+from contrastive_jax.data._resolve import resolve_augmentation, resolve_image_size
+from contrastive_jax.data.base import Source, Split, symmetric_label_noise
+from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
+from contrastive_jax.data.config import LOADERS
+from contrastive_jax.data.device_augment import make_device_augment
+from contrastive_jax.data.host_views import decode, view_rngs, views_of
+from contrastive_jax.errors import ConfigError
+
+__all__ = ["HostPretrainIterator", "default_threads", "epoch_order"]
+
+#: Host threads when ``config.loader_threads`` is None: the cores, at most this many.
+MAX_DEFAULT_THREADS = 16
+
+
+def default_threads() -> int:
+    """Threads of the host pipeline by default: the usable cores, at most 16."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, MAX_DEFAULT_THREADS))
+
+
+@functools.lru_cache(maxsize=4)
+def epoch_order(num_examples: int, seed: int, epoch: int) -> np.ndarray:
+    """The rows of the training split in ``epoch``'s order: int64 [num_examples]."""
+    return np.random.default_rng([seed, epoch]).permutation(num_examples).astype(np.int64)
+
+
+class _Examples:
+    """Row -> (encoded bytes or uint8 image, label, id, metadata) of one split, and a name."""
+
+    def __init__(self, split: Split, dataset: str) -> None:
+        self.split = split
+        self.dataset = dataset
+        records = split.records
+        if records is not None and not records.random_access:
+            raise ConfigError(
+                f"dataset {dataset!r} is stored as TFRecord files, which the default input path "
+                "(config.data.loader='grain') cannot read by row: convert it once with "
+                "`python -m contrastive_jax.data.prepare` (ArrayRecord), or read it with "
+                "config.data.loader='tf' (needs TensorFlow)"
+            )
+
+    def __call__(self, row: int) -> tuple[Any, int, int, np.ndarray | None]:
+        split = self.split
+        if split.records is not None:
+            record = split.records.read([row])[0]
+            try:
+                data, label = split.records.parse_bytes(record)
+            except (IndexError, ValueError) as e:
+                raise split.records.corrupt(row, e) from e
+            return data, label, row, None
+        assert split.labels is not None and split.ids is not None  # a Split of images or paths
+        metadata = None if split.metadata is None else split.metadata[row]
+        image = split.images[row] if split.images is not None else split.paths[row]  # type: ignore[index]
+        return image, int(split.labels[row]), int(split.ids[row]), metadata
+
+    def name(self, row: int) -> str:
+        if self.split.records is not None:
+            filename, index = self.split.records.locate(row)
+            return f"record {index} of {os.path.basename(filename)} ({filename})"
+        return f"file {self.split.paths[row]}"
+
+
+class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
+    """Infinite iterator of this process's pretraining batches (module docstring).
+
+    Attributes:
+      source, image_size, augmentation, num_views, global_batch_size, local_batch_size,
+      steps_per_epoch: as for :class:`~.pipeline.PretrainIterator`.
+      step: the step of the next batch.
+      threads: host threads decoding and cropping.
+    """
+
+    def __init__(
+        self,
+        config: ml_collections.ConfigDict,
+        *,
+        seed: int,
+        source: Source,
+        start_step: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
+    ) -> None:
+        self.source = source
+        self._process_index, process_count = process_position(process_index, process_count)
+        train = source.split("train")
+        if config.label_noise > 0:
+            if train.streamed:
+                train.with_labels(None)  # raises: a stream's labels cannot be replaced
+            train = train.with_labels(symmetric_label_noise(
+                train.labels, source.num_classes, config.label_noise, config.data_seed))
+        self._examples = _Examples(train, source.name)
+        self._num_train = train.num_examples
+        self.image_size = resolve_image_size(config, source)
+        self.augmentation = resolve_augmentation(config, source, self.image_size)
+        self.num_views = int(config.num_views)
+        self.global_batch_size = int(config.global_batch_size)
+        self.local_batch_size = per_process(
+            self.global_batch_size, process_count, "global_batch_size")
+        self.steps_per_epoch = steps_per_epoch(
+            train.num_examples, self.global_batch_size, source.name)
+        if start_step < 0:
+            raise ConfigError(f"start_step must be >= 0, got {start_step}")
+        threads = config.get("loader_threads")
+        if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+            raise ConfigError(f"config.data.loader_threads must be a positive int, got {threads!r}")
+        self.threads = default_threads() if threads is None else int(threads)
+        self._seed = int(seed)
+        self.step = int(start_step)
+        self._device_augment = make_device_augment(
+            self.augmentation, seed=self._seed, mean=source.mean, std=source.std)
+        local = self.local_batch_size
+        dataset = (
+            grain.MapDataset.range(self.step * local, 2**62)
+            .map(self._example)
+            .batch(local, drop_remainder=True)
+        )
+        options = grain.ReadOptions(num_threads=self.threads,
+                                    prefetch_buffer_size=max(2 * local, int(config.prefetch) * local))
+        self._iterator = iter(dataset.to_iter_dataset(options))
+
+    def position(self, count: int) -> tuple[int, int]:
+        """(step, row in the split) of this process's ``count``-th example from step 0."""
+        step, slot = divmod(count, self.local_batch_size)
+        epoch, block = divmod(step, self.steps_per_epoch)
+        position = (block * self.global_batch_size + self._process_index * self.local_batch_size
+                    + slot)
+        return step, int(epoch_order(self._num_train, self._seed, epoch)[position])
+
+    def rows(self, step: int) -> np.ndarray:
+        """Rows in the training split of this process's examples at ``step``: int64 [B]."""
+        first = step * self.local_batch_size
+        return np.array([self.position(first + j)[1] for j in range(self.local_batch_size)])
+
+    def _example(self, count: int) -> dict[str, np.ndarray]:
+        step, row = self.position(count)
+        image, label, index, metadata = self._examples(row)
+        if isinstance(image, (bytes, str, np.str_)):
+            if not isinstance(image, bytes):
+                image = read_file(str(image))
+            image = decode(image, self._examples.name(row))
+        views = views_of(image, view_rngs(self._seed, step, index, self.num_views),
+                         self.augmentation, self.image_size)
+        out = {"views": views, "label": np.int32(label), "index": np.int64(index),
+               "step": np.int64(step)}
+        if metadata is not None:
+            out["metadata"] = metadata
+        return out
+
+    def on_device(self, arrays: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        """The appearance stages on the global batch: uint8 ``views`` -> normalised float32
+        views; drops ``step``. Jitted; keeps the batch's sharding."""
+        arrays = dict(arrays)
+        step = arrays.pop("step")
+        arrays["views"] = self._device_augment(arrays["views"], arrays["index"], step)
+        return arrays
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        batch = next(self._iterator)
+        self.step += 1
+        return batch
+
+
+def pretrain_batches(
+    config: ml_collections.ConfigDict,
+    *,
+    seed: int,
+    source: Source,
+    start_step: int = 0,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
+    """This process's pretraining batches from ``start_step`` on, by ``config.loader``.
+
+    ``"grain"`` (default): a :class:`HostPretrainIterator` (uint8 views; its ``on_device``
+    finishes them), except for a TFRecord dataset, which only the tf.data path reads
+    (it needs TensorFlow). ``"tf"``: :func:`~.pipeline.make_pretrain_iterator`
+    (normalised float32 views, every stage on the host). Sources of vectors are served
+    by :class:`~.vectors.VectorPretrainIterator` either way.
+    """
+    from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
+
+    loader = config.get("loader", "grain")
+    if loader not in LOADERS:
+        raise ConfigError(f"config.data.loader must be one of {LOADERS}, got {loader!r}")
+    if isinstance(source, VectorSource):
+        return VectorPretrainIterator(config, seed=seed, source=source, start_step=start_step,
+                                      process_index=process_index, process_count=process_count)
+    records = source.split("train").records
+    if loader == "tf" or (records is not None and not records.random_access):
+        import contrastive_jax.data as data_package  # its attribute: what tests and benches patch
+
+        return data_package.make_pretrain_iterator(
+            config, seed=seed, source=source, start_step=start_step,
+            process_index=process_index, process_count=process_count)
+    return HostPretrainIterator(config, seed=seed, source=source, start_step=start_step,
+                                process_index=process_index, process_count=process_count)

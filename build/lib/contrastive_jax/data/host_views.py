@@ -1,0 +1,238 @@
+"""The host's share of a view: decode once, then per view crop, resize and flip (uint8).
+
+The default input path (:mod:`.host_pipeline`) does here only what needs the whole
+encoded image; the appearance stages run on the accelerator (:mod:`.device_augment`).
+One example's ``V`` views come from one decode (Pillow, libjpeg-turbo):
+
+* ``crop_scale`` set: torchvision's ``RandomResizedCrop`` window (:func:`crop_window`, the
+  distribution of :func:`contrastive_jax.data._image_ops.crop_window`: up to 10 draws of
+  area ``U(scale)`` and log-uniform aspect ratio, else the central crop), resampled to
+  ``S x S`` by Pillow's bilinear filter (antialiased when it shrinks, as torchvision on
+  PIL images), then a horizontal flip with probability ``flip_prob``;
+  (``crop_sampler="tf_bounding_box"``: the window of TensorFlow's
+  ``sample_distorted_bounding_box``, :func:`tf_crop_window`; ``crop_interpolation``: Pillow's
+  bilinear or bicubic filter);
+* ``crop_scale`` None: the image resized to ``S x S`` (if it is not already), zero-padded
+  by ``round(pad_fraction * S)`` per side and cropped back at a uniform offset, then the
+  flip;
+* then, if ``policy`` is set, AutoAugment or RandAugment on the uint8 view
+  (:mod:`.image_policies`).
+
+Each view draws from ``numpy.random.default_rng([seed, step, id, view])``: a pure function
+of (seed, step, example id, view), like the device's draws.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image
+
+from contrastive_jax.data import image_policies
+from contrastive_jax.data.augment_config import AugmentConfig
+from contrastive_jax.errors import CorruptImageError
+
+__all__ = ["crop_window", "decode", "tf_crop_window", "view_rngs", "views_of"]
+
+_FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
+
+
+def view_rngs(seed: int, step: int, index: int, num_views: int) -> list[np.random.Generator]:
+    """The generators of the ``num_views`` views of example ``index`` at ``step``."""
+    return [np.random.default_rng([seed, step, index, v]) for v in range(num_views)]
+
+
+def decode(data: bytes, name: str) -> Image.Image:
+    """Encoded JPEG / PNG / ... bytes -> an RGB image; :class:`CorruptImageError` names ``name``."""
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
+        raise CorruptImageError(f"cannot decode image {name}: {e}") from e
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def crop_window(
+    height: int,
+    width: int,
+    rng: np.random.Generator,
+    *,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    attempts: int = 10,
+) -> tuple[int, int, int, int]:
+    """torchvision ``RandomResizedCrop``'s window ``(top, left, crop_height, crop_width)``.
+
+    Up to ``attempts`` draws of an area ``U(scale)`` of the image and an aspect ratio
+    (width / height) log-uniform in ``ratio``; the first crop that fits, else the central
+    crop with the ratio clamped to ``ratio``.
+    """
+    u = rng.random((attempts, 2))
+    area = height * width * (scale[0] + (scale[1] - scale[0]) * u[:, 0])
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = np.exp(log_lo + (log_hi - log_lo) * u[:, 1])
+    crop_w = np.round(np.sqrt(area * aspect))
+    crop_h = np.round(np.sqrt(area / aspect))
+    fits = (crop_w >= 1) & (crop_w <= width) & (crop_h >= 1) & (crop_h <= height)
+    pos = rng.random(2)
+    if fits.any():
+        first = int(np.argmax(fits))
+        ch, cw = int(crop_h[first]), int(crop_w[first])
+        return int(pos[0] * (height - ch + 1)), int(pos[1] * (width - cw + 1)), ch, cw
+    in_ratio = width / height
+    cw = round(height * ratio[1]) if in_ratio > ratio[1] else width
+    ch = round(width / ratio[0]) if in_ratio < ratio[0] else height
+    return (height - ch) // 2, (width - cw) // 2, ch, cw
+
+
+#: ``min_object_covered`` and ``max_attempts`` of both TF sources' crops (SimCLR
+#: ``data_util.crop_and_resize``, SupCon ``preprocessing._distorted_crop_window``).
+TF_MIN_OBJECT_COVERED = 0.1
+TF_CROP_ATTEMPTS = 100
+
+
+def tf_crop_window(
+    height: int,
+    width: int,
+    rng: np.random.Generator,
+    *,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    fallback: str = "whole",
+    attempts: int = TF_CROP_ATTEMPTS,
+) -> tuple[int, int, int, int]:
+    """``tf.image.sample_distorted_bounding_box``'s window ``(top, left, crop_height,
+    crop_width)`` with the whole image as the box and ``min_object_covered = 0.1``.
+
+    TensorFlow's kernel (``sample_distorted_bounding_box_op.cc``, ``GenerateRandomCrop``),
+    per attempt: an aspect ratio ``a`` (width / height) uniform in ``ratio``; heights from
+    ``rint(sqrt(scale[0] H W / a))`` to ``rint(sqrt(scale[1] H W / a))`` (capped so that
+    ``rint(h a) <= W`` and ``h <= H``), one drawn uniformly; ``w = rint(h a)``, nudged by one
+    row when rounding leaves the area outside ``scale``; rejected if it does not fit or
+    covers less than ``min_object_covered`` of the image; the offset uniform in
+    ``[0, H - h)`` x ``[0, W - w)`` (0 when the side is full). After ``attempts`` failures
+    the whole image, or with ``fallback="center_square"`` the central ``min(H, W)`` square
+    (which SupCon's code also takes when the window drawn is the whole image).
+    """
+    total = float(height * width)
+    min_area = np.float32(scale[0] * total)
+    max_area = np.float32(scale[1] * total)
+    window = None
+    for _ in range(attempts):
+        aspect = np.float32(ratio[0] + (ratio[1] - ratio[0]) * rng.random())
+        h = int(np.rint(np.sqrt(min_area / aspect)))
+        max_h = int(np.rint(np.sqrt(max_area / aspect)))
+        if np.rint(max_h * aspect) > width:
+            max_h = int(math.floor((width + 0.5 - 1e-7) / aspect))
+            if np.rint(max_h * aspect) > width:
+                max_h -= 1
+        max_h = min(max_h, height)
+        h = min(h, max_h)
+        if h < max_h:
+            h += int(rng.integers(0, max_h - h + 1))
+        w = int(np.rint(h * aspect))
+        if w * h < min_area:
+            h += 1
+            w = int(np.rint(h * aspect))
+        if w * h > max_area:
+            h -= 1
+            w = int(np.rint(h * aspect))
+        area = w * h
+        if (area < min_area or area > max_area or w > width or h > height or w <= 0 or h <= 0
+                or area < TF_MIN_OBJECT_COVERED * total):
+            continue
+        top = int(rng.integers(0, height - h)) if h < height else 0
+        left = int(rng.integers(0, width - w)) if w < width else 0
+        window = (top, left, h, w)
+        break
+    if fallback == "center_square" and (window is None or window[2:] == (height, width)):
+        side = min(height, width)
+        return (height - side + 1) // 2, (width - side + 1) // 2, side, side
+    return window if window is not None else (0, 0, height, width)
+
+
+def _resized(image: Image.Image, size: int) -> np.ndarray:
+    if image.size != (size, size):
+        image = image.resize((size, size), Image.Resampling.BILINEAR)
+    return np.asarray(image)
+
+
+def _view(image: Image.Image, rng: np.random.Generator, cfg: AugmentConfig, size: int) -> np.ndarray:
+    if cfg.crop_scale is not None:
+        if cfg.crop_sampler == "tf_bounding_box":
+            top, left, ch, cw = tf_crop_window(
+                image.height, image.width, rng, scale=cfg.crop_scale, ratio=cfg.crop_ratio,
+                fallback=cfg.crop_fallback)
+        else:
+            top, left, ch, cw = crop_window(
+                image.height, image.width, rng, scale=cfg.crop_scale, ratio=cfg.crop_ratio)
+        view = image.resize(
+            (size, size), _FILTERS[cfg.crop_interpolation], box=(left, top, left + cw, top + ch)
+        )
+        if cfg.flip_prob > 0 and rng.random() < cfg.flip_prob:
+            view = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)  # contiguous, unlike [:, ::-1]
+        return np.asarray(view)
+    out = _resized(image, size)
+    pad = round(cfg.pad_fraction * size)
+    if pad > 0:
+        dy, dx = rng.integers(0, 2 * pad + 1, 2)
+        padded = np.pad(out, ((pad, pad), (pad, pad), (0, 0)))
+        out = padded[dy : dy + size, dx : dx + size]
+    if cfg.flip_prob > 0 and rng.random() < cfg.flip_prob:
+        out = out[:, ::-1]
+    return out
+
+
+def views_of(
+    image: Image.Image | np.ndarray,
+    rngs: Sequence[np.random.Generator],
+    cfg: AugmentConfig,
+    size: int,
+) -> np.ndarray:
+    """uint8 [V, size, size, 3]: view ``v`` of ``image`` (RGB image, or uint8 [H, W, 3])
+    cropped, resized, flipped and, if ``cfg.policy`` is set, augmented with ``rngs[v]``."""
+    if isinstance(image, np.ndarray):
+        if cfg.crop_scale is None and image.shape[:2] == (size, size):
+            return _with_policy(_array_shifts(image, rngs, cfg, size), rngs, cfg)
+        image = Image.fromarray(image)
+    out = np.empty((len(rngs), size, size, 3), np.uint8)
+    for v, rng in enumerate(rngs):
+        out[v] = _view(image, rng, cfg, size)
+    return _with_policy(out, rngs, cfg)
+
+
+def _with_policy(
+    views: np.ndarray, rngs: Sequence[np.random.Generator], cfg: AugmentConfig
+) -> np.ndarray:
+    """AutoAugment or RandAugment of each view with its generator (after its geometry)."""
+    if cfg.policy == "none":
+        return views
+    out = np.empty_like(views)
+    for v, rng in enumerate(rngs):
+        view = np.ascontiguousarray(views[v])
+        if cfg.policy == "autoaugment":
+            out[v] = image_policies.autoaugment(view, rng)
+        else:
+            out[v] = image_policies.randaugment(
+                view, rng, num_layers=cfg.randaugment_layers,
+                magnitude=cfg.randaugment_magnitude)
+    return out
+
+
+def _array_shifts(
+    image: np.ndarray, rngs: Sequence[np.random.Generator], cfg: AugmentConfig, size: int
+) -> np.ndarray:
+    """The shift views of an image already ``size x size`` (no Pillow round trip)."""
+    pad = round(cfg.pad_fraction * size)
+    padded = np.pad(image, ((pad, pad), (pad, pad), (0, 0))) if pad else image
+    out = []
+    for rng in rngs:
+        dy, dx = rng.integers(0, 2 * pad + 1, 2) if pad else (0, 0)
+        view = padded[dy : dy + size, dx : dx + size]
+        if cfg.flip_prob > 0 and rng.random() < cfg.flip_prob:
+            view = view[:, ::-1]
+        out.append(view)
+    return np.stack(out)

@@ -1,0 +1,207 @@
+"""The default pretraining config; experiment configs start from it.
+
+An experiment config is a Python file with ``get_config()`` (the packaged ones are in
+:mod:`contrastive_jax.configs`)::
+
+    from contrastive_jax.train.config import default_config
+
+    def get_config():
+        config = default_config()
+        config.loss.name = "supcon"
+        config.batch_size = 256          # sets config.data.global_batch_size too
+        config.num_steps = 1_000         # sets config.train.total_steps too
+        return config
+
+Five top-level keys are the stable command-line interface of every pretraining
+config, each linked (an ``ml_collections`` field reference) to the nested field
+the code reads, so setting either sets both:
+
+==================  ============================  ==========================================
+top-level key       nested field                  meaning
+==================  ============================  ==========================================
+``seed``            (itself)                      run seed: initialisation, augmentation order
+``dataset``         ``data.dataset``              ``digits``, a TFDS name such as ``cifar10``,
+                                                  or ``folder:PATH`` for a folder of images
+``batch_size``      ``data.global_batch_size``    global batch over all devices and processes
+``num_steps``       ``train.total_steps``         total steps; > 0 overrides ``train.epochs``
+``checkpoint_every``  ``train.checkpoint_every``  steps between checkpoints
+==================  ============================  ==========================================
+
+    python -m contrastive_jax.pretrain --workdir runs/q \
+        --config "$(python -m contrastive_jax.configs quickstart)" \
+        --config.batch_size=256 --config.num_steps=100 --config.dataset=folder:PATH
+
+Every field the code reads is declared once, with its default and a one-line comment, as
+a field of a frozen dataclass that :func:`contrastive_jax.train.spec.parse` fills and
+checks: ``config.train`` in :class:`TrainSpec` here, ``config.loss`` in
+:class:`contrastive_jax.train.objective.LossSpec`, ``config.optimizer`` in
+:class:`contrastive_jax.train.optim.OptimizerSpec`, ``config.data`` in
+:class:`contrastive_jax.data.DataSpec`, ``config.model.encoder`` and ``config.model.head`` in
+:class:`contrastive_jax.models.EncoderSpec` and :class:`~contrastive_jax.models.HeadSpec`.
+:func:`default_config` is made from them. A field that none of them declares, in a
+config file or a command-line override, is an error that names the nearest field, and a
+renamed field (:data:`RENAMED`) is an error that names its new name (:func:`check_config`).
+
+``config.dataset = "synthetic"`` trains on random in-memory images (no TensorFlow; see
+:mod:`contrastive_jax.train.synthetic`).
+
+``config.loss.temperature`` is None by default: each loss then trains at its own default
+temperature, the one its function declares; a number sets every term's (see
+:mod:`contrastive_jax.train.objective`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
+
+from contrastive_jax import data, models
+from contrastive_jax._sections import section_fields
+from contrastive_jax.errors import ConfigError, check_fields
+from contrastive_jax.train import grad_cache, objective, optim, transfer
+
+#: Sub-configs whose keys are names rather than fields (checked where they are read:
+#: the encoder's fields depend on its name).
+OPEN_FIELDS = ("loss.kwargs", "loss.targets", "data.source_kwargs", "model.encoder")
+
+#: Fields that were renamed, old name -> new name (both without the ``config.`` prefix).
+#: A config or command line that sets an old name is refused with the new name.
+RENAMED = {
+    "train.prefetch": "train.device_prefetch",  # beside data.prefetch, the input pipeline's
+    "optimizer.epochs": "optimizer.schedule_epochs",  # beside train.epochs, the run's length
+    "optimizer.total_steps": "optimizer.schedule_steps",  # beside train.total_steps
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSpec:
+    """``config.train``: the run's length, logging, checkpoints and the step's options.
+
+    Every field's default is declared here and only here; :func:`default_config` makes
+    ``config.train`` of them and :func:`contrastive_jax.train.spec.parse` checks each value.
+    """
+
+    epochs: int = 100  # run length in epochs of the training split
+    total_steps: int = 0  # > 0 overrides epochs
+    log_every: int = 10  # steps between metric logs
+    checkpoint_every: int = 500  # steps between checkpoints (and one at the end)
+    keep_checkpoints: int = 3  # verified checkpoints kept, the newest ones
+    online_probe: bool = False  # SimCLR's linear probe on stop-gradient features
+    skip_nonfinite: bool = False  # skip NaN/inf steps instead of stopping
+    device_prefetch: int = 2  # global batches put on the devices ahead of the running step
+    # Gradient caching: examples/device per micro-batch (0: off); BN becomes ghost BN.
+    micro_batch_size: int = 0
+    # Its loop: "scan" (one encoder copy) or "unrolled" (fast convs on XLA:CPU; compile
+    # time grows with the micro-batches).
+    micro_batch_loop: str = "scan"
+    eval_every: int = 0  # steps between online kNN evaluations (a multiple of log_every); 0: off
+    knn_k: int = 20  # neighbours of the online kNN monitor (Wu et al. 2018)
+    knn_temperature: float = 0.07  # tau of the kNN monitor's neighbour weights exp(s / tau)
+    knn_bank_size: int = 10_000  # class-balanced training examples in the kNN bank; 0: all
+    knn_query_size: int = 2_000  # held-out queries of the kNN monitor; 0: the whole split
+    # Epochs between top-1/top-5 evaluations of the class scores (the head's outputs) on the
+    # held-out split, and one at the end; 0: off (train/validation.py).
+    validate_every_epochs: int = 0
+    # JAX's persistent compilation cache: "auto" (JAX's own if set, else
+    # ~/.cache/contrastive_jax/jax_compilation_cache), a directory, or "" (leave off).
+    compilation_cache_dir: str = "auto"
+    profile_steps: tuple[int, ...] = ()  # (first, last) 1-based steps to trace with jax.profiler
+    collapse_threshold: float = -0.2  # uniformity above which embeddings count as collapsed
+    collapse_patience: int = 3  # consecutive collapsed log steps after warm-up: warn once
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "log_every", "checkpoint_every", "keep_checkpoints", "knn_k",
+                     "collapse_patience"):
+            _check_int(f"train.{name}", getattr(self, name), minimum=1)
+        for name in ("total_steps", "device_prefetch", "micro_batch_size", "eval_every",
+                     "knn_bank_size", "knn_query_size", "validate_every_epochs"):
+            _check_int(f"train.{name}", getattr(self, name), minimum=0)
+        grad_cache.check_loop(self.micro_batch_loop)
+        if self.eval_every % self.log_every:
+            raise ConfigError(
+                f"config.train.eval_every={self.eval_every} must be 0 (off) or a multiple of "
+                f"config.train.log_every={self.log_every} (the kNN top-1 is logged at log steps)"
+            )
+        if not self.knn_temperature > 0:
+            raise ConfigError(
+                f"config.train.knn_temperature must be > 0, got {self.knn_temperature}")
+        if not self.collapse_threshold <= 0:
+            raise ConfigError(
+                f"config.train.collapse_threshold must be <= 0 (uniformity never exceeds 0), "
+                f"got {self.collapse_threshold}")
+        steps = self.profile_steps
+        if steps and (len(steps) != 2 or not all(isinstance(s, int) for s in steps)
+                      or not 1 <= steps[0] <= steps[1]):
+            raise ConfigError(
+                f"config.train.profile_steps={steps!r} must be two steps (first, last) with "
+                "1 <= first <= last, e.g. --config.train.profile_steps='(20, 25)'"
+            )
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"config.{name} must be an int >= {minimum}, got {value!r}")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every field the trainer reads, with defaults (CIFAR-stem ResNet-18, SINCERE, LARS)."""
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # run seed: initialisation, augmentation order, dropout
+    config.data = data.default_data_config()
+    config.model = ml_collections.ConfigDict()
+    config.model.encoder = models.default_encoder_config()
+    config.model.head = models.default_head_config()
+    config.model.update(section_fields(transfer.TransferSpec))  # init_from, trainable, ...
+    config.loss = ml_collections.ConfigDict(section_fields(objective.LossSpec))
+    config.loss.mixing.num_classes = config_dict.placeholder(int)  # None: no mixing
+    config.optimizer = ml_collections.ConfigDict(section_fields(optim.OptimizerSpec))
+    config.dataset = config.data.get_ref("dataset")
+    config.batch_size = config.data.get_ref("global_batch_size")
+    config.train = ml_collections.ConfigDict(section_fields(TrainSpec))
+    config.num_steps = config.train.get_ref("total_steps")
+    config.checkpoint_every = config.train.get_ref("checkpoint_every")
+    return config
+
+
+def check_config(config, defaults: ml_collections.ConfigDict | None = None,
+                 where: str = "config") -> None:
+    """Raises ConfigError for a field of ``config`` that :func:`default_config` does not declare.
+
+    The message names the field and the nearest declared one (``config.train.device_prefech
+    is not a config field; did you mean config.train.device_prefetch?``), or, for a field of
+    :data:`RENAMED`, its new name. The sub-configs of :data:`OPEN_FIELDS` are keyed by names
+    and checked where they are read.
+    """
+    defaults = default_config() if defaults is None else defaults
+    fields = dict(config.items())
+    for name in fields:
+        check_renamed(f"{where}.{name}")
+    check_fields(where, fields, defaults.keys())
+    for name, value in fields.items():
+        path = f"{where}.{name}"
+        default = defaults[name]
+        if (isinstance(default, ml_collections.ConfigDict) and hasattr(value, "items")
+                and path.removeprefix("config.") not in OPEN_FIELDS):
+            check_config(value, default, path)
+
+
+def check_renamed(path: str) -> None:
+    """Raises ConfigError if ``path`` (``config.a.b``) is a field of :data:`RENAMED`."""
+    new = RENAMED.get(path.removeprefix("config."))
+    if new is not None:
+        raise ConfigError(f"{path} was renamed to config.{new}; set that field instead")
+
+
+def rename_saved(saved: dict) -> dict:
+    """A config saved (as a nested dict) before a field of :data:`RENAMED` was renamed, with
+    that field under its new name; a config saved since is returned as it is."""
+    saved = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items()}
+    for old, new in RENAMED.items():
+        (section, name), (_, new_name) = old.split("."), new.split(".")
+        fields = saved.get(section)
+        if isinstance(fields, dict) and name in fields:
+            fields[new_name] = fields.pop(name)
+    return saved

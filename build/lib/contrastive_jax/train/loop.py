@@ -1,0 +1,451 @@
+"""The pretraining loop: build, resume, step, log, checkpoint, stop cleanly.
+
+``train(config, workdir)`` resumes from the newest readable checkpoint in
+``workdir`` without being asked, saves every ``config.train.checkpoint_every``
+steps (asynchronously) and at the end, and on SIGTERM saves the current step and
+raises :class:`Preempted`.
+
+The host runs ahead of the devices. Between log and checkpoint steps it reads
+nothing back from them: the non-finite guard stays on the devices (a
+:class:`~contrastive_jax.train.step.NonFinite` record the step updates, read at
+the next log or checkpoint step), the next ``config.train.device_prefetch`` batches
+are put on the devices while the current step runs, and the SIGTERM flag
+travels with each batch. With one process the flag is the host's own, so no
+read is needed; with several, each step returns the flag's maximum over all
+processes and the host reads it one step late, after dispatching the next
+step, so every process stops after the same step while the devices stay busy.
+Only log and checkpoint steps (and the first step of a run, timed to leave
+compilation out of the throughput) wait for the devices.
+
+The step is compiled once per run, through JAX's persistent compilation cache
+(``config.train.compilation_cache_dir``), so a restarted run loads the
+executable instead of compiling it. ``config.train.profile_steps`` writes a
+``jax.profiler`` trace of a range of steps next to the TensorBoard events. The input
+(:mod:`.inputs`), the host-side machinery (SIGTERM flag, compilation cache, timers,
+profiler: :mod:`.runtime`) and the checkpoints (:mod:`.checkpoint`, verified by
+:mod:`.verify`) live in their own modules. :func:`train` reads top to bottom: parse the
+config (:func:`.spec.parse`), load the input, build the run (:func:`.build.build`) and trace
+its step (:func:`.build.check_step`), all before the work directory exists; then a session
+restores, loops, saves and summarises. The work directory may be local or ``gs://``
+(:mod:`.paths`).
+
+A resumed run is the run it would have been: the input pipeline yields the
+batches of a pure function of (seed, step) from the restored step on, dropout
+keys derive from (seed, step, device) (:mod:`.step`), and the checkpoint holds
+parameters, batch statistics and optimiser state. Before any array is read, the
+checkpoint's model config and state structure are compared with the current
+config (:class:`ConfigMismatch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from typing import Any
+
+import jax
+import ml_collections
+from etils import epath
+
+from contrastive_jax.errors import (  # noqa: F401 - raised here, part of the loop's interface
+    ConfigMismatch,
+    ExitCode,
+    NonFiniteLoss,
+    Preempted,
+)
+from contrastive_jax.parallel import make_mesh, replicated
+from contrastive_jax.train import inputs, paths, runtime, transfer, validation
+from contrastive_jax.train.build import Run, build, check_step
+from contrastive_jax.train.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    abstract_like,
+    structure_signature,
+)
+from contrastive_jax.train.knn_monitor import KnnMonitor
+from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import (  # noqa: F401 - part of the loop's interface
+    build_model,
+    init_state,
+    make_train_step,
+    nonfinite_record,
+)
+
+CONFIG_FILE = "config.json"
+#: The final and the best evaluation on the held-out split (``config.train.validate_every_epochs``).
+VALIDATION_FILE = "validation.json"
+#: Sub-directory of the work directory for TensorBoard events and profiler traces.
+TENSORBOARD_DIR = "tensorboard"
+
+#: Exit codes of ``python -m contrastive_jax.pretrain`` (all: :class:`~contrastive_jax.errors.ExitCode`).
+EXIT_PREEMPTED = ExitCode.PREEMPTED  # saved on SIGTERM; restart to continue (EX_TEMPFAIL)
+EXIT_NONFINITE = ExitCode.NONFINITE  # loss or gradient not finite (EX_DATAERR)
+EXIT_CHECKPOINT = ExitCode.CHECKPOINT  # a checkpoint could not be written or read (EX_IOERR)
+
+
+def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Pretrains (or resumes) according to ``config`` in ``workdir``; returns a summary.
+
+    Raises:
+      Preempted: SIGTERM arrived; the step reached was checkpointed.
+      NonFiniteLoss: a step's loss or gradient was NaN/inf (without
+        ``config.train.skip_nonfinite``); the last good checkpoint is kept.
+      ConfigMismatch: the work directory's checkpoint has another model/state structure.
+      CheckpointError: a checkpoint could not be written (full disk, ...), or
+        none of the checkpoints present could be read.
+      OSError: the work directory is not writable.
+      ValueError: a bad config or input (e.g. a corrupt image file).
+    """
+    with runtime.SigtermFlag() as sigterm:  # SIGTERM is a flag the loop polls, from the start
+        # Parse, load, build and check: a run refused for its config or input leaves nothing
+        # behind, so all of it happens before the work directory is created.
+        spec = parse(config)
+        cache_dir = runtime.configure_compilation_cache(spec.train.compilation_cache_dir)
+        train_input = inputs.load_input(spec.data, seed=spec.seed)
+        run = build(spec, make_mesh(), train_input.facts)
+        check_step(run)
+        run = run._replace(state=transfer.initialise(run.state, spec))  # config.model.init_from
+        knn = KnnMonitor(spec.train, spec.data, train_input.source,
+                         total_steps=run.plan.total_steps) if (
+            spec.train.eval_every) else None  # the online kNN monitor
+        validator = validation.Validator(run, spec.data, train_input.source) if (
+            spec.train.validate_every_epochs) else None
+        session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm)
+        session.validator = validator
+        session.loop(knn)
+        return {"workdir": str(session.directory), **session.summary(),
+                "compilation_cache_dir": cache_dir}
+
+
+class _Session:
+    """A run in its work directory: state, checkpointer, non-finite guard, logger, clock and
+    input, from the restored step to the end (:meth:`loop`)."""
+
+    def __init__(self, run: Run, directory: epath.Path, state, checkpointer: Checkpointer,
+                 skipped: int, batches: inputs.DevicePrefetch,
+                 evaluations: list[validation.Record] | None = None) -> None:
+        self.run, self.directory, self.state = run, directory, state
+        self.checkpointer, self.batches = checkpointer, batches
+        spec, sizes = run.spec, run.plan
+        self.start_step = int(state.step)
+        self.guard = _NonFiniteGuard(list(spec.terms), run.mesh, checkpointer, skipped,
+                                     skip=spec.train.skip_nonfinite)
+        self.logger = MetricLogger(directory, total_steps=sizes.total_steps,
+                                   start_step=self.start_step, images_per_step=sizes.global_batch)
+        self.clock = runtime.RunClock(sizes.profile, directory / TENSORBOARD_DIR)
+        self.collapse = CollapseDetector(threshold=spec.train.collapse_threshold,
+                                         patience=spec.train.collapse_patience,
+                                         after_step=sizes.warmup_steps)
+        self.meta = {"seed": spec.seed, "num_classes": run.facts.num_classes,
+                     "model": _model_fingerprint(spec.config),
+                     "state_signature": structure_signature(state)}
+        self.last: dict[str, float] = {}  # the metrics of the last log step
+        self.unlogged: dict[str, float] = {}  # the first step's timing, until logged
+        self.pending_stop: jax.Array | None = None  # several processes: the last step's stop
+        self.validator: validation.Validator | None = None  # config.train.validate_every_epochs
+        # The held-out evaluations of the run so far (restored ones: the final and the best).
+        self.evaluations: list[validation.Record] = list(evaluations or [])
+
+    @classmethod
+    def open(cls, run: Run, directory: epath.Path, train_input: inputs.Input,
+             sigterm: runtime.SigtermFlag) -> _Session:
+        """Restores the newest readable checkpoint of ``directory`` (if any) and writes the
+        config beside it."""
+        state = jax.device_put(run.state, replicated(run.mesh))
+        checkpointer = Checkpointer(directory, max_to_keep=run.spec.train.keep_checkpoints)
+        state, meta = _restore(checkpointer, state, run.spec.config, structure_signature(state))
+        skipped = int(meta.get("nonfinite_steps", 0))  # older checkpoints have no count
+        evaluations = [validation.Record(*r) for r in meta.get("evaluations", [])]
+        if jax.process_index() == 0:
+            (directory / CONFIG_FILE).write_text(run.spec.config.to_json_best_effort(indent=2))
+        start_step = int(state.step)
+        batches = inputs.DevicePrefetch(
+            train_input.batches(start_step), run.mesh, lambda: sigterm.raised,
+            depth=run.spec.train.device_prefetch, remaining=run.plan.total_steps - start_step,
+        )
+        session = cls(run, directory, state, checkpointer, skipped, batches, evaluations)
+        if start_step:
+            session.logger.message(f"resumed from the checkpoint at step {start_step} in "
+                                   f"{directory}")
+        return session
+
+    def loop(self, knn: KnnMonitor | None) -> None:
+        """Steps to the end; the host reads nothing back but at log and checkpoint steps."""
+        profiler = self.clock.profiler
+        try:
+            self.batches.fill()
+            for step in range(self.start_step, self.run.plan.total_steps):
+                batch = self.batches.take()
+                profiler.before_step(step + 1)
+                logged = self._step(step, batch)
+                self.batches.fill()  # the next batches go to the devices while this step runs
+                message = profiler.after_step(step + 1, logged["loss"])
+                if message:
+                    self.logger.message(message)
+                self._after_step(step + 1, logged, self._preempted(batch, logged), knn)
+            self.clock.loop_ended()
+            self.checkpointer.flush()  # the last save written and verified
+        except BaseException:
+            _close_on_error(profiler, self.logger, self.checkpointer)
+            raise
+        self.logger.close()
+        self.checkpointer.close()
+
+    def _step(self, step: int, batch: inputs.Batch) -> dict:
+        """Runs one step; the first (compiled, or loaded from the cache) is timed apart."""
+        guard, step_fn = self.guard, self.run.step
+        if step > self.start_step:
+            with self.clock.call():
+                self.state, logged, guard.record = step_fn(self.state, batch.arrays,
+                                                           guard.record)
+            return logged
+        with self.clock.first_step():
+            self.state, logged, guard.record = step_fn(self.state, batch.arrays, guard.record)
+            logged["loss"].block_until_ready()
+            self.checkpointer.compile_checksum(self.state)
+        self.unlogged = dict(self.clock.once)
+        self.logger.start_clock(step + 1)
+        return logged
+
+    def _preempted(self, batch: inputs.Batch, logged: dict) -> bool:
+        """Whether to stop after this step. With several processes the stop flag is read
+        from the devices one step late, after the next step was dispatched."""
+        if not _several_processes():
+            return batch.stop
+        preempted = self.pending_stop is not None and bool(self.pending_stop)
+        self.pending_stop = logged["stop"]
+        self.pending_stop.copy_to_host_async()
+        return preempted
+
+    def _after_step(self, done: int, logged: dict, preempted: bool,
+                    knn: KnnMonitor | None) -> None:
+        """Logs, checkpoints and stops at the steps that ask for it."""
+        train, total = self.run.spec.train, self.run.plan.total_steps
+        is_log = done % train.log_every == 0 or done == total
+        is_checkpoint = done % train.checkpoint_every == 0 or done == total
+        if not (is_log or is_checkpoint or preempted):
+            return
+        with self.clock.checking():
+            values, skipped = self.guard.read(done, logged, self.logger)
+            if self.validator is not None and self.validator.due(done):
+                values.update(self._validate(done, skip_log=not is_log))
+            if is_log:
+                self._log(done, values, skipped, knn)
+            if is_checkpoint or preempted:
+                self.checkpointer.save(done, self.state, {
+                    **self.meta, "step": done, "nonfinite_steps": skipped,
+                    "evaluations": [list(r) for r in self._kept_evaluations()]})
+            if preempted:
+                self.checkpointer.flush()
+                raise Preempted(done)
+
+    def _validate(self, done: int, *, skip_log: bool) -> dict[str, float]:
+        """Top-1/top-5 on the held-out split after step ``done``; logged (at a step that is
+        no log step, on its own) and kept for the final and best report."""
+        assert self.validator is not None
+        record = self.validator(self.state, done)
+        self.evaluations = [r for r in self.evaluations if r.step < done] + [record]
+        scalars = {"val_top1": record.top1, "val_top5": record.top5}
+        self.logger.message(f"step {done} (epoch {record.epoch:.4g}): top-1 "
+                            f"{100 * record.top1:.2f} %, top-5 {100 * record.top5:.2f} % on "
+                            f"the {validation.SPLIT} split")
+        if skip_log:
+            self.logger.write(done, scalars)
+        return scalars
+
+    def _kept_evaluations(self) -> list[validation.Record]:
+        """The evaluations a checkpoint keeps: the best and the last."""
+        top = validation.best(self.evaluations)
+        return sorted({r for r in (top, *self.evaluations[-1:]) if r is not None},
+                      key=lambda r: r.step)
+
+    def validation_report(self) -> dict[str, Any]:
+        """``{"final": ..., "best": ...}`` of the held-out evaluations (empty without any);
+        process 0 writes it to ``<workdir>/validation.json``."""
+        if not self.evaluations:
+            return {}
+        report = {"final": self.evaluations[-1]._asdict(),
+                  "best": validation.best(self.evaluations)._asdict()}  # type: ignore[union-attr]
+        if jax.process_index() == 0:
+            (self.directory / VALIDATION_FILE).write_text(json.dumps(report, indent=2))
+        return report
+
+    def _log(self, done: int, values: dict[str, float], skipped: int,
+             knn: KnnMonitor | None) -> None:
+        last = {**values, **self.logger.throughput(done), "skipped_steps": float(skipped)}
+        last.update({k: float(v) for k, v in self.unlogged.items()})
+        self.unlogged = {}  # how long the step took to build: logged once per run
+        if knn is not None and knn.due(done):  # its time left out of img/s
+            last.update(knn(self.state, self.run.graphdef, self.run.rest))
+            self.logger.start_clock(done)
+        self.logger.write(done, last)
+        warning = self.collapse.update(done, last.get("uniformity", float("nan")))
+        if warning:
+            self.logger.warning(warning)
+        self.last = last
+
+    def summary(self) -> dict[str, Any]:
+        """Where the run ended, its metrics, and where the host's time went."""
+        sizes = self.run.plan
+        return {
+            "start_step": self.start_step,
+            "final_step": sizes.total_steps,
+            "final_loss": self.last.get("loss", float("nan")),
+            "metrics": self.last,
+            "skipped_steps": self.guard.reported,
+            **self.clock.summary(sizes.total_steps - self.start_step, sizes.global_batch,
+                                 self.batches.seconds),
+            "collapse_warning": self.collapse.warned,
+            "validation": self.validation_report(),
+        }
+
+
+def _restore(checkpointer: Checkpointer, state, config: ml_collections.ConfigDict,
+             signature: list[str]) -> tuple[Any, dict]:
+    """(the state of the newest readable checkpoint, or ``state``; its metadata: the
+    non-finite steps skipped so far, the held-out evaluations; {} without one). Closes the checkpointer and raises if checkpoints exist but none
+    restores, or if the newest was written with another model or state structure."""
+    present = checkpointer.steps()
+    try:
+        restored = checkpointer.restore_latest(
+            abstract_like(state),
+            check_meta=lambda meta, step: _check_compatible(config, signature, meta, step),
+        )
+        if restored is None and present:
+            raise CheckpointError(
+                f"every checkpoint in {checkpointer.directory} (steps {present}) is damaged; "
+                f"they were moved to {checkpointer.damaged_directory}. Run again to start "
+                "from step 0"
+            )
+    except BaseException:
+        checkpointer.close()
+        raise
+    if restored is None:
+        return state, {}
+    return restored
+
+
+class _NonFiniteGuard:
+    """The on-device record of non-finite steps (``record``, threaded through the step),
+    read by the host at log and checkpoint steps only."""
+
+    def __init__(self, terms, mesh, checkpointer: Checkpointer, skipped: int, *,
+                 skip: bool) -> None:
+        self._terms, self._mesh, self._checkpointer = terms, mesh, checkpointer
+        self._skip = skip
+        self.record = jax.device_put(nonfinite_record(terms, skipped), replicated(mesh))
+        self.reported = skipped  # non-finite steps reported so far
+
+    def read(self, done: int, logged: dict, logger: MetricLogger) -> tuple[dict[str, float], int]:
+        """The step's metrics and the run's non-finite count.
+
+        Raises NonFiniteLoss (without skip_nonfinite) if a step since the last
+        read was not finite; with it, reports the skipped steps and clears the
+        record's first step.
+        """
+        values, (count, first, first_values) = jax.device_get((logged, self.record))
+        count, first = int(count), int(first)
+        if first:
+            text = _nonfinite_text({k: float(v) for k, v in first_values.items()})
+            if not self._skip:
+                with contextlib.suppress(CheckpointError):  # a save in flight holds a good state
+                    self._checkpointer.wait()
+                good = self._checkpointer.steps()
+                raise NonFiniteLoss(
+                    f"non-finite loss or gradient at step {first} ({text}); the last good "
+                    f"checkpoint (step {good[-1] if good else 'none'}) is kept in "
+                    f"{self._checkpointer.directory}. Set --config.train.skip_nonfinite=True "
+                    "to skip such steps instead."
+                )
+            logger.message(
+                f"skipped non-finite steps: {count - self.reported} up to step {done}, the "
+                f"first at step {first} ({text}); {count} in this run"
+            )
+            self.record = jax.device_put(nonfinite_record(self._terms, count),
+                                         replicated(self._mesh))
+        self.reported = count
+        return {k: float(v) for k, v in values.items()}, count
+
+
+def _close_on_error(profiler: runtime.Profiler, logger: MetricLogger,
+                    checkpointer: Checkpointer) -> None:
+    """Stops the profiler and closes the logger and the checkpointer of a failing run.
+
+    A failing close (e.g. the metric files on the same full disk) must not replace the
+    error that says what went wrong: it is logged as a warning.
+    """
+    closers = [("profiler", profiler.stop), ("metric logger", logger.close),
+               ("checkpointer", checkpointer.close)]
+    for name, close in closers:
+        try:
+            close()
+        except Exception as err:  # noqa: BLE001 - reported, the original error propagates
+            logging.warning("while stopping, closing the %s failed too: %s", name, err)
+
+
+def _model_fingerprint(config: ml_collections.ConfigDict) -> dict:
+    return json.loads(config.model.to_json())
+
+
+def _config_diff(saved: dict, current: dict) -> list[str]:
+    """``part.key: checkpoint X vs config Y`` for every differing field of two dicts whose
+    values are fields or dicts of fields (``config.model``: encoder, head, init_from, ...)."""
+    def leaves(tree: dict) -> dict[str, object]:
+        return {f"{part}.{key}" if isinstance(value, dict) else part: field
+                for part, value in tree.items()
+                for key, field in (value.items() if isinstance(value, dict) else [(None, value)])}
+
+    old, new = leaves(saved), leaves(current)
+    return sorted(f"{name}: checkpoint {old.get(name)!r} vs config {new.get(name)!r}"
+                  for name in set(old) | set(new) if old.get(name) != new.get(name))
+
+
+def _check_compatible(
+    config: ml_collections.ConfigDict, signature: list[str], meta: dict, step: int
+) -> None:
+    """Raises ConfigMismatch unless the checkpoint's model config and state structure match."""
+    saved = meta.get("model")
+    current = _model_fingerprint(config)
+    if saved is not None and saved != current:
+        raise ConfigMismatch(
+            f"the checkpoint at step {step} was written with a different model config "
+            f"({'; '.join(_config_diff(saved, current))}); use a new --workdir or restore "
+            "the old config"
+        )
+    saved_signature = meta.get("state_signature")
+    if saved_signature is not None and saved_signature != signature:
+        first = next(
+            (f"checkpoint {a!r} vs config {b!r}" for a, b in zip(saved_signature, signature, strict=False)
+             if a != b),
+            f"checkpoint {len(saved_signature)} arrays vs config {len(signature)}",
+        )
+        raise ConfigMismatch(
+            f"the checkpoint at step {step} holds a training state of a different structure "
+            f"(optimizer or online probe changed? first difference: {first}); use a new "
+            "--workdir or restore the old config"
+        )
+
+
+def _prepare_workdir(workdir: str) -> epath.Path:
+    path = paths.as_path(workdir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise OSError(f"work directory {path} is not writable: {err}") from err
+    return path
+
+
+def _nonfinite_text(logged: dict[str, float]) -> str:
+    return ", ".join(
+        f"{k}={v:.6g}" for k, v in logged.items() if k.startswith("loss") or k == "grad_norm"
+    )
+
+
+def _several_processes() -> bool:
+    return jax.process_count() > 1

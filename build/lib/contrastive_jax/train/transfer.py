@@ -1,0 +1,209 @@
+"""Training from a pretrained network: the linear-evaluation and fine-tuning protocols.
+
+A linear evaluation or a fine-tuning is a training run (:func:`contrastive_jax.train.loop.train`)
+whose model starts from a pretraining checkpoint. Four fields of ``config.model``
+(:class:`TransferSpec`) say how:
+
+* ``init_from``: a pretraining work directory (its newest readable checkpoint) or a checkpoint
+  directory ``<workdir>/checkpoints/<step>``; the encoder's parameters and batch-norm
+  statistics are restored from it (:func:`initialise`). Empty: no initialisation;
+* ``trainable``: ``"all"`` (fine-tuning) or ``"head"`` (linear evaluation): the encoder is
+  frozen: its features are ``stop_gradient``-ed (no gradient flows into it), its parameters
+  are left out of the optimiser (``optax.set_to_zero``, no optimiser state) and kept as they
+  were, and it runs in inference mode (batch norm on the checkpoint's running statistics,
+  which stay as restored; no dropout), as SimCLR's ``model.py`` (``model_train_mode = False``
+  with ``fine_tune_after_block >= 4``). ``frozen_encoder_bn="batch"`` normalises
+  with each batch's statistics instead (over ``bn_axis_name``, global batch norm when it is
+  ``"data"``) and still keeps the running statistics as restored: the SupCon TF code's stage
+  2 (``--stage_2_update_encoder_batch_norm=False``: one training-mode graph serves both
+  stages, and the stage-2 train op runs without the batch-norm update ops,
+  ``supcon/launcher.py``, ``update_ops=[]``);
+* ``init_head_layers``: the hidden layers (Linear, batch norm) of the pretrained MLP
+  projection head that initialise the new head's first hidden layers: SimCLR v2's
+  fine-tuning "from the first layer of the projection head" (Chen et al. 2020b, Sec. 2;
+  google-research/simclr ``--ft_proj_selector=1``) is a head ``simclr_v2`` with
+  ``num_hidden_layers=1``, ``out_features=num_classes`` and ``init_head_layers=1``.
+
+The encoder config must be the pretraining run's (checked, naming the first difference).
+Every setting is checked by :func:`contrastive_jax.train.spec.parse`; the checkpoint is read
+by :func:`initialise` in :func:`~contrastive_jax.train.loop.train` before the work directory
+is created, so a missing or unreadable ``init_from`` is a ConfigError that leaves nothing
+behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from contrastive_jax.errors import ConfigError
+
+#: ``config.model.trainable``: what the optimiser trains.
+TRAINABLE = ("all", "head")
+#: ``config.model.frozen_encoder_bn``: the statistics a frozen encoder's batch norm uses.
+FROZEN_ENCODER_BN = ("running", "batch")
+#: The path of the encoder in the model's state (``PretrainModel.network.encoder``).
+ENCODER_PATH = ("network", "encoder")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferSpec:
+    """``config.model.init_from``, ``trainable`` and ``init_head_layers``: where the model
+    starts from and what trains (module docstring)."""
+
+    init_from: str = ""  # a pretraining workdir or <workdir>/checkpoints/<step>; "": none
+    trainable: str = "all"  # "all" | "head" (the encoder frozen: linear evaluation)
+    init_head_layers: int = 0  # hidden layers of the pretrained head copied into the new head
+    # The frozen encoder's batch norm: "running" (the checkpoint's statistics) or "batch" (each
+    # batch's statistics, the moving averages kept as restored: the SupCon TF code's stage 2).
+    frozen_encoder_bn: str = "running"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.init_from, str):
+            raise ConfigError(
+                f"config.model.init_from must be a path (str), got {self.init_from!r}")
+        if self.trainable not in TRAINABLE:
+            raise ConfigError(
+                f"config.model.trainable={self.trainable!r} is not one of {TRAINABLE}")
+        if self.frozen_encoder_bn not in FROZEN_ENCODER_BN:
+            raise ConfigError(f"config.model.frozen_encoder_bn must be one of "
+                              f"{FROZEN_ENCODER_BN}, got {self.frozen_encoder_bn!r}")
+        if self.frozen_encoder_bn != "running" and self.trainable != "head":
+            raise ConfigError(
+                f"config.model.frozen_encoder_bn={self.frozen_encoder_bn!r} is for a frozen "
+                f"encoder (config.model.trainable='head'), got trainable={self.trainable!r}")
+        layers = self.init_head_layers
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
+            raise ConfigError(
+                f"config.model.init_head_layers must be an int >= 0, got {layers!r}")
+        if not self.init_from and (self.trainable == "head" or layers):
+            what = ("config.model.trainable='head' freezes the encoder" if layers == 0
+                    else f"config.model.init_head_layers={layers} copies pretrained layers")
+            raise ConfigError(
+                f"{what}, but config.model.init_from is empty: set it to a pretraining work "
+                "directory or checkpoint")
+
+    @property
+    def frozen_encoder(self) -> bool:
+        return self.trainable == "head"
+
+
+def parse_transfer(model: Any) -> TransferSpec:
+    """The :class:`TransferSpec` of ``config.model`` (a config saved before these fields
+    existed gets the defaults)."""
+    defaults = TransferSpec()
+    return TransferSpec(**{f.name: model.get(f.name, getattr(defaults, f.name))
+                           for f in dataclasses.fields(TransferSpec)})
+
+
+def is_frozen(path: tuple, frozen_encoder: bool) -> bool:
+    """Whether the state leaf at ``path`` (keys of an ``nnx.State``) is frozen."""
+    return frozen_encoder and tuple(_key(k) for k in path[:len(ENCODER_PATH)]) == ENCODER_PATH
+
+
+def frozen_labels(tree: Any, frozen_encoder: bool) -> Any:
+    """``"frozen"`` or ``"trainable"`` per leaf of a params tree (``optax.multi_transform``)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: "frozen" if is_frozen(path, frozen_encoder) else "trainable", tree)
+
+
+def keep_frozen(old: Any, new: Any, frozen_encoder: bool) -> Any:
+    """``new`` with the frozen leaves of ``old``: the encoder stays bit for bit as restored."""
+    if not frozen_encoder:
+        return new
+    return jax.tree_util.tree_map_with_path(
+        lambda path, a, b: a if is_frozen(path, frozen_encoder) else b, old, new)
+
+
+def _key(key: Any) -> Any:
+    for attribute in ("key", "name", "idx"):
+        if hasattr(key, attribute):
+            return getattr(key, attribute)
+    return key
+
+
+def initialise(state: Any, spec: Any) -> Any:
+    """``state`` (a :class:`~contrastive_jax.train.step.TrainState`, host arrays) with the
+    encoder (and ``init_head_layers`` hidden layers of the head) of the pretraining
+    checkpoint at ``spec.transfer.init_from``; ``state`` itself without one.
+
+    Raises:
+      ConfigError: the checkpoint is missing or unreadable, its encoder config is not this
+        run's, or its head has fewer hidden layers (or other widths) than asked for.
+    """
+    transfer: TransferSpec = spec.transfer
+    if not transfer.init_from:
+        return state
+    from contrastive_jax.train.pretrained import load_pretrained
+    from contrastive_jax.train.spec import parse
+
+    try:
+        pretrained = load_pretrained(transfer.init_from)
+    except (FileNotFoundError, OSError, ValueError) as err:
+        raise ConfigError(
+            f"config.model.init_from={transfer.init_from!r} cannot be restored: {err}") from err
+    saved = dataclasses.asdict(parse(pretrained.config).model.encoder)
+    current = dataclasses.asdict(spec.model.encoder)
+    differences = sorted(k for k in saved if saved[k] != current[k])
+    if differences:
+        name = differences[0]
+        raise ConfigError(
+            f"config.model.encoder.{name}={current[name]!r}, but the pretraining run at "
+            f"{transfer.init_from} has {saved[name]!r}: the encoder must be the one "
+            "pretrained")
+    network: Any = pretrained.network  # a ContrastiveModel
+    params = _replace(state.params, ENCODER_PATH, nnx.state(network.encoder, nnx.Param))
+    stats = _replace(state.batch_stats, ENCODER_PATH, nnx.state(network.encoder, nnx.BatchStat))
+    for layer in range(transfer.init_head_layers):
+        params, stats = _copy_head_layer(params, stats, network.head, layer, transfer)
+    return state._replace(params=params, batch_stats=stats)
+
+
+def _copy_head_layer(params, stats, head: Any, layer: int, transfer: TransferSpec):
+    """params, stats with hidden layer ``layer`` (its Linear and batch norm) of ``head``."""
+    hidden = getattr(head, "hidden_linears", ())
+    if layer >= len(hidden):
+        raise ConfigError(
+            f"config.model.init_head_layers={transfer.init_head_layers}, but the pretrained "
+            f"head of {transfer.init_from} has {len(hidden)} hidden layers")
+    for name, module in (("hidden_linears", hidden[layer]),
+                         ("hidden_bns", head.hidden_bns[layer])):
+        path = ("network", "head", name, layer)
+        params = _replace(params, path, nnx.state(module, nnx.Param))
+        stats = _replace(stats, path, nnx.state(module, nnx.BatchStat))
+    return params, stats
+
+
+def _replace(tree: Any, path: tuple, subtree: Any) -> Any:
+    """``tree`` (an ``nnx.State``) with ``subtree`` at ``path``, whose structure, shapes and
+    dtypes must be those it replaces; an empty ``subtree`` (a layer without batch statistics)
+    changes nothing."""
+    if not jax.tree.leaves(subtree):
+        return tree
+    target = tree.to_pure_dict()
+    parent = target
+    try:
+        for key in path[:-1]:
+            parent = parent[key]
+        old = parent[path[-1]]
+    except (KeyError, IndexError, TypeError) as err:
+        raise ConfigError(
+            f"config.model: the model has no {'.'.join(map(str, path))} to initialise from "
+            "config.model.init_from (is config.model.head the head asked for?)") from err
+    # Host copies: the restored arrays sit on this process's device, the run's state is put
+    # on the whole mesh (every process's devices) from host arrays.
+    new = jax.tree.map(np.asarray, subtree.to_pure_dict())
+    shapes = jax.tree.map(lambda a: (a.shape, a.dtype), old)
+    if jax.tree.map(lambda a: (a.shape, a.dtype), new) != shapes:
+        raise ConfigError(
+            f"config.model: {'.'.join(map(str, path))} of the pretrained network "
+            "(config.model.init_from) has other shapes than this run's: check "
+            "config.model.head.hidden_features and the encoder")
+    parent[path[-1]] = new
+    result = jax.tree.map(lambda a: a, tree)
+    nnx.replace_by_pure_dict(result, target)
+    return result
