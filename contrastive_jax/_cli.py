@@ -80,12 +80,51 @@ def run_tool(body: Callable[[], int], *, workdir: str | None = None) -> int:
 HELP_ARGS = frozenset({"-h", "-?", "-help", "--help", "-helpshort", "--helpshort"})
 
 
+def config_argument(value: str) -> str:
+    """``--config``'s value with a packaged recipe's name replaced by its file.
+
+    ``NAME[:arg]`` (a name of :data:`contrastive_jax.configs.NAMES`) becomes ``PATH[:arg]``, as
+    Flax's and big_vision's ``--config=path[:arg]`` (``arg`` goes to ``get_config(arg)``); any
+    other value (a path) is kept.
+
+    Examples:
+      >>> config_argument("supcon_cifar10").endswith("configs/supcon_cifar10.py")
+      True
+      >>> config_argument("my/config.py:small")
+      'my/config.py:small'
+    """
+    from contrastive_jax import configs
+
+    name, colon, arg = value.partition(":")
+    return configs.path(name) + colon + arg if name in configs.NAMES else value
+
+
+def _with_config_paths(argv: list[str]) -> list[str]:
+    """``argv`` with the value of ``--config`` (``--config=V`` or ``--config V``) resolved by
+    :func:`config_argument`."""
+    out = list(argv[:1])
+    args = iter(argv[1:])
+    for arg in args:
+        flag, equals, value = arg.partition("=")
+        if flag.lstrip("-") == "config" and flag.startswith("-"):
+            if not equals:
+                value = next(args, None)  # type: ignore[arg-type]
+                if value is None:
+                    out.append(arg)
+                    break
+            arg = f"{flag}={config_argument(value)}"
+        out.append(arg)
+    return out
+
+
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing for every tool, with the exit codes of :class:`ExitCode`.
 
     ``--help`` (``-h``) prints the tool's docstring and its flags with their help to stdout and
     exits 0; a flag error (an unknown flag, a bad value, a missing config file) is a usage error:
     one ``error:`` line on stderr, exit 2. ``--helpfull`` is absl's, with every library's flags.
+    ``--config`` takes a packaged recipe's name or a path, each with an optional ``:arg``
+    (:func:`config_argument`).
     """
     from absl import app, flags
 
@@ -93,7 +132,7 @@ def parse_flags(argv: list[str]) -> list[str]:
         app.usage(shorthelp=True, writeto_stdout=True)
         sys.exit(ExitCode.OK)
     try:
-        return flags.FLAGS(argv)
+        return flags.FLAGS(_with_config_paths(argv))
     except flags.Error as err:
         report_error(f"{err} (--help lists the flags)")
         sys.exit(ExitCode.USAGE)

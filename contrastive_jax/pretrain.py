@@ -58,8 +58,8 @@ from contrastive_jax.parallel import initialize_distributed
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None,
-    "Path to a config file with get_config(); `python -m contrastive_jax.configs` lists the "
-    "packaged ones.",
+    "A packaged recipe's name (supcon_cifar10; `python -m contrastive_jax.configs` lists them) "
+    "or the path of a file with get_config(), either with an optional :arg for get_config(arg).",
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and logs.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "HOST:PORT of process 0.")

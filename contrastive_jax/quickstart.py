@@ -40,7 +40,8 @@ from contrastive_jax.train import loop
 QUICKSTART_CONFIG = Path(__file__).resolve().parent / "configs" / "quickstart.py"
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", str(QUICKSTART_CONFIG), "Pretraining config (default: the quickstart's)."
+    "config", str(QUICKSTART_CONFIG), "Pretraining config: a packaged recipe's name or a file's path, with an optional :arg "
+    "(default: the quickstart's)."
 )
 _WORKDIR = flags.DEFINE_string("workdir", "runs/quickstart", "Work directory.")
 

@@ -167,3 +167,23 @@ def test_a_flag_error_is_a_usage_error_exit_2(module, script, flag, tmp_path):
             last = done.stderr.strip().splitlines()[-1]
             assert last.startswith("error: ") and "--help" in last, last
         assert not any(tmp_path.iterdir()), "a refused command wrote files"
+
+
+def test_config_takes_a_packaged_name_or_a_path_with_an_optional_arg(tmp_path):
+    from contrastive_jax._cli import _with_config_paths
+
+    recipe = configs.path("supcon_cifar10")
+    assert _with_config_paths(["tool", "--config", "supcon_cifar10", "--config.seed=1"]) == [
+        "tool", f"--config={recipe}", "--config.seed=1"]
+    assert _with_config_paths(["tool", "--config=supcon_cifar10:small"]) == [
+        "tool", f"--config={recipe}:small"]
+    assert _with_config_paths(["tool", "-config", "my/file.py:arg"]) == [
+        "tool", "-config=my/file.py:arg"]
+    # parsed from its name, then checked: a bad override is refused naming the field
+    done = subprocess.run(
+        [sys.executable, "-m", "contrastive_jax.pretrain", "--workdir", str(tmp_path / "run"),
+         "--config", "supcon_cifar10", "--config.loss.name=simclr"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "loss.name" in done.stderr and not (tmp_path / "run").exists()
