@@ -22,9 +22,10 @@ from contrastive_jax.errors import DISK_FULL, ExitCode, Preempted, exit_code
 
 
 def quiet_startup() -> None:
-    """Hides TensorFlow's, XLA's and JAX's start-up INFO lines; call before importing them.
+    """Hides XLA's and JAX's start-up INFO lines (and TensorFlow's, where a dependency loads
+    it); call before importing them.
 
-    TensorFlow and XLA log through C++ (the CPU-feature and oneDNN notices) unless
+    XLA (and TensorFlow) log through C++ (the CPU-feature and oneDNN notices) unless
     ``TF_CPP_MIN_LOG_LEVEL`` is at least 2 when they load; JAX reports the accelerator
     back-ends it did not find at INFO. A value the user exported is kept. Warnings and errors
     still show.

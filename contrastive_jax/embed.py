@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from contrastive_jax._extras import require
 
-require("contrastive_jax.embed", ("ml_collections", "flax", "tensorflow"))
+require("contrastive_jax.embed", ("ml_collections", "flax", "grain"))
 
 import jax
 import jax.numpy as jnp

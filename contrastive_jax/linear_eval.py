@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contrastive_jax._cli import parse_flags, quiet_startup, run_tool
 
-quiet_startup()  # before TensorFlow and JAX load
+quiet_startup()  # before JAX loads
 
 import json
 import sys

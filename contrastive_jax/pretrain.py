@@ -40,11 +40,11 @@ from __future__ import annotations
 from contrastive_jax._cli import parse_flags as cli_parse_flags
 from contrastive_jax._cli import quiet_startup, run_tool
 
-quiet_startup()  # before TensorFlow and JAX load
+quiet_startup()  # before JAX loads
 
 from contrastive_jax._extras import require
 
-require("contrastive_jax.pretrain", ("ml_collections", "flax", "optax", "tensorflow"))
+require("contrastive_jax.pretrain", ("ml_collections", "flax", "optax", "grain"))
 
 import json
 import logging

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from contrastive_jax._cli import parse_flags, quiet_startup, run_tool
 
-quiet_startup()  # before TensorFlow and JAX load
+quiet_startup()  # before JAX loads
 
 from contrastive_jax._extras import require
 
-require("contrastive_jax.quickstart", ("ml_collections", "flax", "optax", "tensorflow", "sklearn"))
+require("contrastive_jax.quickstart", ("ml_collections", "flax", "optax", "grain", "sklearn"))
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Input pipeline: data sources, SimCLR-style augmentation, soft targets.
+"""Input pipeline: data sources, SimCLR-style augmentation, soft targets. No TensorFlow.
 
 Quick use::
 
@@ -7,30 +7,27 @@ Quick use::
     config = data.default_data_config()          # digits, two views, batch 128
     source = data.load_source(config)
     train = data.make_pretrain_iterator(config, seed=0, start_step=0, source=source)
-    batch = next(train)                          # {"views": [128, 2, 16, 16, 3], ...}
-    arrays = data.make_global_batch(batch, mesh)  # jax.Arrays sharded over "data"
+    batch = next(train)                          # {"views": uint8 [128, 2, 16, 16, 3], ...}
+    arrays = train.on_device(data.make_global_batch(batch, mesh))  # normalised float32 views
     for batch in data.make_eval_iterator(config, "test", 256, source=source):
         ...                                      # {"image", "label", "index", "valid"}
 
 Modules: :mod:`.config` (the data config, :class:`DataSpec`), :mod:`.base` (the source
-interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS),
-:mod:`.arrays` (in-memory arrays as a source, registered dataset names),
-:mod:`.records` (the ArrayRecord / TFRecord files of a prepared TFDS dataset,
-streamed), :mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an
-image folder or a TFRecord dataset to ArrayRecord), :mod:`.digits`,
-:mod:`.synthetic`, :mod:`.augment_config` (the augmentation recipes and presets),
-:mod:`.augment` (their TF stages), :mod:`.host_pipeline` (the default pretraining path,
-no TensorFlow: grain, :mod:`.host_views` on the host, :mod:`.device_augment` on the
-accelerator; :func:`pretrain_batches` picks the path), :mod:`.pipeline` (tf.data
-iterators, global arrays) and :mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
+interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS ArrayRecord
+datasets), :mod:`.arrays` (in-memory arrays as a source, registered dataset names),
+:mod:`.records` (the ArrayRecord files of a prepared TFDS dataset, read by row),
+:mod:`.digits`, :mod:`.synthetic`, :mod:`.augment_config` (the augmentation recipes and
+presets), :mod:`.host_pipeline` (pretraining batches: grain on the host,
+:mod:`.host_views` for the geometry, :mod:`.device_augment` for the appearance on the
+accelerator), :mod:`.eval_iterator` (evaluation batches of a split), :mod:`.batching`
+(processes' shares, global arrays), :mod:`.vectors` (sources of feature vectors) and
+:mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
+
+:mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an image folder or a TFRecord
+dataset to ArrayRecord) is the one module that needs TensorFlow (the ``prepare`` extra).
 
 Importing this package imports no module of it: each name above loads its module on
-first use. The TensorFlow pipeline (:mod:`.sources`, :mod:`.augment`, :mod:`.pipeline`,
-:mod:`.records`, ...) imports TensorFlow and hides every GPU and TPU from it, so decoding
-and augmentation stay on the host CPU; :mod:`.config`, :mod:`.base` and :mod:`.mixing`
-need no TensorFlow (the training step imports :mod:`.mixing`), nor do
-:mod:`.sources` (for in-memory data, image folders and ArrayRecord datasets),
-:mod:`.host_pipeline` and its modules.
+first use.
 """
 
 import importlib
@@ -48,30 +45,27 @@ _EXPORTS = {
         ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment_config"
     ),
     **dict.fromkeys(("Source", "Split", "symmetric_label_noise"), "base"),
+    **dict.fromkeys(("make_global_batch",), "batching"),
     **dict.fromkeys(("KNOWN_DATASETS", "DataSpec", "data_spec", "default_data_config"), "config"),
+    **dict.fromkeys(("EvalIterator", "make_eval_iterator"), "eval_iterator"),
     **dict.fromkeys(
         ("MixSample", "apply_mix", "mix_batch", "sample_mix", "smooth_labels"), "mixing"
     ),
-    **dict.fromkeys(
-        ("EvalIterator", "PretrainIterator", "make_eval_iterator", "make_global_batch",
-         "make_pretrain_iterator"),
-        "pipeline",
-    ),
     **dict.fromkeys(("CorruptRecordError", "RecordSet"), "records"),
-    **dict.fromkeys(("HostPretrainIterator", "pretrain_batches"), "host_pipeline"),
+    **dict.fromkeys(("HostPretrainIterator", "make_pretrain_iterator"), "host_pipeline"),
     **dict.fromkeys(
         ("DatasetNotPreparedError", "class_balanced_subset", "load_source"),
         "sources",
     ),
 }
-#: What a module needs beyond JAX; every module not named here is the TensorFlow pipeline's.
+#: What a module needs beyond JAX and NumPy (every other module: :data:`_PIPELINE`).
 _NEEDS = {
-    "base": (), "mixing": (), "config": (), "augment_config": (),
-    "device_augment": (), "host_views": ("PIL",),
-    "host_pipeline": ("grain", "PIL", "ml_collections", "sklearn"),
-    "sources": ("ml_collections", "sklearn"),
+    "base": (), "mixing": (), "config": (), "augment_config": (), "batching": (),
+    "device_augment": (), "label_subset": (), "host_views": ("PIL",),
+    "prepare": ("tensorflow", "tensorflow_datasets"),
 }
-_PIPELINE = ("ml_collections", "tensorflow", "tensorflow_datasets", "sklearn")
+#: What the modules that read datasets need.
+_PIPELINE = ("grain", "PIL", "ml_collections", "sklearn", "scipy", "etils")
 
 
 def __getattr__(name: str):
@@ -80,7 +74,8 @@ def __getattr__(name: str):
         if importlib.util.find_spec(f"{__name__}.{name}") is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         # A submodule (``data.digits``), loaded on first use like the names.
-        require("contrastive_jax.data", _NEEDS.get(name, _PIPELINE))
+        require(f"contrastive_jax.data.{name}", _NEEDS.get(name, _PIPELINE),
+                extra="prepare" if name == "prepare" else "train")
         return importlib.import_module(f"{__name__}.{name}")
     require("contrastive_jax.data", _NEEDS.get(module, _PIPELINE))
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
@@ -118,7 +113,6 @@ __all__ = [
     "make_global_batch",
     "make_pretrain_iterator",
     "mix_batch",
-    "pretrain_batches",
     "register_source",
     "registered_source",
     "sample_mix",

@@ -55,24 +55,11 @@ def _isdir(path: str) -> bool:
 
 
 def decode_image_file(path: str) -> np.ndarray:
-    """Decodes one image file to uint8 [H, W, 3]; :class:`CorruptImageError` names a bad file.
+    """Decodes one image file (Pillow) to uint8 [H, W, 3]; :class:`CorruptImageError` names a
+    bad file."""
+    from contrastive_jax.data.host_views import decode
 
-    TensorFlow decodes when it is installed, as the tf.data path and the evaluation
-    iterators do (so images decoded into memory equal those read from the files there);
-    Pillow without it (libjpeg-turbo's JPEG decode can differ from TensorFlow's by a grey
-    level).
-    """
-    try:
-        from contrastive_jax.data._tf import tf
-    except ImportError:
-        from contrastive_jax.data.host_views import decode
-
-        return np.asarray(decode(read_file(path), f"file {path}"))
-    try:
-        data = read_file(path) if _is_url(path) else tf.io.read_file(path)
-        return tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
-    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
-        raise CorruptImageError(f"cannot decode image file {path}: {e.message}") from e
+    return np.asarray(decode(read_file(path), f"file {path}"))
 
 
 def is_image_folder(path: str) -> bool:

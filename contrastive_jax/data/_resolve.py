@@ -1,5 +1,5 @@
 """What a data config resolves to for a source: the image side, the evaluation crop and
-the augmentation recipe (no TensorFlow; both input paths read these)."""
+the augmentation recipe."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_VARIABLE_SIZE",
     "IMAGENET_CROP_FRACTION",
-    "check_loader",
     "resolve_augmentation",
     "resolve_crop_fraction",
     "resolve_image_size",
@@ -76,18 +75,3 @@ def resolve_augmentation(
             f"config.data.{next(iter(overrides))} is set, but augmentation {name!r} does not "
             "run RandAugment (a preset with policy='randaugment': supcon_randaugment)")
     return dataclasses.replace(aug, **overrides) if overrides else aug
-
-
-def check_loader(config: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError if ``config.augmentation`` names a preset that ``config.loader``
-    cannot run: AutoAugment / RandAugment, TensorFlow's crop sampler, the bicubic resize
-    and the additive brightness exist on the default (``"grain"``) path only."""
-    name = config.get("augmentation", "auto")
-    if name == "auto" or config.get("loader", "grain") != "tf":
-        return
-    host_only = augmentation_preset(name, 224).host_only
-    if host_only:
-        raise ConfigError(
-            f"config.data.augmentation={name!r} sets {', '.join(host_only)}, which only the "
-            "default input path implements; config.data.loader='tf' cannot run it: "
-            "set config.data.loader='grain'")

@@ -1,9 +1,10 @@
 """A prepared (or downloadable) TFDS dataset as a source: in memory or streamed.
 
-:func:`tfds_source` loads the ``train`` and ``test`` splits of a TFDS dataset into memory
-when its images have a fixed size and fit :data:`MAX_IN_MEMORY_BYTES`, else streams them
-from their prepared ArrayRecord or TFRecord files
-(:class:`~contrastive_jax.data.records.RecordSet`). :func:`tfds_builder` finds the
+:func:`tfds_source` reads the ArrayRecord files of a TFDS dataset's ``train`` and ``test``
+splits (:class:`~contrastive_jax.data.records.RecordSet`), without TensorFlow: decoded
+into memory by Pillow when the images have a fixed size and fit
+:data:`MAX_IN_MEMORY_BYTES`, else streamed. A dataset prepared in TFRecord files is
+refused with the command that converts it (:mod:`contrastive_jax.data.prepare`). :func:`tfds_builder` finds the
 dataset's builder and fails fast, with :class:`DatasetNotPreparedError` listing what the
 data directory holds, when it is not prepared and downloads are off.
 :mod:`contrastive_jax.data.sources` reads a data config's TFDS dataset through these and
@@ -23,10 +24,11 @@ from contrastive_jax.errors import ConfigError, CorruptImageError, InputError
 
 log = logging.getLogger(__name__)
 
-#: Largest TFDS split loaded into memory. The pipeline captures the split as a
-#: tensor, which tf.data copies a few times (graph serialisation, 2 GB proto
-#: limit); CIFAR (150 MB) and STL-10 (140-220 MB) fit with room to spare.
+#: Largest TFDS dataset (both splits, decoded) loaded into memory by default; CIFAR
+#: (180 MB) and STL-10 (140-220 MB) fit with room to spare.
 MAX_IN_MEMORY_BYTES = 2**30
+#: Records read and decoded per task when a dataset is loaded into memory.
+_DECODE_CHUNK = 256
 
 
 class DatasetNotPreparedError(FileNotFoundError):
@@ -105,8 +107,6 @@ def tfds_source(
         the features), no train split, or ``in_memory=True`` for images of
         variable size.
     """
-    import tensorflow_datasets as tfds
-
     builder = tfds_builder(name, data_dir, download)
     features = builder.info.features
     missing = [k for k in ("image", "label") if k not in features]
@@ -129,43 +129,30 @@ def tfds_source(
         int(np.prod(shape)) if fixed else 0
     )
     if in_memory is None:
-        # Loading into memory reads through tf.data; without TensorFlow an ArrayRecord
-        # dataset is read from its files (the default input path needs no TensorFlow).
-        in_memory = fixed and total <= MAX_IN_MEMORY_BYTES and _has_tensorflow()
+        in_memory = fixed and total <= MAX_IN_MEMORY_BYTES
     elif in_memory and not fixed:
         raise ConfigError(f"TFDS dataset {name!r} has variable-size images {shape}; stream it")
+    file_format = str(getattr(builder.info.file_format, "value", builder.info.file_format))
+    record_sets = {
+        split: records_lib.RecordSet(
+            f"{name}/{tfds_split}",
+            file_format,
+            [records_lib.Span(f.filename, f.skip, f.take, f.examples_in_shard)
+             for f in available[tfds_split].file_instructions],
+        )
+        for split, tfds_split in chosen.items()
+    }
     label_feature = features["label"]
     if in_memory:
-        splits = {}
-        for split, tfds_split in chosen.items():
-            arrays = tfds.as_numpy(builder.as_dataset(split=tfds_split, batch_size=-1))
-            images, labels = arrays["image"], arrays["label"]
-            if images.shape[-1] == 1:
-                images = np.repeat(images, 3, axis=-1)
-            splits[split] = Split(labels=labels, images=images)
+        splits = {split: _decoded(records) for split, records in record_sets.items()}
         train_images = splits["train"].images
         image_shape = train_images.shape[1:]
         mean, std = stats if stats is not None else channel_stats(train_images)
     else:
-        file_format = str(getattr(builder.info.file_format, "value", builder.info.file_format))
-        splits = {
-            split: Split(
-                labels=None,
-                records=records_lib.RecordSet(
-                    f"{name}/{tfds_split}",
-                    file_format,
-                    [
-                        records_lib.Span(f.filename, f.skip, f.take, f.examples_in_shard)
-                        for f in available[tfds_split].file_instructions
-                    ],
-                ),
-            )
-            for split, tfds_split in chosen.items()
-        }
+        splits = {split: Split(labels=None, records=records)
+                  for split, records in record_sets.items()}
         image_shape = (shape[0], shape[1], 3)
-        if stats is None:
-            stats = KNOWN_STATS.get(name) or _record_stats(splits["train"].records)
-        mean, std = stats
+        mean, std = stats or KNOWN_STATS.get(name) or _record_stats(record_sets["train"])
         log.info(
             "dataset %s: streaming %s records (%s)", name, file_format,
             ", ".join(f"{k} {v.num_examples}" for k, v in splits.items()),
@@ -181,39 +168,37 @@ def tfds_source(
     )
 
 
-def _has_tensorflow() -> bool:
-    import importlib.util
+def _decoded_row(records: records_lib.RecordSet, row: int, record: bytes) -> tuple[np.ndarray, int]:
+    """uint8 [h, w, 3] and the label of one record, decoded by Pillow."""
+    from contrastive_jax.data.host_views import decode
 
-    return importlib.util.find_spec("tensorflow") is not None
+    try:
+        data, label = records.parse_bytes(record)
+        return np.asarray(decode(data, f"row {row}")), label
+    except (CorruptImageError, IndexError, ValueError) as e:
+        raise records.corrupt(row, e) from e
+
+
+def _decoded(records: records_lib.RecordSet) -> Split:
+    """A split of fixed-size images decoded into memory (Pillow, in threads)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def chunk(start: int) -> list[tuple[np.ndarray, int]]:
+        rows = range(start, min(start + _DECODE_CHUNK, records.num_examples))
+        return [_decoded_row(records, row, record)
+                for row, record in zip(rows, records.read(list(rows)), strict=True)]
+
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        decoded = [x for part in pool.map(chunk, range(0, records.num_examples, _DECODE_CHUNK))
+                   for x in part]
+    return Split(labels=np.array([label for _, label in decoded], np.int64),
+                 images=np.stack([image for image, _ in decoded]))
 
 
 def _record_stats(records: records_lib.RecordSet) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Channel statistics of :data:`STATS_SAMPLE` decoded training images (evenly spaced
-    rows for ArrayRecord, decoded by Pillow; the first ones for TFRecord, by TensorFlow)."""
+    """Channel statistics of :data:`STATS_SAMPLE` evenly spaced training images (Pillow)."""
     count = min(STATS_SAMPLE, records.num_examples)
-    if records.random_access:
-        from contrastive_jax.data.host_views import decode
-
-        rows = np.linspace(0, records.num_examples - 1, count).astype(np.int64)
-        pixels = []
-        for row, record in zip(rows, records.read(rows), strict=True):
-            try:
-                image = decode(records.parse_bytes(record)[0], f"row {row}")
-            except (CorruptImageError, IndexError, ValueError) as e:
-                raise records.corrupt(int(row), e) from e
-            pixels.append(np.asarray(image).reshape(-1, 3))
-        return channel_stats(np.concatenate(pixels)[None])
-    from contrastive_jax.data._tf import tf
-
-    rows = np.arange(count)
-    serialized = [r for _, r in records.stream(0, count).as_numpy_iterator()]
-    pixels = []
-    for row, record in zip(rows, serialized, strict=True):
-        try:
-            data = records.parse(tf.constant(record))["data"]
-            image = tf.io.decode_image(data, channels=3, expand_animations=False)
-        except tf.errors.OpError:
-            records.check([row], [record])  # raises CorruptRecordError naming the record
-            raise
-        pixels.append(image.numpy().reshape(-1, 3))
+    rows = np.linspace(0, records.num_examples - 1, count).astype(np.int64)
+    pixels = [_decoded_row(records, int(row), record)[0].reshape(-1, 3)
+              for row, record in zip(rows, records.read(rows), strict=True)]
     return channel_stats(np.concatenate(pixels)[None])

@@ -1,8 +1,12 @@
-"""Global batches over processes: this process's place and share, steps per epoch (multi-host input)."""
+"""Global batches over processes: this process's place and share, steps per epoch, and
+the global arrays of the processes' rows (multi-host input)."""
 
 from __future__ import annotations
 
 import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from contrastive_jax.errors import ConfigError
 
@@ -47,3 +51,25 @@ def steps_per_epoch(num_examples: int, global_batch_size: int, dataset: str) -> 
             f"of {dataset!r}"
         )
     return steps
+
+
+def make_global_batch(
+    batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh, data_axis: str = "data"
+) -> dict[str, jax.Array]:
+    """Per-process numpy batch -> global ``jax.Array`` s sharded over ``mesh``'s ``data_axis``.
+
+    Each array's leading (batch) axis is split over ``data_axis``; the other axes are
+    replicated. Every process passes its own rows (as the iterators of this package yield
+    them) and gets arrays whose global batch is the concatenation over processes, in
+    process order.
+
+    Args:
+      batch: name -> numpy array [B_local, ...].
+      mesh: a mesh with axis ``data_axis``.
+      data_axis: mesh axis of the batch.
+
+    Returns:
+      name -> jax.Array [B_local * process_count, ...].
+    """
+    sharding = NamedSharding(mesh, P(data_axis))
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}

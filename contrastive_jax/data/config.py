@@ -11,11 +11,9 @@ from typing import Any
 from contrastive_jax._sections import section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 
-#: Values of ``config.data.loader``: the pretraining input paths.
-LOADERS = ("grain", "tf")
 #: Values of ``config.data.metadata``.
 METADATA_CHOICES = ("source", "label_onehot")
-#: ``config.data.eval_transform``'s choices (:func:`.augment.eval_transform`).
+#: ``config.data.eval_transform``'s choices (:func:`.host_views.eval_view`).
 EVAL_TRANSFORMS = ("resize_crop", "crop_resize")
 
 #: Datasets whose class count and native image side are known without reading them.
@@ -44,21 +42,16 @@ class DataSpec:
       data_dir: image-folder root (``<root>/<split>/<class>/<image>``) or TFDS
         data directory; None: TFDS's default data directory.
       download: let TFDS download an unprepared dataset (False: fail fast).
-      in_memory: TFDS datasets: True loads the splits into memory, False
-        streams their prepared files; None (default) loads small fixed-size
+      in_memory: TFDS datasets: True decodes the splits into memory, False
+        reads their ArrayRecord files by row; None (default) loads small fixed-size
         datasets (at most ``sources.MAX_IN_MEMORY_BYTES`` decoded) and
         streams the others. Image folders: True decodes the images of every
         split (after ``train_subset`` / ``source_kwargs.test_subset``) into
         memory once; None or False reads them from their files at every epoch.
-      stream_lanes: TFRecord streams only: lanes L read side by side (see
-        :mod:`.pipeline`); divides ``global_batch_size`` and is a multiple of
-        the process count; None: ``gcd(global_batch_size, 64)``.
-      shuffle_buffer: TFRecord streams only: records in the shuffle buffers
-        of all lanes together (each lane holds ``shuffle_buffer // L``).
       image_size: output side S of every image; None: the source's native side
         (224 for datasets of variable-size images).
       num_views: V augmented views per example in pretraining batches.
-      augmentation: preset name (:data:`.augment.PRESET_NAMES`) or ``"auto"``:
+      augmentation: preset name (:data:`.augment_config.PRESET_NAMES`) or ``"auto"``:
         ``digits`` / ``digits_cluttered`` for those sources (each its own preset),
         ``phantoms`` for phantoms,
         ``simclr_cifar`` for other images of side <= 32, else
@@ -97,23 +90,16 @@ class DataSpec:
       eval_transform: ``"resize_crop"`` (resize the shorter side, then centre-crop;
         torchvision's ``Resize`` + ``CenterCrop``) or ``"crop_resize"`` (SimCLR v1's
         ``center_crop``: a centred square of ``eval_crop_fraction`` of the shorter side,
-        resized bicubically); see :func:`.augment.eval_transform`.
+        resized bicubically); see :func:`.host_views.eval_view`.
       prefetch: batches prepared ahead of the consumer.
-      loader: pretraining input path. ``"grain"`` (default, no TensorFlow): the host
-        decodes, crops, resizes and flips (grain threads), the accelerator does the
-        appearance stages (:mod:`.host_pipeline`); TFRecord datasets fall back to
-        ``"tf"``: every stage in tf.data on the host (:mod:`.pipeline`). Evaluation
-        iterators are tf.data's either way.
-      loader_threads: host threads of the ``"grain"`` path; None: the usable cores, at
-        most 16.
+      loader_threads: host threads decoding and cropping (grain's, in pretraining and
+        evaluation); None: the usable cores, at most 16.
     """
 
     dataset: str = "digits"
     data_dir: str | None = None
     download: bool = False
     in_memory: bool | None = None
-    stream_lanes: int | None = None
-    shuffle_buffer: int = 10_000
     image_size: int | None = None
     num_views: int = 2
     augmentation: str = "auto"
@@ -133,19 +119,17 @@ class DataSpec:
     eval_crop_fraction: float | None = None
     eval_transform: str = "resize_crop"
     prefetch: int = 2
-    loader: str = "grain"
     loader_threads: int | None = None
 
     def __post_init__(self) -> None:
-        from contrastive_jax.data._resolve import check_loader  # no TensorFlow
         from contrastive_jax.data.augment_config import PRESET_NAMES
         from contrastive_jax.data.label_subset import check_fraction
 
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError(f"config.data.dataset must be a dataset name, got {self.dataset!r}")
-        for name in ("num_views", "global_batch_size", "shuffle_buffer"):
+        for name in ("num_views", "global_batch_size"):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("stream_lanes", "image_size", "train_subset", "loader_threads"):
+        for name in ("image_size", "train_subset", "loader_threads"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=1)
         _check_int("prefetch", self.prefetch, minimum=0)
@@ -156,13 +140,12 @@ class DataSpec:
                 and not 0.0 < float(self.eval_crop_fraction) <= 1.0):
             raise ConfigError(f"config.data.eval_crop_fraction must be in (0, 1], got "
                               f"{self.eval_crop_fraction!r}")
-        for name, choices in (("loader", LOADERS), ("metadata", METADATA_CHOICES),
+        for name, choices in (("metadata", METADATA_CHOICES),
                               ("eval_transform", EVAL_TRANSFORMS),
                               ("augmentation", ("auto", *PRESET_NAMES))):
             if getattr(self, name) not in choices:
                 raise ConfigError(
                     f"config.data.{name} must be one of {choices}, got {getattr(self, name)!r}")
-        check_loader(self)
         check_fraction(self.label_fraction)
 
     def get(self, name: str, default: Any = None) -> Any:

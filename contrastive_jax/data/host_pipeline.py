@@ -1,4 +1,4 @@
-"""The default pretraining input path: grain on the host, the appearance on the device.
+"""The pretraining input path: grain on the host, the appearance on the device.
 
 No TensorFlow: examples are read from in-memory arrays, image files or the ArrayRecord
 files of a prepared TFDS dataset (:class:`~.records.RecordSet`, the files
@@ -15,8 +15,7 @@ and :meth:`HostPretrainIterator.on_device` turns the views into the normalised f
 views the training step reads, with the appearance stages (:mod:`.device_augment`) in one
 jitted function on the global arrays.
 
-Which examples a step gets and every random draw are a pure function of (seed, step), as
-on the tf.data path (:mod:`.pipeline`), though other draws: epoch ``e`` is the permutation
+Which examples a step gets and every random draw are a pure function of (seed, step): epoch ``e`` is the permutation
 ``numpy.random.default_rng([seed, e]).permutation(N)`` of the training split, step ``k``
 takes its ``k % steps_per_epoch``-th block of ``global_batch_size`` rows (the tail of each
 epoch is dropped), and process ``i`` of ``P`` reads rows ``[i B, (i + 1) B)`` of the block.
@@ -25,9 +24,8 @@ appearance from a key folded from the same four numbers. So a run resumed at ste
 sees exactly the batches of the uninterrupted run from step ``k`` (no iterator state to
 checkpoint), whatever the process or device count.
 
-TFRecord datasets (read in order only) are served by the tf.data path
-(``config.data.loader = "tf"``), or converted once to ArrayRecord with
-``python -m contrastive_jax.data.prepare``.
+TFRecord datasets (read in order only) are converted once to ArrayRecord with
+``python -m contrastive_jax.data.prepare`` (:mod:`.sources` refuses them, naming it).
 """
 
 from __future__ import annotations
@@ -46,12 +44,13 @@ from contrastive_jax.data._image_folder import read_file
 from contrastive_jax.data._resolve import resolve_augmentation, resolve_image_size
 from contrastive_jax.data.base import Source, Split, symmetric_label_noise
 from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
-from contrastive_jax.data.config import LOADERS
 from contrastive_jax.data.device_augment import make_device_augment
 from contrastive_jax.data.host_views import decode, view_rngs, views_of
+from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
 from contrastive_jax.errors import ConfigError
 
-__all__ = ["HostPretrainIterator", "default_threads", "epoch_order"]
+__all__ = ["ExampleReader", "HostPretrainIterator", "default_threads", "epoch_order",
+           "make_pretrain_iterator"]
 
 #: Host threads when ``config.loader_threads`` is None: the cores, at most this many.
 MAX_DEFAULT_THREADS = 16
@@ -69,20 +68,12 @@ def epoch_order(num_examples: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(num_examples).astype(np.int64)
 
 
-class _Examples:
-    """Row -> (encoded bytes or uint8 image, label, id, metadata) of one split, and a name."""
+class ExampleReader:
+    """Row -> (an RGB image or uint8 [H, W, 3], label, example id, metadata or None) of one
+    split: what both iterators read (records and files decoded here by Pillow)."""
 
-    def __init__(self, split: Split, dataset: str) -> None:
+    def __init__(self, split: Split) -> None:
         self.split = split
-        self.dataset = dataset
-        records = split.records
-        if records is not None and not records.random_access:
-            raise ConfigError(
-                f"dataset {dataset!r} is stored as TFRecord files, which the default input path "
-                "(config.data.loader='grain') cannot read by row: convert it once with "
-                "`python -m contrastive_jax.data.prepare` (ArrayRecord), or read it with "
-                "config.data.loader='tf' (needs TensorFlow)"
-            )
 
     def __call__(self, row: int) -> tuple[Any, int, int, np.ndarray | None]:
         split = self.split
@@ -92,25 +83,31 @@ class _Examples:
                 data, label = split.records.parse_bytes(record)
             except (IndexError, ValueError) as e:
                 raise split.records.corrupt(row, e) from e
-            return data, label, row, None
+            return decode(data, self._name(row)), label, row, None
         assert split.labels is not None and split.ids is not None  # a Split of images or paths
         metadata = None if split.metadata is None else split.metadata[row]
-        image = split.images[row] if split.images is not None else split.paths[row]  # type: ignore[index]
+        if split.images is not None:
+            image = split.images[row]
+        else:
+            path = str(split.paths[row])  # type: ignore[index]
+            image = decode(read_file(path), f"file {path}")
         return image, int(split.labels[row]), int(split.ids[row]), metadata
 
-    def name(self, row: int) -> str:
-        if self.split.records is not None:
-            filename, index = self.split.records.locate(row)
-            return f"record {index} of {os.path.basename(filename)} ({filename})"
-        return f"file {self.split.paths[row]}"
+    def _name(self, row: int) -> str:
+        filename, index = self.split.records.locate(row)  # type: ignore[union-attr]
+        return f"record {index} of {os.path.basename(filename)} ({filename})"
 
 
 class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
     """Infinite iterator of this process's pretraining batches (module docstring).
 
     Attributes:
-      source, image_size, augmentation, num_views, global_batch_size, local_batch_size,
-      steps_per_epoch: as for :class:`~.pipeline.PretrainIterator`.
+      source: the dataset.
+      image_size: S, the side of the views.
+      augmentation: the resolved :class:`~.augment_config.AugmentConfig`.
+      num_views: V.
+      global_batch_size, local_batch_size: rows of a step over all processes / on this one.
+      steps_per_epoch: ``n_train // global_batch_size``.
       step: the step of the next batch.
       threads: host threads decoding and cropping.
     """
@@ -133,7 +130,7 @@ class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
                 train.with_labels(None)  # raises: a stream's labels cannot be replaced
             train = train.with_labels(symmetric_label_noise(
                 train.labels, source.num_classes, config.label_noise, config.data_seed))
-        self._examples = _Examples(train, source.name)
+        self._examples = ExampleReader(train)
         self._num_train = train.num_examples
         self.image_size = resolve_image_size(config, source)
         self.augmentation = resolve_augmentation(config, source, self.image_size)
@@ -179,10 +176,6 @@ class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
     def _example(self, count: int) -> dict[str, np.ndarray]:
         step, row = self.position(count)
         image, label, index, metadata = self._examples(row)
-        if isinstance(image, (bytes, str, np.str_)):
-            if not isinstance(image, bytes):
-                image = read_file(str(image))
-            image = decode(image, self._examples.name(row))
         views = views_of(image, view_rngs(self._seed, step, index, self.num_views),
                          self.augmentation, self.image_size)
         out = {"views": views, "label": np.int32(label), "index": np.int64(index),
@@ -205,37 +198,32 @@ class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
         return batch
 
 
-def pretrain_batches(
+def make_pretrain_iterator(
     config: ml_collections.ConfigDict,
     *,
     seed: int,
-    source: Source,
+    source: Source | None = None,
     start_step: int = 0,
     process_index: int | None = None,
     process_count: int | None = None,
-) -> Iterator[dict[str, np.ndarray]]:
-    """This process's pretraining batches from ``start_step`` on, by ``config.loader``.
+) -> HostPretrainIterator | VectorPretrainIterator:
+    """This process's pretraining batches from ``start_step`` on.
 
-    ``"grain"`` (default): a :class:`HostPretrainIterator` (uint8 views; its ``on_device``
-    finishes them), except for a TFRecord dataset, which only the tf.data path reads
-    (it needs TensorFlow). ``"tf"``: :func:`~.pipeline.make_pretrain_iterator`
-    (normalised float32 views, every stage on the host). Sources of vectors are served
-    by :class:`~.vectors.VectorPretrainIterator` either way.
+    Images: a :class:`HostPretrainIterator` (uint8 views; its ``on_device`` finishes them
+    on the accelerator). Sources of vectors: a :class:`~.vectors.VectorPretrainIterator`.
+
+    Args:
+      config: data config (``config.data``).
+      seed: the run's seed (with the step, it orders the examples and draws every view).
+      source: an already loaded source (else ``load_source(config)``).
+      start_step: the step of the first batch.
+      process_index, process_count: this process's place (None: JAX's).
     """
-    from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
+    from contrastive_jax.data.sources import load_source
 
-    loader = config.get("loader", "grain")
-    if loader not in LOADERS:
-        raise ConfigError(f"config.data.loader must be one of {LOADERS}, got {loader!r}")
+    source = load_source(config) if source is None else source
     if isinstance(source, VectorSource):
         return VectorPretrainIterator(config, seed=seed, source=source, start_step=start_step,
                                       process_index=process_index, process_count=process_count)
-    records = source.split("train").records
-    if loader == "tf" or (records is not None and not records.random_access):
-        import contrastive_jax.data as data_package  # its attribute: what tests and benches patch
-
-        return data_package.make_pretrain_iterator(
-            config, seed=seed, source=source, start_step=start_step,
-            process_index=process_index, process_count=process_count)
     return HostPretrainIterator(config, seed=seed, source=source, start_step=start_step,
                                 process_index=process_index, process_count=process_count)

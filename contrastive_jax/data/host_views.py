@@ -18,6 +18,8 @@ One example's ``V`` views come from one decode (Pillow, libjpeg-turbo):
 * then, if ``policy`` is set, AutoAugment or RandAugment on the uint8 view
   (:mod:`.image_policies`).
 
+:func:`eval_view` is the evaluation transform (resize and centre-crop, no randomness).
+
 Each view draws from ``numpy.random.default_rng([seed, step, id, view])``: a pure function
 of (seed, step, example id, view), like the device's draws.
 """
@@ -35,7 +37,8 @@ from contrastive_jax.data import image_policies
 from contrastive_jax.data.augment_config import AugmentConfig
 from contrastive_jax.errors import CorruptImageError
 
-__all__ = ["crop_window", "decode", "tf_crop_window", "view_rngs", "views_of"]
+__all__ = ["crop_window", "decode", "eval_view", "resize_bicubic_tf1", "tf_crop_window",
+           "view_rngs", "views_of"]
 
 _FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
 
@@ -236,3 +239,85 @@ def _array_shifts(
             view = view[:, ::-1]
         out.append(view)
     return np.stack(out)
+
+
+def eval_view(
+    image: Image.Image | np.ndarray, *, size: int, crop_fraction: float,
+    mode: str = "resize_crop",
+) -> np.ndarray:
+    """The evaluation transform of one image (``config.data.eval_transform``).
+
+    ``"resize_crop"`` resizes the shorter side to ``round(size / crop_fraction)`` (Pillow's
+    antialiased bilinear filter on float32 channels, no rounding to uint8) and centre-crops
+    ``size x size`` (torchvision's ``Resize`` + ``CenterCrop``). ``"crop_resize"`` is SimCLR
+    v1's ``center_crop`` (``data_util.py``): a centred square of ``rint(crop_fraction *
+    min(h, w))`` pixels at offset ``(h - side + 1) // 2``, resized to ``size x size`` by
+    TF1's ``resize_bicubic`` (:func:`resize_bicubic_tf1`, the source's call) and clipped to
+    [0, 1].
+
+    Args:
+      image: an RGB image, or uint8 [h, w, 3].
+      size: output side.
+      crop_fraction: fraction of the (resized) shorter side kept by the centre crop (1.0
+        keeps it all; ImageNet's usual 224/256 = 0.875).
+      mode: ``"resize_crop"`` or ``"crop_resize"``.
+
+    Returns:
+      float32 [size, size, 3] in [0, 1]. An image that already is ``size x size`` with
+      ``crop_fraction == 1`` is only scaled to [0, 1].
+    """
+    pixels = np.asarray(image, np.float32) / 255.0
+    h, w = pixels.shape[:2]
+    if crop_fraction == 1.0 and (h, w) == (size, size):
+        return pixels
+    if mode == "crop_resize":
+        side = int(np.rint(np.float32(crop_fraction) * np.float32(min(h, w))))
+        top, left = (h - side + 1) // 2, (w - side + 1) // 2
+        crop = pixels[top : top + side, left : left + side]
+        return np.clip(resize_bicubic_tf1(crop, size, size), 0.0, 1.0)
+    scale = round(size / crop_fraction) / min(h, w)
+    new_h, new_w = max(round(h * scale), size), max(round(w * scale), size)
+    resized = np.stack(
+        [np.asarray(Image.fromarray(np.ascontiguousarray(pixels[..., c]), mode="F").resize(
+            (new_w, new_h), Image.Resampling.BILINEAR)) for c in range(pixels.shape[2])],
+        axis=-1,
+    )
+    top, left = (new_h - size) // 2, (new_w - size) // 2
+    return np.ascontiguousarray(resized[top : top + size, left : left + size])
+
+
+#: Entries of TF's bicubic coefficient table (``resize_bicubic_op.cc``'s ``kTableSize``).
+_TF_BICUBIC_TABLE = 1024
+
+
+def _tf1_bicubic_weights(in_size: int, out_size: int) -> np.ndarray:
+    """[out_size, in_size]: TF1 ``resize_bicubic``'s interpolation matrix along one axis.
+
+    TensorFlow's kernel (``resize_bicubic_op.cc``, legacy sampling): source position
+    ``x = float32(i) * float32(in / out)``, its fraction rounded to 1/1024 and looked up in
+    a table of Keys' kernel with a = -0.75, taps at ``floor(x) - 1 .. floor(x) + 2`` clamped
+    to the edge, weights not renormalised.
+    """
+    a = -0.75
+    x = np.arange(_TF_BICUBIC_TABLE + 1, dtype=np.float32) / _TF_BICUBIC_TABLE
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    x1 = x + 1
+    far = ((a * x1 - 5 * a) * x1 + 8 * a) * x1 - 4 * a
+    scale = np.float32(in_size / out_size)
+    position = np.arange(out_size, dtype=np.float32) * scale
+    base = np.floor(position).astype(np.int64)
+    offset = np.rint((position - base) * _TF_BICUBIC_TABLE).astype(np.int64)
+    taps = (far[offset], near[offset], near[_TF_BICUBIC_TABLE - offset],
+            far[_TF_BICUBIC_TABLE - offset])
+    weights = np.zeros((out_size, in_size), np.float32)
+    for k, tap in enumerate(taps):
+        np.add.at(weights, (np.arange(out_size), np.clip(base + k - 1, 0, in_size - 1)), tap)
+    return weights
+
+
+def resize_bicubic_tf1(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``tf.compat.v1.image.resize_bicubic(image[None], [height, width])[0]``: float32
+    [h, w, C] -> [height, width, C] (align_corners False, legacy pixel centres)."""
+    rows = _tf1_bicubic_weights(image.shape[0], height)
+    cols = _tf1_bicubic_weights(image.shape[1], width)
+    return np.einsum("yh,hwc,xw->yxc", rows, image.astype(np.float32), cols).astype(np.float32)

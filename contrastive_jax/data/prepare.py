@@ -11,11 +11,15 @@ then pretrain with ``--config.data.dataset=NAME --config.data.data_dir=OUTPUT_DI
 
 ArrayRecord files give random access to every record, so the input pipeline
 makes every batch a pure function of (seed, step) and reads on each process
-only the records of its share of the batch (:mod:`contrastive_jax.data.pipeline`).
+only the records of its share of the batch (:mod:`contrastive_jax.data.host_pipeline`);
+it reads no other format.
+
+This is the one module of the package that imports TensorFlow (to read TFRecord files
+and, through TFDS, to write a dataset): install the ``prepare`` extra
+(``pip install 'contrastive_jax[prepare]'``). TensorFlow is kept off every accelerator.
 
 * From an image folder: one example per image, its file's bytes stored as they
-  are (no re-encoding: JPEGs stay JPEGs, so the pipeline can decode only the
-  crop window), ``label`` the index of its class folder in sorted order (as
+  are (no re-encoding: JPEGs stay JPEGs), ``label`` the index of its class folder in sorted order (as
   ``tfds.ImageFolder``); one split per split folder; records shuffled by TFDS.
 * From a TFDS dataset: its TFRecord shards are rewritten one for one as
   ArrayRecord shards (``tfds convert_format``), with its ``dataset_info.json``.
@@ -35,12 +39,27 @@ import tempfile
 
 from absl import app, flags
 
+from contrastive_jax._extras import require
 from contrastive_jax.data import records as records_lib
 from contrastive_jax.data import sources
 from contrastive_jax.data._tfds_source import tfds_builder
 
+require("contrastive_jax.data.prepare", ("tensorflow", "tensorflow_datasets"), extra="prepare")
+
 #: Version given to datasets prepared from an image folder.
 FOLDER_VERSION = "1.0.0"
+
+
+def _tensorflow():
+    """TensorFlow with every GPU and TPU hidden from it (it only reads files here)."""
+    import tensorflow as tf
+
+    for kind in ("GPU", "TPU"):
+        try:
+            tf.config.set_visible_devices([], kind)
+        except RuntimeError:  # initialised before; it then keeps the devices it saw
+            pass
+    return tf
 
 
 class PrepareError(ValueError):
@@ -129,8 +148,7 @@ def from_tfds(name: str, data_dir: str, output_dir: str) -> str:
 
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    from contrastive_jax.data._tf import tf
-
+    tf = _tensorflow()
     if os.path.abspath(output_dir) == os.path.abspath(data_dir):
         raise PrepareError("--output_dir must differ from --data_dir (the copy is written beside)")
     builder = tfds_builder(name, data_dir, download=False)

@@ -42,7 +42,7 @@ checks: ``config.train`` in :class:`TrainSpec` here, ``config.loss`` in
 config file or a command-line override, is an error that names the nearest field, and a
 renamed field (:data:`RENAMED`) is an error that names its new name (:func:`check_config`).
 
-``config.dataset = "synthetic"`` trains on random in-memory images (no TensorFlow; see
+``config.dataset = "synthetic"`` trains on random in-memory images (no dataset on disk; see
 :mod:`contrastive_jax.train.synthetic`).
 
 ``config.loss.temperature`` is None by default: each loss then trains at its own default
@@ -73,6 +73,18 @@ RENAMED = {
     "train.prefetch": "train.device_prefetch",  # beside data.prefetch, the input pipeline's
     "optimizer.epochs": "optimizer.schedule_epochs",  # beside train.epochs, the run's length
     "optimizer.total_steps": "optimizer.schedule_steps",  # beside train.total_steps
+}
+#: Removed field -> (the value a saved config may hold, which reads as before; why it went).
+REMOVED = {
+    "data.loader": ("grain", "the tf.data input path was removed: every dataset is read by "
+                    "the grain path (no TensorFlow); a TFRecord dataset is converted once to "
+                    "ArrayRecord with `python -m contrastive_jax.data.prepare`"),
+    "data.stream_lanes": (None, "TFRecord streams were removed with the tf.data input path: "
+                          "convert the dataset to ArrayRecord with "
+                          "`python -m contrastive_jax.data.prepare`"),
+    "data.shuffle_buffer": (10_000, "TFRecord streams were removed with the tf.data input "
+                            "path: convert the dataset to ArrayRecord with "
+                            "`python -m contrastive_jax.data.prepare`"),
 }
 
 
@@ -189,19 +201,37 @@ def check_config(config, defaults: ml_collections.ConfigDict | None = None,
 
 
 def check_renamed(path: str) -> None:
-    """Raises ConfigError if ``path`` (``config.a.b``) is a field of :data:`RENAMED`."""
-    new = RENAMED.get(path.removeprefix("config."))
+    """Raises ConfigError if ``path`` (``config.a.b``) is a field of :data:`RENAMED` or of
+    :data:`REMOVED`."""
+    name = path.removeprefix("config.")
+    new = RENAMED.get(name)
     if new is not None:
         raise ConfigError(f"{path} was renamed to config.{new}; set that field instead")
+    if name in REMOVED:
+        raise ConfigError(f"{path} was removed: {REMOVED[name][1]}")
 
 
 def rename_saved(saved: dict) -> dict:
     """A config saved (as a nested dict) before a field of :data:`RENAMED` was renamed, with
-    that field under its new name; a config saved since is returned as it is."""
+    that field under its new name, and without the fields of :data:`REMOVED` that hold the
+    value that reads as before; a config saved since is returned as it is.
+
+    Raises:
+      ConfigError: the saved config sets a removed field to another value (a run on the
+        tf.data input path, whose batches this version cannot reproduce).
+    """
     saved = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items()}
     for old, new in RENAMED.items():
         (section, name), (_, new_name) = old.split("."), new.split(".")
         fields = saved.get(section)
         if isinstance(fields, dict) and name in fields:
             fields[new_name] = fields.pop(name)
+    for path, (same, why) in REMOVED.items():
+        section, name = path.split(".")
+        fields = saved.get(section)
+        if isinstance(fields, dict) and name in fields:
+            value = fields.pop(name)
+            if value != same:
+                raise ConfigError(f"the saved config sets config.{path}={value!r}, which was "
+                                  f"removed: {why}")
     return saved

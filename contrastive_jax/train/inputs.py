@@ -2,12 +2,11 @@
 
 :func:`load_input` reads the run's data section (``spec.data``, a
 :class:`~contrastive_jax.data.DataSpec`). ``config.dataset = "synthetic"`` gives
-:class:`SyntheticInput`, random images that need neither TensorFlow nor a dataset on disk
-(smoke tests, benchmarks, an accelerator image without TensorFlow); every other dataset
-goes through :func:`contrastive_jax.data.pretrain_batches` (``config.data.loader``: the
-default grain path without TensorFlow, whose batches are finished on the devices, or the
-tf.data path). Either way the batches of a step are
-a pure function of (seed, step), so a resumed run sees the batches it would have seen.
+:class:`SyntheticInput`, random images that need no dataset on disk
+(smoke tests, benchmarks); every other dataset goes through
+:func:`contrastive_jax.data.make_pretrain_iterator` (grain on the host, the batches finished
+on the devices). Either way the batches of a step are a pure function of (seed, step), so
+a resumed run sees the batches it would have seen.
 
 :class:`DevicePrefetch` puts the next global batches on the devices while a step runs.
 """
@@ -89,7 +88,8 @@ def load_input(data: DataSpec, *, seed: int) -> Input:
     source = data_lib.load_source(data)
 
     def batches(start_step: int) -> Iterator[dict[str, np.ndarray]]:
-        return data_lib.pretrain_batches(data, seed=seed, start_step=start_step, source=source)
+        return data_lib.make_pretrain_iterator(data, seed=seed, start_step=start_step,
+                                               source=source)
 
     from contrastive_jax.data._resolve import resolve_image_size
 

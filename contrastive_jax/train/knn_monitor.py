@@ -44,6 +44,7 @@ import numpy as np
 from flax import nnx
 
 from contrastive_jax import data as data_lib
+from contrastive_jax.embed import embed_split
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.eval.knn import knn_scores
 
@@ -161,10 +162,6 @@ class KnnMonitor:
           graphdef, rest: the model's graph and other state
             (:func:`contrastive_jax.train.step.split_model`).
         """
-        # Here, not at the top: the trainer imports this module and runs without TensorFlow,
-        # which contrastive_jax.embed (the evaluation pipeline) needs.
-        from contrastive_jax.embed import embed_split
-
         started = time.perf_counter()
         model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
         model.eval()

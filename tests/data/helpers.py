@@ -6,9 +6,9 @@ import os
 
 import ml_collections
 import numpy as np
+from PIL import Image
 
 from contrastive_jax import data
-from contrastive_jax.data._tf import tf
 
 #: CIFAR-10 as an image folder beside the repository (CI and this project's machines have it);
 #: tests that read it pass it explicitly and skip when it is absent.
@@ -33,12 +33,11 @@ def write_image_folder(root: str, shape=(12, 10, 3), per_class=(6, 2), seed=0) -
             folder = os.path.join(root, split, name)
             os.makedirs(folder, exist_ok=True)
             for i in range(count):
-                image = rng.integers(0, 256, shape, dtype=np.uint8)
+                image = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8))
                 if i % 2:
-                    encoded, ext = tf.io.encode_jpeg(image, quality=95), "jpg"
+                    image.save(os.path.join(folder, f"{i:02d}.jpg"), quality=95)
                 else:
-                    encoded, ext = tf.io.encode_png(image), "png"
-                tf.io.write_file(os.path.join(folder, f"{i:02d}.{ext}"), encoded)
+                    image.save(os.path.join(folder, f"{i:02d}.png"))
     return root
 
 
@@ -64,7 +63,8 @@ def write_tfds_dataset(
     num_classes: int = 3,
     shards: int = 1,
 ) -> str:
-    """A TFDS dataset ``name`` of variable-size JPEG images prepared in ``data_dir``.
+    """A TFDS dataset ``name`` of variable-size JPEG images prepared in ``data_dir`` (TFDS
+    writes it with TensorFlow: the ``prepare`` extra, which the test environment has).
 
     Splits ``train`` and ``test``, ``file_format`` ``"tfrecord"`` or
     ``"array_record"``, records in example order (no shuffling), ``shards``

@@ -1,7 +1,10 @@
-"""The default (grain) input path: batches a pure function of (seed, step), the host's crop
-distribution against the tf.data path's, and TFRecord refused with a way out."""
+"""The input path: batches a pure function of (seed, step), the host's crop distribution
+against torchvision's, and TFRecord refused with a way out."""
 
 from __future__ import annotations
+
+import math
+import random
 
 import numpy as np
 import pytest
@@ -11,7 +14,7 @@ from contrastive_jax import data
 from contrastive_jax.data import host_views
 from contrastive_jax.data.augment_config import AugmentConfig
 from contrastive_jax.data.host_pipeline import HostPretrainIterator, epoch_order
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import InputError
 from tests.data.helpers import digits_config, write_tfds_dataset
 
 
@@ -42,7 +45,7 @@ def _take(iterator, n: int) -> list[dict[str, np.ndarray]]:
 def test_batches_are_a_pure_function_of_seed_and_step(image_folder, array_record_dir, kind):
     config = _configs(image_folder, array_record_dir)[kind]
     source = data.load_source(config)
-    iterator = data.pretrain_batches(config, seed=0, source=source)
+    iterator = data.make_pretrain_iterator(config, seed=0, source=source)
     assert isinstance(iterator, HostPretrainIterator)
     steps = 2 * iterator.steps_per_epoch + 1  # crosses two epoch boundaries
     full = _take(iterator, steps)
@@ -51,11 +54,11 @@ def test_batches_are_a_pure_function_of_seed_and_step(image_folder, array_record
     assert first["views"].shape == (iterator.local_batch_size, 2, iterator.image_size,
                                     iterator.image_size, 3)
     assert list(first["step"]) == [0] * iterator.local_batch_size
-    resumed = data.pretrain_batches(config, seed=0, source=source, start_step=steps - 2)
+    resumed = data.make_pretrain_iterator(config, seed=0, source=source, start_step=steps - 2)
     for a, b in zip(full[-2:], _take(resumed, 2), strict=True):
         assert all(np.array_equal(a[k], b[k]) for k in a)
     # Two processes read the halves of the one-process global batch.
-    halves = [next(data.pretrain_batches(config, seed=0, source=source, start_step=steps - 1,
+    halves = [next(data.make_pretrain_iterator(config, seed=0, source=source, start_step=steps - 1,
                                          process_index=i, process_count=2)) for i in (0, 1)]
     for k in first:
         np.testing.assert_array_equal(np.concatenate([h[k] for h in halves]), full[-1][k])
@@ -64,7 +67,7 @@ def test_batches_are_a_pure_function_of_seed_and_step(image_folder, array_record
     seen = np.concatenate([b["index"] for b in full])
     assert len(set(seen[:per_epoch])) == per_epoch
     assert not np.array_equal(seen[:per_epoch], seen[per_epoch : 2 * per_epoch])
-    other = next(data.pretrain_batches(config, seed=1, source=source))
+    other = next(data.make_pretrain_iterator(config, seed=1, source=source))
     assert not np.array_equal(other["views"], first["views"])
 
 
@@ -75,19 +78,28 @@ def test_epoch_order_is_a_permutation_per_seed_and_epoch():
     np.testing.assert_array_equal(order, epoch_order(100, 3, 0))
 
 
-def test_host_crop_window_draws_the_tf_path_distribution():
-    tf = pytest.importorskip("tensorflow")
-    from contrastive_jax.data import _image_ops
+def _torchvision_window(height: int, width: int, rng: random.Random) -> tuple[int, ...]:
+    """torchvision's ``RandomResizedCrop.get_params`` (scale (0.08, 1), ratio (3/4, 4/3)),
+    written from its definition with Python's generator."""
+    log_lo, log_hi = math.log(3 / 4), math.log(4 / 3)
+    for _ in range(10):
+        area = height * width * rng.uniform(0.08, 1.0)
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        w, h = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    return (0, 0, height, width)
 
+
+def test_host_crop_window_draws_torchvisions_distribution():
     height, width, draws = 350, 400, 2000
     ours = np.array([
         host_views.crop_window(height, width, np.random.default_rng([5, i]),
                                scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3))
         for i in range(draws)
     ], float)
-    window = tf.function(lambda s: tf.stack(_image_ops.crop_window(
-        height, width, s, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_prob=0.5)[:4]))
-    theirs = np.array([window(tf.constant([9, i], tf.int64)).numpy() for i in range(draws)])
+    rng = random.Random(9)
+    theirs = np.array([_torchvision_window(height, width, rng) for _ in range(draws)], float)
     for k in range(4):  # top, left, crop height, crop width
         assert stats.ks_2samp(ours[:, k], theirs[:, k]).pvalue > 1e-3, k
     assert ((ours[:, 0] + ours[:, 2] <= height) & (ours[:, 1] + ours[:, 3] <= width)).all()
@@ -111,18 +123,8 @@ def test_a_tfrecord_dataset_is_refused_naming_the_way_out(tmp_path):
     data_dir = write_tfds_dataset(str(tmp_path), "varimg", "tfrecord", train=16, test=4)
     config = digits_config(dataset="varimg", data_dir=data_dir, image_size=16,
                            global_batch_size=8)
-    source = data.load_source(config)
-    with pytest.raises(ConfigError, match="contrastive_jax.data.prepare"):
-        HostPretrainIterator(config, seed=0, source=source)
-    # pretrain_batches serves it by the tf.data path instead.
-    assert not isinstance(data.pretrain_batches(config, seed=0, source=source),
-                          HostPretrainIterator)
-
-
-def test_unknown_loader_is_named():
-    config = digits_config(loader="torch")
-    with pytest.raises(ConfigError, match="config.data.loader"):
-        data.pretrain_batches(config, seed=0, source=data.load_source(config))
+    with pytest.raises(InputError, match="python -m contrastive_jax.data.prepare"):
+        data.load_source(config)
 
 
 def test_the_trainer_finishes_the_views_on_the_devices(digits_source):
@@ -130,8 +132,8 @@ def test_the_trainer_finishes_the_views_on_the_devices(digits_source):
     from contrastive_jax.train.inputs import DevicePrefetch
 
     config = digits_config()
-    iterator = data.pretrain_batches(config, seed=0, source=digits_source)
-    host = next(data.pretrain_batches(config, seed=0, source=digits_source))
+    iterator = data.make_pretrain_iterator(config, seed=0, source=digits_source)
+    host = next(data.make_pretrain_iterator(config, seed=0, source=digits_source))
     queue = DevicePrefetch(iterator, make_mesh(), lambda: False, depth=1, remaining=2)
     queue.fill()
     arrays = queue.take().arrays

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from contrastive_jax import data
-from contrastive_jax.data import pipeline
+from contrastive_jax.data._resolve import resolve_augmentation
+from contrastive_jax.data.host_pipeline import epoch_order
 from tests.data.helpers import SHARED_CIFAR10, digits_config, write_image_folder
 
 
@@ -33,33 +34,31 @@ def first_batches(digits_source):
     return _take(iterator, 5)
 
 
-def test_tensorflow_sees_no_accelerator():
-    from contrastive_jax.data._tf import tf
-
-    assert tf.config.get_visible_devices("GPU") == []
-    assert tf.config.get_visible_devices("TPU") == []
-
-
 def test_pretrain_batch_format(first_batches, digits_source):
     batch = first_batches[0]
-    assert set(batch) == {"views", "label", "index", "metadata"}
-    assert batch["views"].shape == (16, 2, 16, 16, 3) and batch["views"].dtype == np.float32
+    assert set(batch) == {"views", "label", "index", "metadata", "step"}
+    assert batch["views"].shape == (16, 2, 16, 16, 3) and batch["views"].dtype == np.uint8
     assert batch["label"].shape == (16,) and batch["label"].dtype == np.int32
     assert batch["index"].shape == (16,) and batch["index"].dtype == np.int64
     assert batch["metadata"].shape == (16, 2) and batch["metadata"].dtype == np.float32
-    assert np.isfinite(batch["views"]).all()
+    assert (batch["step"] == 0).all()
     train = digits_source.split("train")
     np.testing.assert_array_equal(batch["label"], train.labels[batch["index"]])
     np.testing.assert_array_equal(batch["metadata"], train.metadata[batch["index"]])
-    # Normalised with the dataset statistics: roughly zero mean, unit scale.
-    views = np.concatenate([b["views"] for b in first_batches])
+    # Finished on the device: normalised with the dataset statistics, roughly zero mean and
+    # unit scale.
+    iterator = data.make_pretrain_iterator(digits_config(), seed=0, source=digits_source)
+    views = np.concatenate([
+        np.asarray(iterator.on_device({k: b[k] for k in ("views", "index", "step")})["views"])
+        for b in first_batches])
+    assert views.dtype == np.float32 and np.isfinite(views).all()
     assert abs(views.mean()) < 0.3 and 0.6 < views.std() < 1.6
 
 
 def test_views_differ(first_batches):
-    views = first_batches[0]["views"]
+    views = first_batches[0]["views"].astype(np.float32) / 255
     diff = np.abs(views[:, 0] - views[:, 1]).mean(axis=(1, 2, 3))
-    assert (diff > 0.05).all()
+    assert (diff > 0.02).all()
 
 
 def test_indices_cover_an_epoch_without_repeats(digits_source):
@@ -71,7 +70,7 @@ def test_indices_cover_an_epoch_without_repeats(digits_source):
     assert len(np.unique(index)) == len(index) == 128 * 11
     assert iterator.step == 11
     np.testing.assert_array_equal(iterator.rows(3), epoch[3]["index"])  # ids == rows for digits
-    order = pipeline.epoch_permutation(1437, 1, 0).numpy()
+    order = epoch_order(1437, 1, 0)
     np.testing.assert_array_equal(np.sort(order), np.arange(1437))
     np.testing.assert_array_equal(order[: 128 * 11], index)
 
@@ -196,7 +195,7 @@ def test_eval_iterator_process_shards(digits_source):
 
 
 def test_auto_augmentation(digits_source, image_folder):
-    auto = pipeline.resolve_augmentation
+    auto = resolve_augmentation
     assert auto(digits_config(), digits_source, 16) == data.augmentation_preset("digits", 16)
     cluttered = data.load_source(digits_config(dataset="digits_cluttered"))
     assert auto(digits_config(), cluttered, 16) == data.augmentation_preset("digits_cluttered", 16)
@@ -259,7 +258,7 @@ def test_real_cifar10_pipeline():
     config = digits_config(dataset="cifar10", data_dir=SHARED_CIFAR10, global_batch_size=8)
     batch = next(data.make_pretrain_iterator(config, seed=0))
     assert batch["views"].shape == (8, 2, 32, 32, 3)
-    assert np.isfinite(batch["views"]).all() and batch["views"].std() > 0.3
+    assert batch["views"].dtype == np.uint8 and batch["views"].std() > 30
 
 
 def _truncate(path: str) -> None:

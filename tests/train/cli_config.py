@@ -18,8 +18,6 @@ def tiny_config(total_steps: int = 6, checkpoint_every: int = 2) -> ml_collectio
     config = default_config()
     config.data.dataset = "digits"
     config.data.global_batch_size = 32
-    # The tf.data path: its float views let runs.patch_batches poison a batch with a NaN.
-    config.data.loader = "tf"
     config.model.encoder.width = 0.125
     config.model.head.hidden_features = 32
     config.model.head.out_features = 16

@@ -55,8 +55,32 @@ def tiny_encoder():
         yield
 
 
-def patch_batches(monkeypatch, change) -> None:
-    """Routes every pretraining batch through ``change(step, batch) -> batch``.
+class _Patched:
+    """A pretraining iterator whose batches pass through ``change`` on the host and, once
+    the original's ``on_device`` has finished them, through ``on_device`` on the devices."""
+
+    def __init__(self, batches, step: int, change, on_device) -> None:
+        self._batches, self._step = batches, step
+        self._change, self._on_device = change, on_device
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = self._change(self._step, next(self._batches))
+        self._step += 1
+        return batch
+
+    def on_device(self, arrays):
+        step = int(np.asarray(arrays["step"].addressable_data(0))[0])
+        arrays = self._batches.on_device(arrays)
+        return arrays if self._on_device is None else self._on_device(step, arrays)
+
+
+def patch_batches(monkeypatch, change=lambda step, batch: batch, on_device=None) -> None:
+    """Routes every pretraining batch through ``change(step, batch) -> batch`` on the host
+    and, if given, ``on_device(step, arrays) -> arrays`` once the devices have finished its
+    views (normalised float32 views: where a test injects a NaN).
 
     ``step`` is the 0-based step the batch is drawn for (the run's position in
     the input pipeline), so a test can inject a NaN or a signal at a given step.
@@ -64,17 +88,20 @@ def patch_batches(monkeypatch, change) -> None:
     original = data_lib.make_pretrain_iterator
 
     def iterator(*args, **kwargs):
-        batches = original(*args, **kwargs)
-
-        def generate():
-            step = kwargs["start_step"]
-            while True:
-                yield change(step, next(batches))
-                step += 1
-
-        return generate()
+        return _Patched(original(*args, **kwargs), kwargs["start_step"], change, on_device)
 
     monkeypatch.setattr(data_lib, "make_pretrain_iterator", iterator)
+
+
+def nan_at(monkeypatch, step: int) -> None:
+    """Puts a NaN in one pixel of the views of ``step`` (1-based)."""
+
+    def poison(position, arrays):
+        if position + 1 == step:
+            arrays = dict(arrays, views=arrays["views"].at[0, 0, 0, 0, 0].set(np.nan))
+        return arrays
+
+    patch_batches(monkeypatch, on_device=poison)
 
 
 def checkpoint_steps(workdir: str) -> list[int]:

@@ -57,11 +57,10 @@ OTHERS = [
     ({"data.global_batch_size": 36}, "config.data.global_batch_size"),
     ({"data.global_batch_size": 4096}, "config.data.global_batch_size"),
     ({"data.num_views": 0}, "config.data.num_views"),
-    # AutoAugment runs on the default (grain) input path only.
-    ({"data.augmentation": "supcon_autoaugment", "data.loader": "tf"},
-     "config.data.augmentation"),
+    # The tf.data input path and its TFRecord streams are gone; their fields say so.
+    ({"data.loader": "tf"}, "config.data.loader was removed"),
+    ({"data.shuffle_buffer": 100}, "config.data.shuffle_buffer was removed"),
     # The data's and the model's values, checked by DataSpec / EncoderSpec / HeadSpec at parse.
-    ({"data.loader": "fast"}, "config.data.loader"),
     ({"data.metadata": "labels"}, "config.data.metadata"),
     ({"data.label_noise": 1.5}, "config.data.label_noise"),
     ({"data.augmentation": "strong"}, "config.data.augmentation"),

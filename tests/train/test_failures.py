@@ -31,23 +31,12 @@ def fast_runs(tmp_path_factory):
     runs.restore_compilation_cache(previous)
 
 
-def _nan_at(monkeypatch, step: int) -> None:
-    def change(position, batch):
-        if position + 1 == step:
-            views = np.array(batch["views"])
-            views[0, 0, 0, 0, 0] = np.nan
-            batch = dict(batch, views=views)
-        return batch
-
-    runs.patch_batches(monkeypatch, change)
-
-
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory) -> tuple[str, str]:
     """A run stopped by a NaN at step 3: (work directory, error message)."""
     workdir = str(tmp_path_factory.mktemp("nan_stop"))
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _nan_at(monkeypatch, NAN_STEP)
+        runs.nan_at(monkeypatch, NAN_STEP)
         with pytest.raises(loop.NonFiniteLoss) as info:
             loop.train(runs.tiny_config(TOTAL), workdir)
     return workdir, str(info.value)
@@ -67,7 +56,7 @@ def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
     config = runs.tiny_config(TOTAL)
     config.train.skip_nonfinite = True
-    _nan_at(monkeypatch, NAN_STEP)
+    runs.nan_at(monkeypatch, NAN_STEP)
     summary = loop.train(config, workdir)
     assert summary["skipped_steps"] == 1
     skipped = {r["step"]: r["skipped_steps"] for r in runs.metrics(workdir)}

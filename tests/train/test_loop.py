@@ -215,21 +215,10 @@ def test_a_second_run_loads_the_step_from_the_compilation_cache(spied_run, tmp_p
     assert summary["compilation_cache_dir"] == jax.config.values["jax_compilation_cache_dir"]
 
 
-def _nan_at(monkeypatch, step: int) -> None:
-    def change(position, batch):
-        if position + 1 == step:
-            views = np.array(batch["views"])
-            views[0, 0, 0, 0, 0] = np.nan
-            batch = dict(batch, views=views)
-        return batch
-
-    runs.patch_batches(monkeypatch, change)
-
-
 def test_nonfinite_step_between_log_steps_stops_at_the_next_check(tmp_path, monkeypatch):
     """NaN at step 3, checks at 2 (checkpoint) and 4: stops at 4 naming step 3, keeps step 2."""
     workdir = str(tmp_path / "run")
-    _nan_at(monkeypatch, 3)
+    runs.nan_at(monkeypatch, 3)
     config = _config(TOTAL)
     config.train.checkpoint_every = 2
     with pytest.raises(loop.NonFiniteLoss, match=r"at step 3 \(.*grad_norm=nan") as info:
@@ -241,7 +230,7 @@ def test_nonfinite_step_between_log_steps_stops_at_the_next_check(tmp_path, monk
 
 def test_skipped_nonfinite_steps_are_reported_at_the_next_log_step(tmp_path, monkeypatch, capsys):
     workdir = str(tmp_path / "run")
-    _nan_at(monkeypatch, 3)
+    runs.nan_at(monkeypatch, 3)
     summary = loop.train(_config(TOTAL, skip_nonfinite=True), workdir)
     assert summary["skipped_steps"] == 1
     assert {r["step"]: r["skipped_steps"] for r in runs.metrics(workdir)} == {4: 1.0, 8: 1.0}

@@ -1,10 +1,9 @@
 """The training core runs without TensorFlow, TFDS (and, for the step, ml_collections).
 
-Each test runs a subprocess in which the blocked packages are absent, as on an accelerator
-image that has JAX, Flax, optax and Orbax only: ``sys.modules[name] = None`` makes
-``import name`` raise ModuleNotFoundError and ``importlib.util.find_spec(name)`` return None,
-which is what libraries that probe for TensorFlow (etils' paths, Orbax) see when it is not
-installed.
+Each test runs a subprocess in which the blocked packages are absent as where they are not
+installed (:mod:`tests.no_tensorflow`: ``importlib.util.find_spec`` returns None and an
+import raises ModuleNotFoundError), as on an accelerator image that has JAX, Flax, optax and
+Orbax only.
 """
 
 from __future__ import annotations
@@ -16,24 +15,25 @@ import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.no_tensorflow import ROOT, absent_env
 
-_BLOCKER = """
-import sys
+_PRELUDE = """
+import importlib.util
 
-for name in BLOCKED:
-    sys.modules[name] = None
+from tests.no_tensorflow import loaded as _loaded
+
+assert all(importlib.util.find_spec(name) is None for name in BLOCKED)
 
 
 def loaded():
-    return sorted(m for m, module in sys.modules.items()
-                  if module is not None and m.split(".")[0] in BLOCKED)
+    return _loaded(BLOCKED)
 """
 
 
 def _run(blocked: tuple[str, ...], body: str) -> str:
-    script = f"BLOCKED = {blocked!r}\n" + _BLOCKER + textwrap.dedent(body)
-    env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    script = f"BLOCKED = {blocked!r}\n" + _PRELUDE + textwrap.dedent(body)
+    env = absent_env({**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+                     blocked)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=600, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
