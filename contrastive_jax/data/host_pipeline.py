@@ -47,7 +47,7 @@ from contrastive_jax.data.batching import per_process, process_position, steps_p
 from contrastive_jax.data.device_augment import make_device_augment
 from contrastive_jax.data.host_views import decode, view_rngs, views_of
 from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import ConfigError, CorruptImageError
 
 __all__ = ["ExampleReader", "HostPretrainIterator", "default_threads", "epoch_order",
            "make_pretrain_iterator"]
@@ -81,9 +81,10 @@ class ExampleReader:
             record = split.records.read([row])[0]
             try:
                 data, label = split.records.parse_bytes(record)
-            except (IndexError, ValueError) as e:
-                raise split.records.corrupt(row, e) from e
-            return decode(data, self._name(row)), label, row, None
+                image = decode(data, f"row {row}")
+            except (CorruptImageError, IndexError, ValueError) as e:
+                raise split.records.corrupt(row, e) from e  # names the file and the index
+            return image, label, row, None
         assert split.labels is not None and split.ids is not None  # a Split of images or paths
         metadata = None if split.metadata is None else split.metadata[row]
         if split.images is not None:
@@ -92,10 +93,6 @@ class ExampleReader:
             path = str(split.paths[row])  # type: ignore[index]
             image = decode(read_file(path), f"file {path}")
         return image, int(split.labels[row]), int(split.ids[row]), metadata
-
-    def _name(self, row: int) -> str:
-        filename, index = self.split.records.locate(row)  # type: ignore[union-attr]
-        return f"record {index} of {os.path.basename(filename)} ({filename})"
 
 
 class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):

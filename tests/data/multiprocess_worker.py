@@ -46,7 +46,8 @@ def main(argv: list[str]) -> None:
     rows = {"index": [], "checksum": [], "loss": []}
     for _ in range(STEPS):
         local = next(iterator)
-        batch = data.make_global_batch({k: local[k] for k in ("views", "label", "index")}, mesh)
+        batch = iterator.on_device(data.make_global_batch(
+            {k: local[k] for k in ("views", "label", "index", "step")}, mesh))
         loss, checksum = summarise(batch["views"], batch["label"])
         rows["index"].append(multihost_utils.process_allgather(batch["index"], tiled=True))
         rows["checksum"].append(float(checksum))

@@ -1,5 +1,5 @@
 """The SimCLR v1 / SupCon crop (TensorFlow's ``sample_distorted_bounding_box``), the bicubic
-resize, the additive brightness, the presets that use them and the loaders that run them."""
+resize and the additive brightness of the source recipes."""
 
 from __future__ import annotations
 
@@ -8,13 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from contrastive_jax import data
 from contrastive_jax.data import host_views
-from contrastive_jax.data._resolve import check_loader, resolve_augmentation
-from contrastive_jax.data.augment_config import AugmentConfig, augmentation_preset
+from contrastive_jax.data.augment_config import AugmentConfig
 from contrastive_jax.data.device_augment import color_jitter
-from contrastive_jax.errors import ConfigError
-from tests.data.helpers import digits_config
 
 
 def _windows(height, width, n, **kwargs):
@@ -96,45 +92,3 @@ def test_additive_brightness_shifts_by_uniform_delta():
     shifted = color_jitter(dark, keys[0], (0.4, 0.0, 0.0, 0.0), additive_brightness=True)
     np.testing.assert_allclose(np.asarray(shifted) - 0.2,
                                np.clip(0.5 + delta[0], 0, 1) - 0.5, atol=1e-6)
-
-
-def test_presets_of_the_sources():
-    v1 = augmentation_preset("simclr_v1_imagenet", 224)
-    assert (v1.crop_sampler, v1.crop_interpolation, v1.brightness) == (
-        "tf_bounding_box", "bicubic", "additive")
-    assert v1.crop_scale == (0.08, 1.0) and v1.crop_ratio == (3 / 4, 4 / 3)
-    assert v1.jitter == pytest.approx((0.8, 0.8, 0.8, 0.2)) and v1.blur_prob == (0.5,)
-    supcon = augmentation_preset("supcon_autoaugment", 224)
-    assert (supcon.policy, supcon.crop_fallback, supcon.crop_ratio) == (
-        "autoaugment", "center_square", (0.75, 1.33))
-    assert supcon.jitter == (0.0,) * 4 and supcon.blur_prob == (0.0,)
-    assert supcon.grayscale_prob == 0.0
-    with pytest.raises(ConfigError, match="AugmentConfig.policy"):
-        AugmentConfig(policy="autoaugment_v1")
-
-
-def test_randaugment_overrides(digits_source):
-    config = digits_config(augmentation="supcon_randaugment", randaugment_layers=1,
-                           randaugment_magnitude=9.0)
-    aug = resolve_augmentation(config, digits_source, 16)
-    assert (aug.randaugment_layers, aug.randaugment_magnitude) == (1, 9.0)
-    with pytest.raises(ConfigError, match="randaugment_magnitude"):
-        resolve_augmentation(digits_config(augmentation="supcon_randaugment",
-                                           randaugment_magnitude=11.0), digits_source, 16)
-    with pytest.raises(ConfigError, match="does not run RandAugment"):
-        resolve_augmentation(digits_config(augmentation="supcon_autoaugment",
-                                           randaugment_layers=1), digits_source, 16)
-
-
-@pytest.mark.parametrize("preset", ["supcon_autoaugment", "simclr_v1_imagenet"])
-def test_the_tf_loader_refuses_host_only_presets_at_parse_time(preset):
-    with pytest.raises(ConfigError, match="loader='grain'"):
-        check_loader(digits_config(augmentation=preset, loader="tf"))
-    check_loader(digits_config(augmentation=preset))  # the default loader runs it
-    check_loader(digits_config(augmentation="simclr_imagenet", loader="tf"))
-
-
-def test_the_tf_data_iterator_refuses_host_only_presets(digits_source):
-    config = digits_config(augmentation="supcon_autoaugment", loader="tf")
-    with pytest.raises(ConfigError, match="supcon_autoaugment"):
-        data.pretrain_batches(config, seed=0, source=digits_source)

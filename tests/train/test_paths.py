@@ -115,7 +115,7 @@ def test_an_image_folder_in_the_bucket_reads_as_its_local_copy(bucket, tmp_path)
                                global_batch_size=4, augmentation="simclr_imagenet")
         source = data.load_source(config)
         assert source.class_names == ("cat", "dog") and source.split("train").num_examples == 16
-        batches.append(next(data.pretrain_batches(config, seed=0, source=source)))
+        batches.append(next(data.make_pretrain_iterator(config, seed=0, source=source)))
     assert batches[1].keys() == batches[0].keys()
     for key in batches[0]:
         np.testing.assert_array_equal(batches[1][key], batches[0][key])

@@ -1,0 +1,70 @@
+"""The evaluation transform on the host (:func:`host_views.eval_view`): its geometry, and its
+resamplers against the TensorFlow ops the sources call (TensorFlow: the ``prepare`` extra,
+which the test environment has)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from contrastive_jax.data.host_views import eval_view, resize_bicubic_tf1
+
+
+def _image(h: int, w: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def test_shapes_and_an_image_already_at_size_is_only_scaled():
+    assert eval_view(_image(40, 60), size=32, crop_fraction=0.8).shape == (32, 32, 3)
+    same = _image(32, 32)
+    out = eval_view(same, size=32, crop_fraction=1.0)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, same.astype(np.float32) / 255)
+    assert eval_view(_image(8, 8), size=16, crop_fraction=1.0).shape == (16, 16, 3)
+
+
+def test_crop_resize_is_simclr_center_crop():
+    """SimCLR v1's center_crop: a centred square of rint(f * min(h, w)) pixels at offset
+    ((h - side + 1) // 2, (w - side + 1) // 2), then resize_bicubic (the identity at the same
+    size), so the output is exactly that window of the input."""
+    image = _image(10, 20)
+    out = eval_view(image, size=5, crop_fraction=0.5, mode="crop_resize")
+    np.testing.assert_array_equal(out, image[3:8, 8:13] / np.float32(255))
+    tall = _image(21, 9)  # side rint(0.75 * 9) = 7, offsets (21 - 7 + 1) // 2 = 7 and 1
+    out = eval_view(tall, size=7, crop_fraction=0.75, mode="crop_resize")
+    np.testing.assert_array_equal(out, tall[7:14, 1:8] / np.float32(255))
+
+
+@pytest.mark.parametrize(("shape", "out"), [((13, 17), (30, 11)), ((37, 53), (24, 24)),
+                                            ((300, 211), (224, 224)), ((32, 32), (224, 224))])
+def test_bicubic_is_tf1_resize_bicubic(shape, out):
+    tf = pytest.importorskip("tensorflow")
+    x = np.random.default_rng(1).random((*shape, 3)).astype(np.float32)
+    reference = tf.compat.v1.image.resize_bicubic(x[None], list(out))[0].numpy()
+    np.testing.assert_allclose(resize_bicubic_tf1(x, *out), reference, atol=3e-6)
+
+
+def test_crop_resize_clips_the_bicubic_overshoot_and_differs_from_the_default():
+    sharp = (np.random.default_rng(0).integers(0, 2, (12, 12, 3)) * 255).astype(np.uint8)
+    reference = resize_bicubic_tf1(sharp / np.float32(255), 24, 24)
+    assert reference.min() < 0 and reference.max() > 1  # bicubic overshoots at the edges
+    out = eval_view(sharp, size=24, crop_fraction=1.0, mode="crop_resize")
+    np.testing.assert_array_equal(out, np.clip(reference, 0, 1))
+    default = eval_view(sharp, size=24, crop_fraction=1.0)
+    assert np.abs(default - out).max() > 0.05
+
+
+@pytest.mark.parametrize("shape", [(37, 53), (64, 40), (300, 211), (20, 20)])
+def test_resize_crop_is_tensorflows_antialiased_resize_and_centre_crop(shape):
+    """The default transform against ``tf.image.resize(antialias=True)`` of the shorter side
+    to round(S / f) and the centre crop (what torchvision's Resize + CenterCrop do)."""
+    tf = pytest.importorskip("tensorflow")
+    image = _image(*shape)
+    size, fraction = 24, 0.875
+    h, w = shape
+    scale = round(size / fraction) / min(h, w)
+    new_h, new_w = max(round(h * scale), size), max(round(w * scale), size)
+    resized = tf.image.resize(image / np.float32(255), [new_h, new_w], antialias=True).numpy()
+    top, left = (new_h - size) // 2, (new_w - size) // 2
+    np.testing.assert_allclose(eval_view(image, size=size, crop_fraction=fraction),
+                               resized[top : top + size, left : left + size], atol=5e-6)
