@@ -1,15 +1,16 @@
-"""Pretraining from an ArrayRecord TFDS dataset and from an image folder with TensorFlow
-absent (the default input path), on 8 simulated devices.
+"""Pretraining, the kNN monitor, linear evaluation and an evaluation recipe with TensorFlow
+absent, as on the JAX CUDA images.
 
-TensorFlow is blocked by a meta-path finder that fails its import, so that
-``importlib.util.find_spec`` (what etils and TFDS probe) and ``import tensorflow`` both
-behave as on an accelerator image without it, while TFDS itself still imports (it reads
-dataset metadata without TensorFlow). ``sys.modules[name] = None``, the blocker of
-tests/train/test_tf_free.py, would make TFDS believe TensorFlow is loaded.
+TensorFlow is made absent by :mod:`tests.no_tensorflow`: in the subprocesses
+``importlib.util.find_spec("tensorflow")`` is None and ``import tensorflow`` raises
+ModuleNotFoundError, exactly as where it is not installed (TFDS itself still imports: it
+reads dataset metadata without TensorFlow). The datasets are written beforehand in this
+process (TFDS writes with TensorFlow: the ``prepare`` extra).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,59 +20,60 @@ import numpy as np
 import pytest
 
 from tests.data.helpers import write_image_folder, write_tfds_dataset
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-_BLOCKER = """
-import importlib.abc, importlib.machinery, sys
-
-
-class _NoTensorFlow(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] == "tensorflow":
-            return importlib.machinery.ModuleSpec(name, self)
-        return None
-
-    def create_module(self, spec):
-        raise ModuleNotFoundError(f"No module named {spec.name!r} (blocked)", name=spec.name)
-
-    def exec_module(self, module):
-        raise AssertionError("unreachable")
-
-
-sys.meta_path.insert(0, _NoTensorFlow())
-"""
+from tests.no_tensorflow import ROOT, absent_env
 
 _TRAIN = """
-import sys
+import importlib.util
 from contrastive_jax.train import loop
+from tests.no_tensorflow import loaded
 from tests.train.cli_config import tiny_config
 from tests.train.runs import tiny_encoder
 
+assert importlib.util.find_spec("tensorflow") is None
 config = tiny_config(total_steps=3, checkpoint_every=3)
-config.data.loader = "grain"
 config.data.dataset = {dataset!r}
 config.data.data_dir = {data_dir!r}
 config.data.image_size = 16
 config.data.global_batch_size = 16
+config.train.eval_every = 3
+config.train.knn_query_size = 8
 config.train.compilation_cache_dir = ""
 with tiny_encoder():
     summary = loop.train(config, {workdir!r})
 assert summary["final_step"] == 3, summary
-tf_loaded = sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")
-print("tensorflow modules:", tf_loaded, "loss:", summary["final_loss"])
+print("tensorflow modules:", loaded(), "loss:", summary["final_loss"])
 """
 
 
 def _train_without_tensorflow(dataset: str, data_dir: str, workdir: str) -> str:
-    script = _BLOCKER + textwrap.dedent(_TRAIN).format(
-        dataset=dataset, data_dir=data_dir, workdir=workdir)
-    env = {**os.environ, "PYTHONPATH": ROOT,
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    script = textwrap.dedent(_TRAIN).format(dataset=dataset, data_dir=data_dir, workdir=workdir)
+    env = absent_env({**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=900, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
+
+
+def test_cli_pretraining_with_knn_then_linear_eval_without_tensorflow(tmp_path):
+    """What a GPU user runs first: pretrain from an image folder with the kNN monitor on,
+    then the linear evaluation of the run, both command lines, TensorFlow absent."""
+    from tests.train import runs
+
+    folder = write_image_folder(str(tmp_path / "folder"), shape=(20, 24, 3), per_class=(16, 4))
+    workdir = str(tmp_path / "run")
+    env = cli_env_without_tensorflow(tmp_path, 2, str(tmp_path / "jax_cache"))
+    flags = (*data_flags(("image_folder", folder), 2), "--config.train.eval_every=2",
+             "--config.train.knn_query_size=8", "--config.model.encoder.name=small_cnn")
+    assert runs.run_pretrain(workdir, *flags, env=env) == 0, runs.log_text(workdir)
+    knn = [r for r in runs.metrics(workdir) if "knn_top1" in r]
+    assert [r["step"] for r in knn] == [2] and 0.0 <= knn[0]["knn_top1"] <= 1.0, knn
+    output = str(tmp_path / "eval.json")
+    done = subprocess.run(
+        [sys.executable, "-m", "contrastive_jax.linear_eval", "--workdir", workdir,
+         "--epochs", "2", "--resamples", "20", "--output", output],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.load(open(output, encoding="utf-8"))["step"] == 2
 
 
 @pytest.mark.slow
@@ -83,6 +85,28 @@ def test_pretrain_from_array_record_without_tensorflow(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_evaluation_recipe_without_tensorflow(tmp_path):
+    """supcon_cifar10_linear (a frozen encoder, a linear head, validation on the test split
+    each epoch) for 2 epochs of a small image folder, on a pretraining run's encoder."""
+    from tests.train import runs
+
+    folder = write_image_folder(str(tmp_path / "folder"), shape=(32, 32, 3), per_class=(16, 4))
+    env = cli_env_without_tensorflow(tmp_path, 2, str(tmp_path / "jax_cache"))
+    small = ("--config.model.encoder.name=small_cnn", "--config.data.dataset=image_folder",
+             f"--config.data.data_dir={folder}", "--config.data.global_batch_size=16")
+    pretrained = str(tmp_path / "pretrained")
+    assert runs.run_pretrain(pretrained, *small, "--config.train.total_steps=2", env=env) == 0, \
+        runs.log_text(pretrained)
+    linear = str(tmp_path / "linear")
+    code = runs.run_pretrain(linear, *small, "--config.train.epochs=2",
+                             f"--config.model.init_from={pretrained}", env=env,
+                             config="supcon_cifar10_linear")
+    assert code == 0, runs.log_text(linear)
+    validation = json.load(open(os.path.join(linear, "validation.json"), encoding="utf-8"))
+    assert 0.0 <= validation["final"]["top1"] <= 1.0, validation
+
+
+@pytest.mark.slow
 def test_pretrain_from_an_image_folder_without_tensorflow(tmp_path):
     folder = write_image_folder(str(tmp_path / "folder"), shape=(20, 24, 3), per_class=(16, 4))
     out = _train_without_tensorflow("image_folder", folder, str(tmp_path / "run"))
@@ -90,24 +114,20 @@ def test_pretrain_from_an_image_folder_without_tensorflow(tmp_path):
 
 
 def cli_env_without_tensorflow(tmp_path, num_devices: int, cache_dir: str) -> dict[str, str]:
-    """The CLI's environment with TensorFlow blocked at start-up (a ``sitecustomize``)."""
+    """The CLI's environment with TensorFlow absent (:func:`tests.no_tensorflow.absent_env`)."""
     from tests.train import runs
 
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(_BLOCKER)
-    env = runs.cli_env(num_devices, cache_dir)
-    env["PYTHONPATH"] = os.pathsep.join([str(site), ROOT])
-    return env
+    del tmp_path
+    return absent_env(runs.cli_env(num_devices, cache_dir))
 
 
-#: The two kinds of image data the default path reads from disk.
+#: The two kinds of image data the input path reads from disk.
 KINDS = ("image_folder", "array_record")
 
 
 def data_flags(data: tuple[str, str], total: int) -> tuple[str, ...]:
     dataset, data_dir = data
-    return ("--config.data.loader=grain", f"--config.data.dataset={dataset}",
+    return (f"--config.data.dataset={dataset}",
             f"--config.data.data_dir={data_dir}", "--config.data.image_size=16",
             "--config.data.global_batch_size=16", f"--config.train.total_steps={total}",
             "--config.train.checkpoint_every=2")
@@ -115,7 +135,7 @@ def data_flags(data: tuple[str, str], total: int) -> tuple[str, ...]:
 
 def write_datasets(root: str) -> dict[str, tuple[str, str]]:
     """kind -> (config.data.dataset, config.data.data_dir) of a small dataset of each kind
-    under ``root`` (``folder/`` and ``tfds/``), written with TensorFlow present."""
+    under ``root`` (``folder/`` and ``tfds/``; TFDS writes with TensorFlow)."""
     folder = write_image_folder(os.path.join(root, "folder"), shape=(20, 24, 3),
                                 per_class=(24, 4))
     records = write_tfds_dataset(os.path.join(root, "tfds"), "varimg", "array_record",
