@@ -1,9 +1,9 @@
 """The core install: losses and metrics import with jax, numpy and scipy alone; the parts
 that need the ``train`` extra say so when it is missing.
 
-The extra's libraries are hidden in a subprocess (``sys.modules[name] = None`` makes importing
-them fail as if they were not installed); ``make test-all`` also checks a real core-only install
-from the wheel (tests/test_wheel.py).
+The extras' libraries are made absent in a subprocess as where they are not installed
+(:mod:`tests.no_tensorflow`); ``make test-all`` also checks a real core-only install from the
+wheel (tests/test_wheel.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import textwrap
 
 import pytest
 
-#: What the ``train`` extra installs and the core must not import.
+from tests.no_tensorflow import ROOT
+
+#: What the ``train`` and ``prepare`` extras install and the core must not import.
 TRAIN_ONLY = (
     "flax", "optax", "orbax", "orbax.checkpoint", "ml_collections", "tensorflow",
     "tensorflow_datasets", "sklearn", "matplotlib", "tqdm", "tensorboardX",
@@ -23,10 +25,11 @@ TRAIN_ONLY = (
 
 
 def _run(body: str) -> subprocess.CompletedProcess:
-    script = f"import sys\nfor name in {TRAIN_ONLY!r}:\n    sys.modules[name] = None\n"
+    absent = sorted({name.split(".")[0] for name in TRAIN_ONLY})
+    script = f"import sys\nfrom tests.no_tensorflow import install\ninstall({absent!r})\n"
     script += textwrap.dedent(body)
     return subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT
     )
 
 

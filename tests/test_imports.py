@@ -98,3 +98,25 @@ def test_data_modules_import_as_drawn():
     assert "contrastive_jax.data.arrays" not in graph["contrastive_jax.data.vectors"]
     assert "contrastive_jax.data.base" not in graph["contrastive_jax.data.records"]
     assert "contrastive_jax.data.vectors" in graph["contrastive_jax.data.arrays"]
+
+
+def _all_imports(tree: ast.AST) -> set[str]:
+    """Every module a source file imports, at any depth (functions included)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_only_the_converter_imports_tensorflow():
+    """``pip install '.[train]'`` has no TensorFlow: no module but data/prepare.py imports it,
+    even inside a function (TensorFlow Datasets, which reads without it, is another package)."""
+    importers = sorted(
+        name for name, path in _modules().items()
+        if any(m.split(".")[0] == "tensorflow"
+               for m in _all_imports(ast.parse(path.read_text(encoding="utf-8"))))
+    )
+    assert importers == ["contrastive_jax.data.prepare"]

@@ -77,6 +77,9 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
 
     _run([str(python), "-m", "pip", "install", "-q", f"{wheel}[train]"], cwd=tmp_path,
          timeout=3600)
+    probe = _run([str(python), "-c", "import importlib.util as u; print(u.find_spec('tensorflow'))"],
+                 cwd=outside)
+    assert probe.stdout.split() == ["None"], "the train extra pulled TensorFlow"
     quickstart = _run([str(venv / "bin" / "contrastive-jax-quickstart"), "--workdir", "run",
                        "--config.num_steps=6"], cwd=outside, timeout=1800)
     assert "pretraining: 6 steps of sincere+global_uniformity on digits_cluttered" in quickstart.stdout

@@ -1,69 +1,59 @@
-"""Input-pipeline throughput: the two input paths, next to the train step, across formats.
+"""Input-pipeline throughput: the host's share, next to the train step, across formats.
 
-    XLA_FLAGS= python experiments/bench/input_pipeline.py --paths --workdir /tmp/bench_paths
+    XLA_FLAGS= python experiments/bench/input_pipeline.py --host --workdir /tmp/bench_host
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset folder:../shared/data/cifar10
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset digits --batches 50
     XLA_FLAGS= python experiments/bench/input_pipeline.py --formats --workdir /tmp/bench_input
     XLA_FLAGS= python experiments/bench/input_pipeline.py --presets supcon_autoaugment \
-        --workdir /tmp/bench_paths
+        --workdir /tmp/bench_host
 
-``--presets A,B`` mode: the grain path's host rate (as in ``--paths``, same JPEG folder)
-for ``simclr_imagenet`` and each named augmentation preset, in one run (the host share of a
+``--presets A,B`` mode: the host rate (as in ``--host``, same JPEG folder) for
+``simclr_imagenet`` and each named augmentation preset, in one run (the host share of a
 preset: its crop, resize and flip, and AutoAugment / RandAugment where it sets a policy).
 
-``--paths`` mode (the host cost of the two input paths, side by side in one run): a folder
-of ``--examples`` synthetic JPEGs with ImageNet's size distribution (sides normal about
+``--host`` mode (the input path's host cost and the device's share): a folder of
+``--examples`` synthetic JPEGs with ImageNet's size distribution (sides normal about
 400 x 350 px, textured to about 110 KB at quality 90; the run prints the set's means),
 SimCLR ImageNet augmentation, two 224 x 224 views, batches of ``--batch``, ``--batches``
-batches timed after a warm-up one:
+batches timed after a warm-up one. The host decodes each JPEG once and crops, resizes and
+flips both views (uint8); the appearance stages are the accelerator's and are not run here.
+The rate is two-view images per CPU-second of this process (user + system time of all its
+threads): the rate one host core sustains, comparable on a busy machine only roughly
+(shared caches, frequency), so quote figures from quiet cores. Then a per-stage profile
+(one thread, CPU time per image: read, decode, the two crops with their resize and flip),
+and the device-side cost of the appearance stages as a fraction of the ResNet-50 training
+step's FLOPs (XLA's cost analysis of both, per two-view example).
 
-* ``tf.data`` (``config.data.loader = "tf"``): every stage on the host (crop decoded from
-  the JPEG's window, flip, colour jitter, grayscale, blur, normalisation);
-* ``grain`` (the default): the host decodes each JPEG once and crops, resizes and flips
-  both views (uint8); the appearance stages are the accelerator's and are not run here.
-
-Each path's rate is two-view images per CPU-second of this process (user + system time
-of all its threads): the rate one host core sustains, comparable on a busy machine only
-roughly (shared caches, frequency), so quote figures from quiet cores. Then a per-stage
-profile (one thread, CPU time per image: read, decode, the two crops with their resize
-and flip; the tf.data path's whole view and its crop-window decode + resize + flip
-alone), and the device-side cost of the moved stages as a fraction of the ResNet-50
-training step's FLOPs (XLA's cost analysis of both, per two-view example).
-
-Default mode (pipeline against train step):
-
-Measured in one process, one after the other on the same cores:
+Default mode (pipeline against train step), measured in one process, one after the other
+on the same cores:
 
 * ``pipeline``: two-view augmented images per second of
-  ``contrastive_jax.data.make_pretrain_iterator`` (JPEG decoding from the image
-  folder, SimCLR CIFAR augmentation, normalisation, batching), after a warm-up
-  batch, over ``--batches`` batches of ``--batch`` images;
-* ``train step``: images per second the jitted pretraining step consumes
-  (default config: CIFAR-stem ResNet-18 + SimCLR-v2 head, SINCERE, LARS, on the
-  same batches, already on the device), median over ``--steps`` steps.
+  ``contrastive_jax.data.make_pretrain_iterator`` (the host's decoding and geometry, SimCLR
+  CIFAR augmentation, batching), after a warm-up batch, over ``--batches`` batches of
+  ``--batch`` images;
+* ``train step``: images per second the jitted pretraining step consumes (default config:
+  CIFAR-stem ResNet-18 + SimCLR-v2 head, SINCERE, LARS, on the same batches, finished on
+  the device, already there), median over ``--steps`` steps.
 
-``pipeline / train step`` > 1 means the pipeline is not the bottleneck. Both
-share this machine's cores in a real run, so the ratio measured here, each
-stage alone, is an upper bound on the headroom.
+``pipeline / train step`` > 1 means the pipeline is not the bottleneck. Both share this
+machine's cores in a real run, so the ratio measured here, each stage alone, is an upper
+bound on the headroom.
 
-``--formats`` mode (storage formats side by side): the same synthetic JPEG
-images stored three ways - a TFDS dataset in TFRecord files, the same in
-ArrayRecord files (written by ``contrastive_jax.data.prepare``) and the image
-folder they were written from - read by ``make_pretrain_iterator`` (streamed:
-``in_memory=False``) at two settings:
+``--formats`` mode (storage formats side by side): the same synthetic JPEG images stored
+two ways - a TFDS dataset in ArrayRecord files (written by
+``contrastive_jax.data.prepare``) and the image folder they were written from - read by
+``make_pretrain_iterator`` (streamed: ``in_memory=False``) at two settings:
 
-* 224: images of variable size (sides 200-500 px, about ImageNet's), SimCLR
-  ImageNet augmentation (random resized crop of the original image, JPEGs
-  decoded inside the crop window), 224 x 224 views;
+* 224: images of variable size (sides 200-500 px, about ImageNet's), SimCLR ImageNet
+  augmentation, 224 x 224 views;
 * 32: 32 x 32 images, SimCLR CIFAR augmentation.
 
-For each it reports two-view images per second of wall time and per
-CPU-second of this process (user + system time of all its threads, from
-``resource.getrusage``): the second is the rate one host core sustains, and
-stays meaningful when other jobs share the cores. Then the peak resident
-memory (``VmHWM``) of a fresh process that builds the source and draws
-``--rss_batches`` batches, for the 32 px dataset at ``--rss_examples`` and 4x
-as many examples: streaming means it does not grow with the dataset.
+For each it reports two-view images per second of wall time and per CPU-second of this
+process (user + system time of all its threads, from ``resource.getrusage``): the second is
+the rate one host core sustains, and stays meaningful when other jobs share the cores. Then
+the peak resident memory (``VmHWM``) of a fresh process that builds the source and draws
+``--rss_batches`` batches, for the 32 px dataset at ``--rss_examples`` and 4x as many
+examples: streaming means it does not grow with the dataset.
 """
 
 from __future__ import annotations
@@ -91,11 +81,15 @@ from contrastive_jax.train.step import make_train_step
 def pipeline_rate(config, batches: int) -> tuple[float, list[dict]]:
     """Two-view images/s of the pretraining iterator, and the batches it produced."""
     iterator = data.make_pretrain_iterator(config.data, seed=0, start_step=0)
-    produced = [next(iterator)]  # warm-up: builds the tf.data graph, fills the prefetch buffer
+    produced = [next(iterator)]  # warm-up: starts the threads, fills the prefetch buffer
     start = time.perf_counter()
     produced += [next(iterator) for _ in range(batches)]
     seconds = time.perf_counter() - start
-    return batches * config.data.global_batch_size / seconds, produced
+    mesh = make_mesh()
+    fields = ("views", "label", "index", "step")
+    finished = [iterator.on_device(data.make_global_batch({k: b[k] for k in fields}, mesh))
+                for b in produced]
+    return batches * config.data.global_batch_size / seconds, finished
 
 
 def train_step_rate(config, batches: list[dict], steps: int, num_classes: int) -> float:
@@ -107,10 +101,7 @@ def train_step_rate(config, batches: list[dict], steps: int, num_classes: int) -
     )
     state = jax.device_put(state, replicated(mesh))
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule, mesh)
-    fields = ("views", "label", "index")
-    device_batches = [
-        data.make_global_batch({k: b[k] for k in fields}, mesh) for b in batches[: steps + 1]
-    ]
+    device_batches = batches[: steps + 1]  # finished on the devices by pipeline_rate
     state, logged = step(state, device_batches[0])  # compile
     jax.block_until_ready(logged)
     times = []
@@ -124,7 +115,7 @@ def train_step_rate(config, batches: list[dict], steps: int, num_classes: int) -
 
 # --------------------------------------------------------------------------- formats mode
 
-FORMATS = ("tfrecord", "array_record", "folder")
+FORMATS = ("array_record", "folder")
 
 
 def write_folder(root: str, count: int, size: int, seed: int = 0) -> str:
@@ -133,53 +124,34 @@ def write_folder(root: str, count: int, size: int, seed: int = 0) -> str:
 
     ``size`` 32: all 32 x 32; otherwise sides uniform in [200, 500].
     """
-    from contrastive_jax.data._tf import tf
+    from PIL import Image
 
     rng = np.random.default_rng(seed)
     for i in range(count):
         folder = os.path.join(root, "train", f"c{i % 10}")
         os.makedirs(folder, exist_ok=True)
-        h, w = (32, 32) if size == 32 else rng.integers(200, 501, 2)
-        coarse = rng.uniform(0, 255, (max(2, h // 8), max(2, w // 8), 3)).astype(np.float32)
-        image = tf.image.resize(coarse, [h, w], method="bicubic")
-        image = tf.cast(tf.clip_by_value(image + rng.normal(0, 8, (h, w, 3)), 0, 255), tf.uint8)
-        tf.io.write_file(os.path.join(folder, f"{i:06d}.jpg"), tf.io.encode_jpeg(image, quality=90))
+        h, w = (32, 32) if size == 32 else (int(x) for x in rng.integers(200, 501, 2))
+        coarse = rng.integers(0, 256, (max(2, h // 8), max(2, w // 8), 3), dtype=np.uint8)
+        smooth = np.asarray(Image.fromarray(coarse).resize((w, h), Image.BICUBIC), np.float32)
+        image = np.clip(smooth + rng.normal(0, 8, (h, w, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(image).save(os.path.join(folder, f"{i:06d}.jpg"), quality=90)
     return root
 
 
-def build_datasets(workdir: str, count: int, size: int) -> dict[str, tuple[str, str]]:
-    """The three stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
-    import tensorflow_datasets as tfds
-
-    from contrastive_jax.data import prepare, sources
+def build_datasets(workdir: str, count: int, size: int) -> dict[str, tuple[str, str | None]]:
+    """The two stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
+    from contrastive_jax.data import prepare
 
     tag = f"s{size}_n{count}"
     root = os.path.join(workdir, tag)
     folder = os.path.join(root, "folder")
-    tfrecord_dir, array_dir = os.path.join(root, "tfrecord"), os.path.join(root, "array_record")
+    array_dir = os.path.join(root, "array_record")
     name = f"bench_{tag}"
     if not os.path.isdir(os.path.join(array_dir, name)):
         shutil.rmtree(root, ignore_errors=True)
         write_folder(folder, count, size)
         prepare.from_image_folder(folder, name, array_dir)
-        listed = sources.image_folder_source(folder, stats=((0.0,) * 3, (1.0,) * 3))
-        train = listed.split("train")
-        tfds.dataset_builders.store_as_tfds_dataset(
-            name=name,
-            version="1.0.0",
-            features=tfds.features.FeaturesDict({
-                "image": tfds.features.Image(shape=(None, None, 3)),
-                "label": tfds.features.ClassLabel(names=list(listed.class_names)),
-            }),
-            split_datasets={"train": [
-                (i, {"image": str(p), "label": int(k)})
-                for i, (p, k) in enumerate(zip(train.paths, train.labels, strict=True))
-            ]},
-            data_dir=tfrecord_dir,
-            file_format="tfrecord",
-        )
-    return {"tfrecord": (name, tfrecord_dir), "array_record": (name, array_dir),
-            "folder": (f"folder:{folder}", None)}
+    return {"array_record": (name, array_dir), "folder": (f"folder:{folder}", None)}
 
 
 def format_config(dataset: str, data_dir: str | None, size: int, batch: int):
@@ -201,7 +173,6 @@ def cpu_seconds() -> float:
 
 def format_rate(config, batches: int) -> tuple[float, float]:
     """(two-view images per wall second, per CPU-second) after a warm-up batch."""
-    config.loader = "tf"
     iterator = data.make_pretrain_iterator(config, seed=0, start_step=0)
     next(iterator)
     wall, cpu = time.perf_counter(), cpu_seconds()
@@ -259,7 +230,7 @@ def compare_formats(args) -> None:
             print(f"| {fmt} | {count} | {rss:.0f} |", flush=True)
 
 
-# --------------------------------------------------------------------------- paths mode
+# --------------------------------------------------------------------------- host mode
 
 #: ImageNet-like JPEGs: side means and spreads (px), JPEG quality.
 IMAGENET_SIDES = ((350, 60), (400, 70))
@@ -306,7 +277,7 @@ def folder_summary(folder: str) -> tuple[float, float, float]:
 def path_rate(config, batches: int) -> float:
     """Two-view images per CPU-second of the configured path, after a warm-up batch."""
     source = data.load_source(config)
-    iterator = data.pretrain_batches(config, seed=0, source=source)
+    iterator = data.make_pretrain_iterator(config, seed=0, source=source)
     next(iterator)
     cpu = cpu_seconds()
     for _ in range(batches):
@@ -323,11 +294,7 @@ def _cpu_ms(fn, items) -> float:
 
 
 def host_profile(folder: str, count: int) -> list[tuple[str, float]]:
-    """(stage, CPU ms per image) of both paths on ``count`` of the folder's JPEGs."""
-    from PIL import Image
-
-    from contrastive_jax.data import augment
-    from contrastive_jax.data._tf import tf
+    """(stage, CPU ms per image) of the host's stages on ``count`` of the folder's JPEGs."""
     from contrastive_jax.data.augment_config import augmentation_preset
     from contrastive_jax.data.host_views import decode, view_rngs, views_of
 
@@ -344,24 +311,12 @@ def host_profile(folder: str, count: int) -> list[tuple[str, float]]:
         ("grain host: decode + 2 views", _cpu_ms(
             lambda i: views_of(decode(encoded[i], "bench"), rngs[i], cfg, 224), range(count))),
     ]
-    whole = tf.function(lambda d, s: augment.augment_encoded_view(d, s, cfg, view=0, size=224))
-    crop = tf.function(lambda d, s: augment.jpeg_resized_crop(
-        d, s, size=224, scale=cfg.crop_scale, ratio=cfg.crop_ratio, flip_prob=0.5))
-    seed = tf.constant([0, 1], tf.int64)
-    tensors = [tf.constant(e) for e in encoded]
-    for fn in (whole, crop):
-        fn(tensors[0], seed)  # trace
-    Image.init()
-    rows += [
-        ("tf.data: 2 x whole view", 2 * _cpu_ms(lambda t: whole(t, seed), tensors)),
-        ("tf.data: 2 x window decode + resize + flip", 2 * _cpu_ms(lambda t: crop(t, seed),
-                                                                 tensors)),
-    ]
     return rows
 
 
 def device_fraction(batch: int = 8) -> tuple[float, float]:
-    """(FLOPs of the moved stages, of a ResNet-50 training step) per two-view example.
+    """(FLOPs of the device's appearance stages, of a ResNet-50 training step) per two-view
+    example.
 
     The appearance stages of ``simclr_imagenet`` at 224 px (every stage traced, as a
     vmapped ``where`` computes both branches) and the ResNet-50 (ImageNet stem) forward
@@ -390,29 +345,24 @@ def device_fraction(batch: int = 8) -> tuple[float, float]:
     return moved, step
 
 
-def compare_paths(args) -> None:
+def host_cost(args) -> None:
     cores = len(os.sched_getaffinity(0))
     print(f"{cores} host cores, load average {os.getloadavg()[0]:.1f} at start "
           "(quote only figures from quiet cores)")
     folder = imagenet_like_folder(args.workdir, args.examples)
     h, w, kb = folder_summary(folder)
     print(f"{args.examples} JPEGs, mean {h:.0f} x {w:.0f} px, {kb:.0f} KB")
-    rates = {}
-    for loader in ("tf", "grain"):
-        config = format_config(f"folder:{folder}", None, 224, args.batch)
-        config.augmentation = "simclr_imagenet"
-        config.loader = loader
-        rates[loader] = path_rate(config, args.batches)
-    print("\n| path | two-view 224 px images per host CPU-second |\n|---|---|")
-    print(f"| tf.data (every stage on the host) | {rates['tf']:.1f} |")
-    print(f"| grain (host: decode, crop, resize, flip) | {rates['grain']:.1f} |")
-    print(f"\nratio grain / tf.data: {rates['grain'] / rates['tf']:.2f}", flush=True)
+    config = format_config(f"folder:{folder}", None, 224, args.batch)
+    config.augmentation = "simclr_imagenet"
+    rate = path_rate(config, args.batches)
+    print("\n| host (decode, crop, resize, flip) | two-view 224 px images per host CPU-second |")
+    print(f"|---|---|\n| simclr_imagenet | {rate:.1f} |", flush=True)
     print(f"\nper-stage profile, one thread, {args.profile_images} images:")
     print("| stage | CPU ms per image |\n|---|---|")
     for stage, ms in host_profile(folder, args.profile_images):
         print(f"| {stage} | {ms:.2f} |")
     moved, step = device_fraction()
-    print(f"\ndevice: the moved stages {moved / 1e9:.3f} GFLOP per two-view example, "
+    print(f"\ndevice: the appearance stages {moved / 1e9:.3f} GFLOP per two-view example, "
           f"the ResNet-50 step {step / 1e9:.1f} GFLOP: {100 * moved / step:.2f} % of the step")
 
 
@@ -420,7 +370,7 @@ def compare_presets(args) -> None:
     print(f"{len(os.sched_getaffinity(0))} host cores, load average "
           f"{os.getloadavg()[0]:.1f} at start (quote only figures from quiet cores)")
     folder = imagenet_like_folder(args.workdir, args.examples)
-    print("\n| preset (grain path) | two-view 224 px images per host CPU-second |\n|---|---|")
+    print("\n| preset | two-view 224 px images per host CPU-second |\n|---|---|")
     for preset in ("simclr_imagenet", *args.presets.split(",")):
         config = format_config(f"folder:{folder}", None, 224, args.batch)
         config.augmentation = preset
@@ -430,15 +380,15 @@ def compare_presets(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--paths", action="store_true",
-                        help="the tf.data and grain paths side by side (see the docstring)")
+    parser.add_argument("--host", action="store_true",
+                        help="the host's cost and the device's share (see the docstring)")
     parser.add_argument("--presets", default=None,
                         help="comma-separated augmentation presets: their grain host rates")
-    parser.add_argument("--examples", type=int, default=256, help="--paths: JPEGs written")
+    parser.add_argument("--examples", type=int, default=256, help="--host: JPEGs written")
     parser.add_argument("--profile_images", type=int, default=48,
-                        help="--paths: images of the per-stage profile")
+                        help="--host: images of the per-stage profile")
     parser.add_argument("--formats", action="store_true",
-                        help="compare TFRecord, ArrayRecord and image folder (see the docstring)")
+                        help="compare ArrayRecord and image folder (see the docstring)")
     parser.add_argument("--workdir", default="/tmp/contrastive_jax_bench_input",
                         help="--formats: where the synthetic datasets are written (kept)")
     parser.add_argument("--examples_224", type=int, default=512, help="--formats: 224 px images")
@@ -459,8 +409,8 @@ def main() -> None:
     if args.formats:
         compare_formats(args)
         return
-    if args.paths:
-        compare_paths(args)
+    if args.host:
+        host_cost(args)
         return
     if args.presets:
         compare_presets(args)

@@ -90,8 +90,6 @@ def load_config(path: str, steps: int, width: float | None, batch: int | None,
     if batch is not None:
         config.data.global_batch_size = batch
     config.train.compilation_cache_dir = cache_dir
-    # The tf.data path, whose iterator cached_input_loop replaces (the figures were taken on it).
-    config.data.loader = "tf"
     return config
 
 
@@ -140,11 +138,12 @@ def bare_step(config, steps: int) -> tuple[float, float]:
     )
     state = jax.device_put(state, replicated(mesh))
     record = jax.device_put(nonfinite_record(terms), replicated(mesh))
-    local = next(data_lib.make_pretrain_iterator(config.data, seed=config.seed, start_step=0,
-                                                 source=source))
-    local = {k: v for k, v in local.items() if k in inputs.BATCH_FIELDS}
+    iterator = data_lib.make_pretrain_iterator(config.data, seed=config.seed, start_step=0,
+                                               source=source)
+    local = next(iterator)
+    local = {k: v for k, v in local.items() if k in (*inputs.BATCH_FIELDS, "step")}
     local["stop"] = np.zeros(len(local["label"]), np.int32)
-    batch = data_lib.make_global_batch(local, mesh)
+    batch = iterator.on_device(data_lib.make_global_batch(local, mesh))
     step_fn = make_train_step(graphdef, rest, tx, terms, schedule, mesh)
     state, logged, record = step_fn(state, batch, record)  # compile, warm up
     jax.block_until_ready(logged)
@@ -156,6 +155,27 @@ def bare_step(config, steps: int) -> tuple[float, float]:
             (time.process_time() - cpu) / (steps - 1))
 
 
+class _FirstBatch:
+    """The pipeline's first batch every step: the host's batch drawn once, the devices'
+    views finished once (still put on the devices every step)."""
+
+    def __init__(self, iterator) -> None:
+        self._iterator = iterator
+        self._first = next(iterator)
+        self._finished = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._first
+
+    def on_device(self, arrays):
+        if self._finished is None:
+            self._finished = self._iterator.on_device(arrays)
+        return self._finished
+
+
 def cached_input_loop(config, workdir: str) -> dict:
     """``train()`` with every batch the pipeline's first one (no augmentation work per step)."""
     from contrastive_jax import data as data_lib
@@ -163,9 +183,7 @@ def cached_input_loop(config, workdir: str) -> dict:
     original = data_lib.make_pretrain_iterator
 
     def repeat_first(*args, **kwargs):
-        first = next(original(*args, **kwargs))
-        while True:
-            yield first
+        return _FirstBatch(original(*args, **kwargs))
 
     data_lib.make_pretrain_iterator = repeat_first
     try:

@@ -62,7 +62,8 @@ def test_pairs(config, source):
     views, labels, index = [], [], []
     for _ in range(n // batch):
         b = next(stream)
-        views.append(np.asarray(b["views"]))
+        views.append(np.asarray(stream.on_device({k: b[k] for k in ("views", "index", "step")})[
+            "views"]))
         labels.append(np.asarray(b["label"]))
         index.append(np.asarray(b["index"]))
     order = np.argsort(np.concatenate(index))

@@ -87,7 +87,8 @@ def test_pretrain_from_array_record_without_tensorflow(tmp_path):
 @pytest.mark.slow
 def test_an_evaluation_recipe_without_tensorflow(tmp_path):
     """supcon_cifar10_linear (a frozen encoder, a linear head, validation on the test split
-    each epoch) for 2 epochs of a small image folder, on a pretraining run's encoder."""
+    each epoch) for 2 epochs of a small image folder, on the encoder of a 2-step
+    supcon_cifar10 run (both with a small CNN for the ResNet-50)."""
     from tests.train import runs
 
     folder = write_image_folder(str(tmp_path / "folder"), shape=(32, 32, 3), per_class=(16, 4))
@@ -95,8 +96,9 @@ def test_an_evaluation_recipe_without_tensorflow(tmp_path):
     small = ("--config.model.encoder.name=small_cnn", "--config.data.dataset=image_folder",
              f"--config.data.data_dir={folder}", "--config.data.global_batch_size=16")
     pretrained = str(tmp_path / "pretrained")
-    assert runs.run_pretrain(pretrained, *small, "--config.train.total_steps=2", env=env) == 0, \
-        runs.log_text(pretrained)
+    code = runs.run_pretrain(pretrained, *small, "--config.train.total_steps=2", env=env,
+                             config="supcon_cifar10")
+    assert code == 0, runs.log_text(pretrained)
     linear = str(tmp_path / "linear")
     code = runs.run_pretrain(linear, *small, "--config.train.epochs=2",
                              f"--config.model.init_from={pretrained}", env=env,
