@@ -327,9 +327,9 @@ def pretrain_and_probe(
 def labelled_probe(seed: int, shots: int = 5, resamples: int = 1000):
     """``probe(epoch, {"train", "test"} embeddings or None)``: logistic-probe test accuracy
     trained on all labels (``full``) and on ``shots`` per class (``shot<k>``), each with a 95 %
-    bootstrap interval (:func:`contrastive_jax.evaluate.logistic_probe`); None records a
+    bootstrap interval (:func:`experiments.reproduce._probes.logistic_probe`); None records a
     diverged run."""
-    from contrastive_jax import evaluate
+    from experiments.reproduce import _probes
 
     few_name = f"shot{shots}"
 
@@ -339,9 +339,9 @@ def labelled_probe(seed: int, shots: int = 5, resamples: int = 1000):
             record.update({"full": None, few_name: None, "summary": "diverged"})
             return record
         train, test = emb["train"], emb["test"]
-        few = evaluate.few_shot_rows(train.labels, shots, seed)
+        few = _probes.few_shot_rows(train.labels, shots, seed)
         for name, rows in (("full", slice(None)), (few_name, few)):
-            record[name] = evaluate.logistic_probe(
+            record[name] = _probes.logistic_probe(
                 train.features[rows], train.labels[rows], test.features, test.labels,
                 resamples=resamples, seed=seed,
             )

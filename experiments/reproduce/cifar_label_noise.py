@@ -38,7 +38,7 @@ replaced with probability p by a uniformly drawn class), drawn with the data see
 method and every training seed sees the same noisy labels at a given p (the seeds differ in
 initialisation, augmentation and data order).
 
-Probe: logistic regression on standardised frozen h (:func:`contrastive_jax.evaluate.logistic_predict`),
+Probe: logistic regression on standardised frozen h (:func:`experiments.reproduce._probes.logistic_predict`),
 scored on the test images, with 95 % percentile bootstrap intervals, fitted twice (an ambiguity of
 the paper; docs/reproductions.md):
 
@@ -117,9 +117,9 @@ def run_config(method: str, p: float, args: argparse.Namespace, seed: int):
 def _linear(h_train: np.ndarray, y_train: np.ndarray, h_test: np.ndarray, y_test: np.ndarray,
             seed: int) -> dict:
     """Top-1 of a logistic probe with its bootstrap interval and packed per-example bits."""
-    from contrastive_jax import evaluate
+    from experiments.reproduce import _probes
 
-    correct = evaluate.logistic_predict(h_train, y_train, h_test) == y_test
+    correct = _probes.logistic_predict(h_train, y_train, h_test) == y_test
     return {**eval_lib.bootstrap_accuracy(correct, resamples=RESAMPLES, seed=seed),
             "n": len(correct), "bits": common.pack_bits(correct)}
 

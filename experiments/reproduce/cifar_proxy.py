@@ -35,7 +35,7 @@ accuracy, 95 % bootstrap intervals and the paired bootstrap of SINCERE - SupCon.
 ``--claims mio`` (MIO's Table 4): SimCLR (NT-Xent) and MIO (A)-(D) with
 ``experiments/configs/mio.py``'s projectors (BN after the output) and losses, tau 0.5; a
 logistic-regression probe on standardised features with all labels and with 5 per class, 95 %
-bootstrap intervals (:func:`contrastive_jax.evaluate.logistic_probe`). Optimiser
+bootstrap intervals (:func:`experiments.reproduce._probes.logistic_probe`). Optimiser
 (``--mio_optimizer``): ``adamw`` (default; the AdamW above, a fallback for the paper's LARS) or
 ``lars`` (``mio.py``'s LARS lr 1.5 and schedule).
 

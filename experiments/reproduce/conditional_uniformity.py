@@ -56,7 +56,7 @@ def probe_epochs(epochs: int, count: int = 4) -> tuple[int, ...]:
 def phantom_probe(seed: int) -> Callable[[int, dict | None], dict]:
     """``probe(epoch, {"test"} embeddings or None)``: diagnosis AUC / balanced accuracy of a
     5-fold CV logistic regression at each N_train."""
-    from contrastive_jax import evaluate
+    from experiments.reproduce import _probes
 
     def probe(epoch: int, emb: dict | None) -> dict:
         record: dict = {"epoch": epoch}
@@ -64,7 +64,7 @@ def phantom_probe(seed: int) -> Callable[[int, dict | None], dict]:
             record.update(n_train={}, summary="diverged")
             return record
         test = emb["test"]
-        out = evaluate.cross_validated_binary_probe(
+        out = _probes.cross_validated_binary_probe(
             test.features.astype(np.float64), test.labels, train_sizes=N_TRAIN_SIZES, seed=seed
         )
         record["n_train"] = {str(k): v for k, v in out.items()}
