@@ -45,6 +45,7 @@ import numpy as np
 from contrastive_jax import data as data_lib
 from contrastive_jax import eval as eval_lib
 from contrastive_jax.embed import Embedded, embed_split, pixel_split
+from contrastive_jax.eval.linear import ProbeProtocol
 from contrastive_jax.train import paths
 from contrastive_jax.train.pretrained import load_pretrained
 
@@ -65,43 +66,18 @@ def _accuracies(scores: np.ndarray, labels: np.ndarray, resamples: int, seed: in
     }
 
 
-@dataclasses.dataclass(frozen=True)
-class ProbeProtocol:
-    """How the probes are trained and scored (defaults: the SupCon/SINCERE protocol).
-
-    Attributes:
-      epochs, base_lr, batch_size, warmup_epochs, weight_decay, feature_norm:
-        the linear probe's (:func:`contrastive_jax.eval.train_linear_classifier`);
-        ``warmup_epochs`` is capped at ``epochs - 1``.
-      resamples: bootstrap resamples of the test set.
-      seed: seed of the probe's minibatch order and of the bootstrap.
-    """
-
-    epochs: int = 100
-    base_lr: float = 5.0
-    batch_size: int = 512
-    warmup_epochs: int = 10
-    weight_decay: float = 0.0
-    feature_norm: str = "standardize"
-    resamples: int = 1000
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "warmup_epochs", min(self.warmup_epochs, self.epochs - 1))
-
-
 def probe_features(
     train: Embedded,
     test: Embedded,
     num_classes: int,
-    protocol: ProbeProtocol = ProbeProtocol(),
+    protocol: ProbeProtocol | None = None,
 ) -> tuple[dict[str, Any], np.ndarray]:
     """Linear, kNN and ridge probes trained on ``train`` and scored on ``test``.
 
     Args:
       train, test: frozen features [N, F] with labels.
       num_classes: K.
-      protocol: see :class:`ProbeProtocol`.
+      protocol: see :class:`~contrastive_jax.eval.ProbeProtocol` (None: its defaults).
 
     Returns:
       ``({"linear": ..., "knn": ..., "ridge": ...}, predictions)``: per probe,
@@ -109,6 +85,7 @@ def probe_features(
       ``std``; :func:`contrastive_jax.eval.bootstrap_accuracy`), and the linear
       probe's test predictions int [N_test].
     """
+    protocol = ProbeProtocol() if protocol is None else protocol
     resamples, seed = protocol.resamples, protocol.seed
     probe = eval_lib.train_linear_classifier(
         train.features,
@@ -117,7 +94,9 @@ def probe_features(
         epochs=protocol.epochs,
         batch_size=protocol.batch_size,
         base_lr=protocol.base_lr,
+        momentum=protocol.momentum,
         warmup_epochs=protocol.warmup_epochs,
+        warmup_from=protocol.warmup_from,
         weight_decay=protocol.weight_decay,
         feature_norm=protocol.feature_norm,
         seed=seed,
@@ -167,7 +146,7 @@ def evaluate_checkpoint(
         checkpoint directory ``<workdir>/checkpoints/<step>``.
       output_dir: where to draw the figures (:data:`PLOT_FILES`); None: none.
       pixel_baseline: also probe the raw test images (``results["pixels"]``).
-      **protocol: fields of :class:`ProbeProtocol` (e.g. ``epochs=5``).
+      **protocol: fields of :class:`~contrastive_jax.eval.ProbeProtocol` (e.g. ``epochs=5``).
 
     Returns:
       A JSON-serialisable dict: the linear probe's ``top1`` and ``top5`` test

@@ -1,23 +1,38 @@
-"""Linear evaluation of a pretrained encoder: frozen features, a linear probe, bootstrap intervals.
+"""Linear evaluation of a pretrained encoder: the papers' protocol, or a fast probe.
 
-    python -m contrastive_jax.linear_eval --workdir runs/quickstart
-    python -m contrastive_jax.linear_eval --checkpoint runs/quickstart/checkpoints/660 \
-        --epochs 100 --base_lr 5.0
+    # the paper's protocol: the *_linear recipe (a frozen encoder, a linear head trained on
+    # the mesh with augmented images, validated each epoch), writing a run of its own
+    python -m contrastive_jax.linear_eval --pretrained runs/supcon_cifar10 \\
+        --workdir runs/supcon_cifar10_linear --config supcon_cifar10_linear
+    # the fast probe on cached features (small data): SGD on the frozen features
+    python -m contrastive_jax.linear_eval --pretrained runs/quickstart
 
-Restores the encoder of the newest readable checkpoint in ``--workdir`` (or of
-the given ``--checkpoint`` directory), freezes it and reports linear-probe
-(SupCon/SINCERE protocol), kNN and ridge top-1/top-5 test accuracy with 95 %
-bootstrap intervals; see :mod:`contrastive_jax.evaluate` for the protocol.
-The results are printed and written as JSON to ``<workdir>/eval.json``
-(or ``--output``; either may be a ``gs://`` path), the figures (confusion matrix, class-by-class cosine
-similarity, within/between-class histograms) beside it. Exit codes: those of every
-command-line tool (:class:`~contrastive_jax.errors.ExitCode`, docs/cli.md); 2 on a missing
-or unreadable checkpoint or a bad argument.
+``--pretrained`` names the run it reads (a pretraining work directory, whose newest readable
+checkpoint is used, or a checkpoint directory ``<workdir>/checkpoints/<step>``), ``--workdir``
+the run it writes, as in ``pretrain``.
+
+With ``--config`` (a packaged ``*_linear`` recipe or a config file, with ``--config.*``
+overrides and every flag of ``pretrain``) the recipe runs as ``pretrain`` runs it, with
+``config.model.init_from`` set to ``--pretrained``: the protocol of the paper whose recipe it
+is (docs/evaluation.md), its accuracy in ``<workdir>/validation.json``.
+
+Without ``--config``: the fast probe. The encoder, frozen, embeds both splits once (the
+evaluation transform, no augmentation), and a linear probe is trained on those features
+(:class:`~contrastive_jax.eval.ProbeProtocol`: the SupCon/SINCERE schedule, SGD momentum 0.9,
+batch 512, warm-up then cosine; the one place of its defaults, which the flags below take),
+beside kNN and ridge readings of the same features; top-1/top-5 test accuracy with 95 %
+bootstrap intervals (see :mod:`contrastive_jax.evaluate`). The results are printed and
+written as JSON to ``<workdir>/eval.json`` (``--workdir`` defaults to the pretrained run's
+directory; either may be a ``gs://`` path), the figures (confusion matrix, class-by-class
+cosine similarity, within/between-class histograms) beside it.
+
+Exit codes: those of every command-line tool (:class:`~contrastive_jax.errors.ExitCode`,
+docs/cli.md); 2 on a missing or unreadable checkpoint or a bad argument.
 """
 
 from __future__ import annotations
 
-from contrastive_jax._cli import parse_flags, quiet_startup, run_tool
+from contrastive_jax._cli import quiet_startup, run_tool
 
 quiet_startup()  # before JAX loads
 
@@ -26,47 +41,81 @@ import sys
 
 from absl import app, flags, logging
 
+from contrastive_jax import pretrain
 from contrastive_jax.errors import ExitCode
+from contrastive_jax.eval.linear import ProbeProtocol
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import paths
 from contrastive_jax.train.pretrained import locate_checkpoint
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Pretraining work directory (newest checkpoint).")
-_CHECKPOINT = flags.DEFINE_string(
-    "checkpoint", None, "A checkpoint directory <workdir>/checkpoints/<step> instead of --workdir."
-)
-_OUTPUT = flags.DEFINE_string("output", None, f"JSON results path (default <workdir>/{RESULTS_FILE}).")
-_EPOCHS = flags.DEFINE_integer("epochs", 100, "Linear-probe epochs.")
-_BASE_LR = flags.DEFINE_float("base_lr", 5.0, "Peak learning rate after warm-up.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 512, "Linear-probe batch size.")
-_WARMUP_EPOCHS = flags.DEFINE_integer("warmup_epochs", 10, "Warm-up epochs (0.05 -> base_lr).")
-_WEIGHT_DECAY = flags.DEFINE_float("weight_decay", 0.0, "Coupled L2 on the probe.")
+#: ``pretrain``'s flags (--config, --workdir, the multi-host ones) are this tool's too.
+flags.adopt_module_key_flags(pretrain)
+parse_flags = pretrain.parse_flags
+
+_PRETRAINED = flags.DEFINE_string(
+    "pretrained", None,
+    "The run to evaluate: a pretraining work directory (its newest readable checkpoint) or a "
+    "checkpoint directory <workdir>/checkpoints/<step>.")
+_DEFAULTS = ProbeProtocol()
+_EPOCHS = flags.DEFINE_integer("epochs", _DEFAULTS.epochs, "Fast probe: epochs.")
+_BASE_LR = flags.DEFINE_float("base_lr", _DEFAULTS.base_lr,
+                              "Fast probe: peak learning rate after warm-up.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Fast probe: batch size.")
+_WARMUP_EPOCHS = flags.DEFINE_integer(
+    "warmup_epochs", _DEFAULTS.warmup_epochs,
+    f"Fast probe: warm-up epochs ({_DEFAULTS.warmup_from} -> base_lr).")
+_WEIGHT_DECAY = flags.DEFINE_float("weight_decay", _DEFAULTS.weight_decay,
+                                   "Fast probe: coupled L2 on the probe.")
 _FEATURE_NORM = flags.DEFINE_enum(
-    "feature_norm", "standardize", ["standardize", "l2", "none"], "Feature normalisation."
-)
-_RESAMPLES = flags.DEFINE_integer("resamples", 1000, "Bootstrap resamples of the test set.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the probe's minibatch order and the bootstrap.")
+    "feature_norm", _DEFAULTS.feature_norm, ["standardize", "l2", "none"],
+    "Fast probe: feature normalisation.")
+_RESAMPLES = flags.DEFINE_integer("resamples", _DEFAULTS.resamples,
+                                  "Fast probe: bootstrap resamples of the test set.")
+_SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed,
+                             "Fast probe: seed of the minibatch order and the bootstrap.")
 _PIXEL_BASELINE = flags.DEFINE_bool(
-    "pixel_baseline", False, "Also probe the raw pixels, the baseline to beat."
-)
+    "pixel_baseline", False, "Fast probe: also probe the raw pixels, the baseline to beat.")
+_PROBE_FLAGS = (_EPOCHS, _BASE_LR, _BATCH_SIZE, _WARMUP_EPOCHS, _WEIGHT_DECAY, _FEATURE_NORM,
+                _RESAMPLES, _SEED, _PIXEL_BASELINE)
 
 
 def main(argv: list[str]) -> int:
-    del argv
     logging.set_verbosity(logging.WARNING)  # JAX reports absent TPU/GPU backends at INFO
-    if (_WORKDIR.value is None) == (_CHECKPOINT.value is None):
-        print("error: give exactly one of --workdir and --checkpoint", file=sys.stderr)
+    if _PRETRAINED.value is None:
+        print("error: --pretrained is required: the run to evaluate", file=sys.stderr)
         return ExitCode.USAGE
-    return run_tool(_evaluate)
+    config = pretrain.config_flag()
+    if config is not None:
+        return _protocol(config, argv)
+    return run_tool(_probe)
 
 
-def _evaluate() -> int:
-    path = _WORKDIR.value or _CHECKPOINT.value
-    output = paths.as_path(_OUTPUT.value or locate_checkpoint(path)[0])
-    if not _OUTPUT.value:
-        output = output / RESULTS_FILE
+def _protocol(config, argv: list[str]) -> int:
+    """The recipe of ``--config`` on the encoder of ``--pretrained``, run as ``pretrain``."""
+    given = [f"--{flag.name}" for flag in _PROBE_FLAGS if flags.FLAGS[flag.name].present]
+    if given:
+        print(f"error: {', '.join(given)} set the fast probe, which --config replaces by its "
+              "recipe (set its fields with --config.*)", file=sys.stderr)
+        return ExitCode.USAGE
+    if not pretrain.workdir_flag():
+        print("error: --workdir is required with --config: the run the recipe writes",
+              file=sys.stderr)
+        return ExitCode.USAGE
+    if config.model.init_from not in (None, "", _PRETRAINED.value):
+        print(f"error: --config.model.init_from={config.model.init_from!r} and --pretrained="
+              f"{_PRETRAINED.value!r} name two runs; give --pretrained only", file=sys.stderr)
+        return ExitCode.USAGE
+    config.model.init_from = _PRETRAINED.value
+    return pretrain.main(argv)
+
+
+def _probe() -> int:
+    pretrained = _PRETRAINED.value
+    workdir = paths.as_path(pretrain.workdir_flag() or locate_checkpoint(pretrained)[0])
+    output = workdir / RESULTS_FILE
+    workdir.mkdir(parents=True, exist_ok=True)
     results = evaluate_checkpoint(
-        path,
+        pretrained,
         epochs=_EPOCHS.value,
         base_lr=_BASE_LR.value,
         batch_size=_BATCH_SIZE.value,
@@ -75,7 +124,7 @@ def _evaluate() -> int:
         feature_norm=_FEATURE_NORM.value,
         resamples=_RESAMPLES.value,
         seed=_SEED.value,
-        output_dir=str(output.parent),
+        output_dir=str(workdir),
         pixel_baseline=_PIXEL_BASELINE.value,
     )
     output.write_text(json.dumps(results, indent=2))

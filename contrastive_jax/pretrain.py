@@ -95,9 +95,14 @@ _DEVICE_MEMORY_GIB = flags.DEFINE_float(
     "device_memory_gib", None, "--dry_run: memory per device in GiB that the step must fit "
     "(default: a TPU target's HBM; simulated CPU devices have none).",
 )
-flags.mark_flags_as_required(["config"])
+def config_flag():
+    """The ConfigDict of ``--config`` with its overrides (None when not given)."""
+    return _CONFIG.value
 
-EXIT_USAGE = ExitCode.USAGE  # bad config, input or environment
+
+def workdir_flag() -> str | None:
+    """``--workdir``."""
+    return _WORKDIR.value
 
 
 def _check_override(name: str) -> None:
@@ -126,16 +131,20 @@ def parse_flags(argv: list[str]) -> list[str]:
                     _check_override(name)
                 except ConfigError as err:
                     print(f"error: --{name}: {err}", file=sys.stderr)
-                    sys.exit(EXIT_USAGE)
+                    sys.exit(ExitCode.USAGE)
         raise
 
 
 def main(argv: list[str]) -> int:
     del argv
     logging.getLogger("absl").setLevel(logging.WARNING)
+    if _CONFIG.value is None:
+        print("error: --config is required: a packaged recipe's name or a config file",
+              file=sys.stderr)
+        return ExitCode.USAGE
     if (_FIT.value or _DEVICE_MEMORY_GIB.value is not None) and not _DRY_RUN.value:
         print("error: --fit and --device_memory_gib need --dry_run", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if _DRY_RUN.value:
         from contrastive_jax.train.dry_run import GiB
         from contrastive_jax.train.fit import run_cli
@@ -146,7 +155,7 @@ def main(argv: list[str]) -> int:
                        device_memory_bytes=None if memory is None else round(memory * GiB))
     if not _WORKDIR.value:
         print("error: --workdir is required (except with --dry_run)", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         initialize_distributed(
             _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
@@ -154,7 +163,7 @@ def main(argv: list[str]) -> int:
         )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     from contrastive_jax.train import loop  # after distributed initialisation
 
     def pretrain() -> int:

@@ -23,6 +23,7 @@ from contrastive_jax.errors import (
     Preempted,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 #: Start-up lines of TensorFlow, XLA and JAX a user should not see.
 NOISE = ("cpu_feature_guard", "oneDNN", "Unable to initialize backend", "absl::InitializeLog")
 
@@ -167,6 +168,25 @@ def test_a_flag_error_is_a_usage_error_exit_2(module, script, flag, tmp_path):
             last = done.stderr.strip().splitlines()[-1]
             assert last.startswith("error: ") and "--help" in last, last
         assert not any(tmp_path.iterdir()), "a refused command wrote files"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "--pretrained is required"),
+    (["--pretrained=run", "--config=supcon_cifar10_linear", "--epochs=3", "--workdir=out"],
+     "--epochs set the fast probe"),
+    (["--pretrained=run", "--config=supcon_cifar10_linear"], "--workdir is required"),
+    (["--pretrained=run", "--workdir=out", "--config=supcon_cifar10_linear",
+      "--config.model.init_from=other"], "name two runs"),
+])
+def test_linear_eval_refuses_an_unclear_command_with_2(args, message, tmp_path):
+    """Which run it reads (--pretrained), which it writes (--workdir), and the fast probe's
+    flags against a protocol's recipe (--config)."""
+    done = subprocess.run([sys.executable, "-m", "contrastive_jax.linear_eval", *args],
+                          cwd=tmp_path, env={**_env(), "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert message in done.stderr, done.stderr
+    assert not any(tmp_path.iterdir()), "a refused command wrote files"
 
 
 def test_config_takes_a_packaged_name_or_a_path_with_an_optional_arg(tmp_path):

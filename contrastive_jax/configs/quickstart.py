@@ -15,7 +15,7 @@ so the quickstart prints the raw-pixel probe beside the learned one.
     python -m contrastive_jax.quickstart     # both steps below, and a raw-pixel baseline
     python -m contrastive_jax.pretrain --workdir runs/quickstart \
         --config "$(python -m contrastive_jax.configs quickstart)"
-    python -m contrastive_jax.linear_eval --workdir runs/quickstart
+    python -m contrastive_jax.linear_eval --pretrained runs/quickstart
 
 From a source checkout ``--config experiments/configs/quickstart.py`` is the same file.
 """

@@ -31,8 +31,9 @@ per-epoch schedule) is listed in ``contrastive_jax/configs/_supcontrast.py`` and
 ``docs/recipes.md``.
 
 Expected: 93.6 % top-1 linear evaluation on CIFAR-10 (README, "Comparison"), with the
-reference's linear stage at lr 1 (``python -m contrastive_jax.linear_eval --workdir DIR
---base_lr 1``). Not run here.
+reference's linear stage at lr 1 (``python -m contrastive_jax.linear_eval --pretrained DIR
+--workdir OUT --config supcon_cifar10_linear --config.optimizer.base_learning_rate=1``).
+Not run here.
 
     contrastive-jax-pretrain --workdir runs/simclr_cifar10 \\
         --config "$(python -m contrastive_jax.configs simclr_cifar10)" \\

@@ -29,10 +29,11 @@ Expected: 96.0 % top-1 linear evaluation on CIFAR-10 (README, "Comparison"), aft
 reference's linear stage (``main_linear.py``: batch 512, lr 5, 100 epochs, step decay x 0.2
 at epochs 60, 75 and 90 and no warm-up (the README's command has no ``--cosine``), on
 augmented images (random resized crop 0.2-1 and a flip), reporting the best test accuracy
-over the epochs): the recipe ``supcon_cifar10_linear``. ``python -m
-contrastive_jax.linear_eval --workdir DIR`` is not that protocol: it trains on precomputed,
-standardised features of unaugmented images with a warm-up and a cosine schedule and reports
-the last epoch. Not run here.
+over the epochs): the recipe ``supcon_cifar10_linear`` (``python -m
+contrastive_jax.linear_eval --pretrained DIR --workdir OUT --config supcon_cifar10_linear``).
+The fast probe, ``python -m contrastive_jax.linear_eval --pretrained DIR``, is not that
+protocol: it trains on precomputed, standardised features of unaugmented images with a
+warm-up and a cosine schedule and reports the last epoch. Not run here.
 
     contrastive-jax-pretrain --workdir runs/supcon_cifar10 \\
         --config "$(python -m contrastive_jax.configs supcon_cifar10)" \\

@@ -30,6 +30,7 @@ from contrastive_jax.eval.calibration import (
 from contrastive_jax.eval.knn import knn_scores
 from contrastive_jax.eval.linear import (
     LinearClassifier,
+    ProbeProtocol,
     normalize_features,
     predict_logits,
     train_linear_classifier,
@@ -44,6 +45,7 @@ from contrastive_jax.eval.plots import (
 from contrastive_jax.eval.ridge import DEFAULT_ALPHAS, RidgeProbe, fit_ridge_probe, ridge_scores
 
 __all__ = [
+    "ProbeProtocol",
     "DEFAULT_ALPHAS",
     "LinearClassifier",
     "RidgeProbe",

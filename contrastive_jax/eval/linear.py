@@ -56,6 +56,36 @@ _FEATURE_NORMS = ("standardize", "l2", "none")
 
 
 @dataclass(frozen=True)
+class ProbeProtocol:
+    """The linear probe's protocol and how it is scored: the one place of its defaults (the
+    SupCon/SINCERE protocol, SINCERE Section 4.3), read by :func:`train_linear_classifier`,
+    :func:`contrastive_jax.evaluate.probe_features` and ``contrastive-jax-linear-eval``'s
+    flags.
+
+    Attributes:
+      epochs, base_lr, batch_size, momentum, warmup_epochs, warmup_from, weight_decay,
+        feature_norm: :func:`train_linear_classifier`'s; ``warmup_epochs`` is capped at
+        ``epochs - 1``.
+      resamples: bootstrap resamples of the test set.
+      seed: seed of the probe's minibatch order and of the bootstrap.
+    """
+
+    epochs: int = 100
+    base_lr: float = 5.0
+    batch_size: int = 512
+    momentum: float = 0.9
+    warmup_epochs: int = 10
+    warmup_from: float = 0.05
+    weight_decay: float = 0.0
+    feature_norm: str = "standardize"
+    resamples: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warmup_epochs", min(self.warmup_epochs, self.epochs - 1))
+
+
+@dataclass(frozen=True)
 class LinearClassifier:
     """A trained linear probe and the normalisation it was trained under.
 
@@ -223,21 +253,21 @@ def train_linear_classifier(
     train_y: np.ndarray | jax.Array,
     *,
     num_classes: int,
-    epochs: int = 100,
-    batch_size: int = 512,
-    base_lr: float = 5.0,
-    momentum: float = 0.9,
-    weight_decay: float = 0.0,
-    warmup_epochs: int = 10,
-    warmup_from: float = 0.05,
+    epochs: int = ProbeProtocol.epochs,
+    batch_size: int = ProbeProtocol.batch_size,
+    base_lr: float = ProbeProtocol.base_lr,
+    momentum: float = ProbeProtocol.momentum,
+    weight_decay: float = ProbeProtocol.weight_decay,
+    warmup_epochs: int = ProbeProtocol.warmup_epochs,
+    warmup_from: float = ProbeProtocol.warmup_from,
     end_lr: float | None = None,
     nesterov: bool = False,
-    seed: int = 0,
+    seed: int = ProbeProtocol.seed,
     feature_norm: FeatureNorm = "standardize",
 ) -> LinearClassifier:
     """Trains a linear softmax classifier on frozen features (SupCon/SINCERE linear eval).
 
-    Defaults are the SINCERE protocol (its Section 4.3): 100 epochs, batch 512, SGD momentum 0.9,
+    Defaults are :class:`ProbeProtocol`'s, the SINCERE protocol (its Section 4.3): 100 epochs, batch 512, SGD momentum 0.9,
     weight decay 0, lr 0.05 -> 5 over 10 warm-up epochs, cosine back to 0.05. Parameters start
     at zero, so ``seed`` only drives the minibatch order; the result is deterministic given it.
     Weight decay is coupled L2 (added to the gradient, as PyTorch SGD) on weight and bias.

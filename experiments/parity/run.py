@@ -191,7 +191,8 @@ def evaluate(
 
     from contrastive_jax import data as data_lib
     from contrastive_jax.embed import embed_split
-    from contrastive_jax.evaluate import ProbeProtocol, probe_features
+    from contrastive_jax.eval import ProbeProtocol
+    from contrastive_jax.evaluate import probe_features
     from contrastive_jax.train.pretrained import load_pretrained
     from experiments.parity.model import build_parity_model, load_torch_state_dict
 

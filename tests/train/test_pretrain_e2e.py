@@ -130,19 +130,20 @@ def test_linear_evaluation_reports_bootstrap_intervals_and_changes_no_checkpoint
 @pytest.mark.slow
 def test_linear_eval_cli(run, tmp_path):
     workdir, _ = run
-    output = str(tmp_path / "results.json")
     env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
     command = [sys.executable, "-m", "contrastive_jax.linear_eval", "--epochs", "2",
-               "--resamples", "20", "--output", output]
+               "--resamples", "20"]
+    out = tmp_path / "probe"
     done = subprocess.run(
-        command + ["--checkpoint", os.path.join(workdir, "checkpoints", "3")],
+        command + ["--pretrained", os.path.join(workdir, "checkpoints", "3"),
+                   "--workdir", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert "linear" in done.stdout and json.load(open(output))["step"] == 3
-    assert set(PLOT_FILES) <= set(os.listdir(tmp_path))
+    assert "linear" in done.stdout and json.load(open(out / "eval.json"))["step"] == 3
+    assert set(PLOT_FILES) <= set(os.listdir(out))
     missing = subprocess.run(
-        command + ["--workdir", str(tmp_path / "nothing")],
+        command + ["--pretrained", str(tmp_path / "nothing")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert missing.returncode == 2
