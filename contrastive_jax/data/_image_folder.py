@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
-from contrastive_jax.errors import CorruptImageError, InputError
+from contrastive_jax.errors import InputError
 
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # those tfds.ImageFolder lists
 

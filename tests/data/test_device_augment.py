@@ -91,18 +91,21 @@ def _reference_jitter(x: np.ndarray, rng: np.random.Generator,
                 for hh, ss, vv in (colorsys.rgb_to_hsv(*p) for p in y.reshape(-1, 3))]
         return np.array(flat).reshape(y.shape)
 
+    def factor(strength: float) -> float:
+        return rng.uniform(max(0.0, 1.0 - strength), 1.0 + strength)
+
     ops = []
     if b > 0:
-        ops.append(lambda y, f=rng.uniform(max(0, 1 - b), 1 + b): np.clip(f * y, 0, 1))
+        ops.append((lambda y, f: np.clip(f * y, 0, 1), factor(b)))
     if c > 0:
-        ops.append(lambda y, f=rng.uniform(max(0, 1 - c), 1 + c): blend(y, (y @ luma).mean(), f))
+        ops.append((lambda y, f: blend(y, (y @ luma).mean(), f), factor(c)))
     if s > 0:
-        ops.append(lambda y, f=rng.uniform(max(0, 1 - s), 1 + s):
-                   blend(y, (y @ luma)[..., None], f))
+        ops.append((lambda y, f: blend(y, (y @ luma)[..., None], f), factor(s)))
     if h > 0:
-        ops.append(lambda y, d=rng.uniform(-h, h): hue(y, d))
+        ops.append((hue, rng.uniform(-h, h)))
     for i in rng.permutation(len(ops)):
-        x = ops[i](x)
+        op, value = ops[i]
+        x = op(x, value)
     return x
 
 
