@@ -48,7 +48,7 @@ IMAGENET_CROP_FRACTION = 0.875
 
 def resolve_crop_fraction(config: ml_collections.ConfigDict, source: Source) -> float:
     """``config.eval_crop_fraction``, or its default for ``source`` when None."""
-    if config.get("eval_crop_fraction") is not None:
+    if config.eval_crop_fraction is not None:
         return float(config.eval_crop_fraction)
     return IMAGENET_CROP_FRACTION if source.image_shape[0] is None else 1.0
 
@@ -67,8 +67,8 @@ def resolve_augmentation(
         else:
             name = "simclr_cifar" if image_size <= 32 else "simclr_imagenet"
     aug = augmentation_preset(name, image_size)
-    overrides = {field: config.get(field) for field in ("randaugment_layers",
-                                                         "randaugment_magnitude")}
+    overrides = {field: getattr(config, field) for field in ("randaugment_layers",
+                                                             "randaugment_magnitude")}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides and aug.policy != "randaugment":
         raise ConfigError(

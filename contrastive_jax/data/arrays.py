@@ -43,7 +43,7 @@ from contrastive_jax.data.base import (
     check_classes,
     check_metadata_names,
 )
-from contrastive_jax.data.config import METADATA_CHOICES
+from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.data.vectors import VectorSplit, vector_source
 from contrastive_jax.errors import ConfigError
 
@@ -190,13 +190,11 @@ def transform_metadata(source: Source, config: ml_collections.ConfigDict) -> Sou
       kernel ``w(age) * delta(sex)``.
 
     Raises:
-      ConfigError: an unknown ``metadata`` value, a scale for a source without
+      ConfigError: ``label_onehot`` for a streamed source, a scale for a source without
         metadata, or a scale of the wrong length.
     """
-    choice = config.get("metadata", "source") or "source"
-    scale = config.get("metadata_scale")
-    if choice not in METADATA_CHOICES:
-        raise ConfigError(f"config.data.metadata must be one of {METADATA_CHOICES}, got {choice!r}")
+    config = as_data_spec(config)
+    choice, scale = config.metadata, config.metadata_scale
     if choice == "source" and scale is None:
         return source
     splits = dict(source.splits)

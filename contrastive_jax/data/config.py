@@ -32,8 +32,9 @@ class DataSpec:
     """``config.data``, read by the whole input pipeline (plain built-in digits by default;
     the quickstart config picks ``digits_cluttered``). Frozen; every value is checked here.
 
-    The pipeline reads it as it reads the command line's ``ConfigDict`` (attributes, and
-    :meth:`get`), so its functions take either.
+    The pipeline's entry points (:func:`~.sources.load_source`, the iterators) take it or
+    the command line's ``ConfigDict``, which they read into a ``DataSpec`` first
+    (:func:`as_data_spec`): the values are checked here, once, and nowhere downstream.
 
     Fields:
       dataset: ``"digits"`` (default) | ``"digits_cluttered"`` | ``"phantoms"``
@@ -147,11 +148,8 @@ class DataSpec:
                 raise ConfigError(
                     f"config.data.{name} must be one of {choices}, got {getattr(self, name)!r}")
         check_fraction(self.label_fraction)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """The field ``name`` (``default`` for a name that is not one), as
-        ``ConfigDict.get`` reads it."""
-        return getattr(self, name, default)
+        if (self.mean is None) != (self.std is None):
+            raise ConfigError("set both config.data.mean and config.data.std, or neither")
 
     @property
     def known_image_size(self) -> int | None:
@@ -172,6 +170,12 @@ def data_spec(fields: Any) -> DataSpec:
     fields = {k: dict(v.items()) if hasattr(v, "items") else v for k, v in fields.items()}
     check_fields("config.data", fields, [f.name for f in dataclasses.fields(DataSpec)])
     return DataSpec(**fields)
+
+
+def as_data_spec(config: Any) -> DataSpec:
+    """``config`` (a :class:`DataSpec`, or ``config.data`` as a ``ConfigDict`` or mapping) as a
+    checked :class:`DataSpec`."""
+    return config if isinstance(config, DataSpec) else data_spec(config)
 
 
 def default_data_config():

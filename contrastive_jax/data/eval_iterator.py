@@ -30,6 +30,7 @@ import numpy as np
 from contrastive_jax.data._resolve import resolve_crop_fraction, resolve_image_size
 from contrastive_jax.data.base import Source
 from contrastive_jax.data.batching import per_process, process_position
+from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.data.host_pipeline import ExampleReader, default_threads
 from contrastive_jax.data.host_views import eval_view
 from contrastive_jax.data.sources import load_source
@@ -62,6 +63,7 @@ class EvalIterator:
         process_count: int | None = None,
         source: Source | None = None,
     ) -> None:
+        config = as_data_spec(config)
         self.source = load_source(config) if source is None else source
         self._split = self.source.split(split)
         self._read = ExampleReader(self._split)
@@ -78,8 +80,8 @@ class EvalIterator:
         self._metadata_width = (None if self._split.metadata is None
                                 else self._split.metadata.shape[1])
         self._threads = (default_threads() if config.loader_threads is None
-                         else int(config.loader_threads))
-        self._prefetch = int(config.prefetch)
+                         else config.loader_threads)
+        self._prefetch = config.prefetch
 
     def __len__(self) -> int:
         return self.num_batches
@@ -137,6 +139,7 @@ def make_eval_iterator(
       process_index, process_count: this process's place (None: JAX's).
       source: an already loaded source (else ``load_source(config)``).
     """
+    config = as_data_spec(config)
     source = load_source(config) if source is None else source
     if isinstance(source, VectorSource):
         return VectorEvalIterator(split, batch_size, source=source, process_index=process_index,

@@ -44,6 +44,7 @@ from contrastive_jax.data._image_folder import read_file
 from contrastive_jax.data._resolve import resolve_augmentation, resolve_image_size
 from contrastive_jax.data.base import Source, Split, symmetric_label_noise
 from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
+from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.data.device_augment import make_device_augment
 from contrastive_jax.data.host_views import decode, view_rngs, views_of
 from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
@@ -119,6 +120,7 @@ class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
         process_index: int | None = None,
         process_count: int | None = None,
     ) -> None:
+        config = as_data_spec(config)
         self.source = source
         self._process_index, process_count = process_position(process_index, process_count)
         train = source.split("train")
@@ -139,10 +141,8 @@ class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
             train.num_examples, self.global_batch_size, source.name)
         if start_step < 0:
             raise ConfigError(f"start_step must be >= 0, got {start_step}")
-        threads = config.get("loader_threads")
-        if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
-            raise ConfigError(f"config.data.loader_threads must be a positive int, got {threads!r}")
-        self.threads = default_threads() if threads is None else int(threads)
+        threads = config.loader_threads
+        self.threads = default_threads() if threads is None else threads
         self._seed = int(seed)
         self.step = int(start_step)
         self._device_augment = make_device_augment(
@@ -218,6 +218,7 @@ def make_pretrain_iterator(
     """
     from contrastive_jax.data.sources import load_source
 
+    config = as_data_spec(config)
     source = load_source(config) if source is None else source
     if isinstance(source, VectorSource):
         return VectorPretrainIterator(config, seed=seed, source=source, start_step=start_step,

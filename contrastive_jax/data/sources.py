@@ -77,6 +77,7 @@ from contrastive_jax.data._tfds_source import (
     tfds_source,
 )
 from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
+from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.errors import ConfigError
 
 __all__ = [
@@ -167,12 +168,11 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
     Uses ``dataset``, ``data_dir``, ``download``, ``mean``/``std`` (both or
     neither), ``train_subset`` and ``data_seed``.
     """
+    config = as_data_spec(config)
     name = config.dataset
-    if (config.mean is None) != (config.std is None):
-        raise ConfigError("set both config.mean and config.std, or neither")
     stats = None if config.mean is None else (tuple(config.mean), tuple(config.std))
     data_dir = config.data_dir
-    source_kwargs = dict(config.get("source_kwargs") or {})
+    source_kwargs = dict(config.source_kwargs)
     factory = arrays.registered_source(name)
     folder = None if factory is not None else _image_folder_root(name, data_dir)
     if folder is not None:
@@ -213,7 +213,7 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
             data_dir=data_dir,
             download=config.download,
             stats=stats,
-            in_memory=config.get("in_memory"),
+            in_memory=config.in_memory,
         )
     if config.train_subset is not None:
         train = source.split("train")
@@ -225,7 +225,7 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
     source = _labelled_subset(source, config)
     if folder is not None:
         source = _folder_subset_and_decode(
-            source, source_kwargs.get("test_subset"), config.data_seed, config.get("in_memory")
+            source, source_kwargs.get("test_subset"), config.data_seed, config.in_memory
         )
     return arrays.transform_metadata(source, config)
 
@@ -233,7 +233,7 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
 def _labelled_subset(source: Source, config: ml_collections.ConfigDict) -> Source:
     """The training split reduced to ``label_fraction`` or ``label_ids``
     (:mod:`.label_subset`); the source itself when neither is set."""
-    fraction, ids_file = config.get("label_fraction"), config.get("label_ids")
+    fraction, ids_file = config.label_fraction, config.label_ids
     if fraction is None and not ids_file:
         return source
     if fraction is not None and ids_file:

@@ -45,6 +45,7 @@ from contrastive_jax.data.base import (
     symmetric_label_noise,
 )
 from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
+from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
@@ -227,7 +228,7 @@ class VectorPretrainIterator(Iterator[Batch]):
         process_index: int | None = None,
         process_count: int | None = None,
     ) -> None:
-
+        config = as_data_spec(config)
         _check_views(config, source)
         self.source = source
         self._process_index, process_count = process_position(process_index, process_count)
@@ -238,9 +239,7 @@ class VectorPretrainIterator(Iterator[Batch]):
             )
             train = train.with_labels(noisy)
         self._train = train
-        self.num_views = int(config.num_views)
-        if self.num_views < 1:
-            raise ConfigError(f"config.data.num_views must be >= 1, got {self.num_views}")
+        self.num_views = config.num_views
         self.global_batch_size = int(config.global_batch_size)
         self.local_batch_size = per_process(
             self.global_batch_size, process_count, "global_batch_size"

@@ -66,13 +66,17 @@ def test_registered_arrays_feed_the_pretraining_and_eval_pipelines():
     data.register_source("blobs", factory)
     try:
         config = digits_config(dataset="blobs", augmentation="none", global_batch_size=8)
-        batch = next(data.make_pretrain_iterator(config, seed=0))
+        iterator = data.make_pretrain_iterator(config, seed=0)
+        batch = next(iterator)
         assert batch["views"].shape == (8, 2, 8, 8, 3) and batch["metadata"].shape == (8, 2)
         source = data.load_source(config)
-        # No augmentation: each view is the normalised stored image of its example.
-        stored = source.split("train").images[batch["index"]].astype(np.float32) / 255
-        expected = (stored - np.array(source.mean)) / np.array(source.std)
-        np.testing.assert_allclose(batch["views"][:, 0], expected, atol=1e-5)
+        # No augmentation: each view is the stored image of its example, normalised on the
+        # device.
+        stored = source.split("train").images[batch["index"]]
+        np.testing.assert_array_equal(batch["views"][:, 0], stored)
+        finished = iterator.on_device({k: batch[k] for k in ("views", "index", "step")})
+        expected = (stored / np.float32(255) - np.array(source.mean)) / np.array(source.std)
+        np.testing.assert_allclose(np.asarray(finished["views"])[:, 0], expected, atol=1e-5)
         np.testing.assert_array_equal(batch["label"], labels[batch["index"]])
         evaluated = list(data.make_eval_iterator(config, "test", 16))
         assert sum(int(b["valid"].sum()) for b in evaluated) == 40
