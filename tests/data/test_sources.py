@@ -130,7 +130,8 @@ def test_image_folder_needs_data_dir():
 
 
 def test_prepared_tfds_dataset(tmp_path, monkeypatch):
-    """A locally prepared TFDS dataset is loaded by name (grey images -> 3 channels)."""
+    """A locally prepared TFDS dataset is loaded by name, into memory (grey images -> 3
+    channels)."""
     import tensorflow_datasets as tfds
 
     # tfds' writer needs `importlib_resources`, absent from some environments;
@@ -150,6 +151,7 @@ def test_prepared_tfds_dataset(tmp_path, monkeypatch):
         features=features,
         split_datasets={"train": examples, "test": examples[:4]},
         data_dir=str(tmp_path),
+        file_format="array_record",
         disable_shuffling=True,
     )
     source = data.load_source(digits_config(dataset="tiny_grey", data_dir=str(tmp_path)))
