@@ -104,6 +104,15 @@ def nan_at(monkeypatch, step: int) -> None:
     patch_batches(monkeypatch, on_device=poison)
 
 
+def first_batch(data_config, fields=("views", "label", "index")) -> dict[str, np.ndarray]:
+    """Step 0's batch of ``data_config`` (seed 0), its views finished as the trainer finishes
+    them (normalised float32): what a train step reads, on the host."""
+    iterator = data_lib.make_pretrain_iterator(data_config, seed=0, start_step=0)
+    batch = next(iterator)
+    views = iterator.on_device({k: batch[k] for k in ("views", "index", "step")})["views"]
+    return {**{k: batch[k] for k in fields}, "views": np.asarray(views)}
+
+
 def checkpoint_steps(workdir: str) -> list[int]:
     """Finalised checkpoint steps in ``workdir`` (directory names that are integers)."""
     folder = os.path.join(workdir, CHECKPOINT_DIR)

@@ -51,8 +51,7 @@ def _steps(config, micro_batch_size, batch_np, num_steps=1, form="unrolled"):
 
 
 def _batch(config):
-    batch = next(data.make_pretrain_iterator(config.data, seed=0, start_step=0))
-    return {k: batch[k] for k in ("views", "label", "index")}
+    return runs.first_batch(config.data)
 
 
 @pytest.mark.parametrize(

@@ -63,8 +63,7 @@ def classifier_config(loss: str = "label_cross_entropy", mix: dict | None = None
 @pytest.fixture(scope="module")
 def batch():
     config = classifier_config()
-    b = next(data.make_pretrain_iterator(config.data, seed=0, start_step=0))
-    return {k: b[k] for k in ("views", "label", "index")}
+    return runs.first_batch(config.data)
 
 
 def _steps(config, batch, starts=(0,)):

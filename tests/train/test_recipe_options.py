@@ -16,6 +16,7 @@ from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective, transfer
 from contrastive_jax.train.step import make_train_step
+from tests.train import runs
 from tests.train.tiny import tiny_config
 
 
@@ -87,8 +88,7 @@ def test_frozen_encoder_bn_normalises_with_the_chosen_statistics_and_keeps_them(
     graphdef, rest, tx, schedule, state = loop.init_state(
         config, 10, steps_per_epoch=10, global_batch_size=64, total_steps=2)
     initial = jax.device_get(state)
-    batch = next(data.make_pretrain_iterator(config.data, seed=0, start_step=0))
-    batch = {k: batch[k] for k in ("views", "label", "index")}
+    batch = runs.first_batch(config.data)
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
                            mesh, frozen_encoder=True)
     new, logged = step(jax.device_put(state, replicated(mesh)),

@@ -12,6 +12,7 @@ from contrastive_jax import data
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
 from contrastive_jax.train.step import make_train_step
+from tests.train import runs
 from tests.train.tiny import tiny_config
 
 
@@ -48,8 +49,7 @@ def _sgd_config_and_batch(**fields):
     config.optimizer.name = "sgd"
     config.optimizer.base_learning_rate = 0.1
     config.optimizer.warmup_epochs = 0
-    batch = next(data.make_pretrain_iterator(config.data, seed=0, start_step=0))
-    return config, {k: batch[k] for k in ("views", "label", "index")}
+    return config, runs.first_batch(config.data)
 
 
 def test_eight_device_step_equals_one_device_step_with_global_bn():
