@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench.accelerator import (
+from experiments.bench._accelerator_rows import (
     TEMPERATURE,
     Rows,
     describe_error,

@@ -105,10 +105,12 @@ def test_peak_table(bench):
     assert bench.peak_flops("cpu") is None
 
 
-def test_oom_is_recognised(bench):
-    assert bench.is_oom(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
-    assert bench.is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert not bench.is_oom(ValueError("shapes differ"))
+def test_oom_is_recognised():
+    from experiments.bench._accelerator_rows import is_oom
+
+    assert is_oom(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
+    assert is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_oom(ValueError("shapes differ"))
 
 
 def test_budget_goes_to_the_selected_parts(bench):
