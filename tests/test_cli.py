@@ -232,6 +232,14 @@ def test_print_config_prints_the_checked_config_and_the_run_sizes_and_writes_not
     assert done.returncode == 0, done.stderr
     sizes = json.loads(done.stdout.strip().splitlines()[-1])
     assert sizes["devices"] == 1 and sizes["total_steps"] == 6 and sizes["train_examples"] == 1437
+    # linear_eval's recipe on the encoder of --pretrained (read by nothing here), no --workdir
+    done = _print_config(tmp_path, ["contrastive_jax.linear_eval", "--pretrained",
+                                    str(tmp_path / "pretrained"), "--config",
+                                    "supcon_cifar10_linear"])
+    assert done.returncode == 0, done.stderr
+    assert f"  init_from: {tmp_path / 'pretrained'}" in done.stdout.splitlines()
+    sizes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (sizes["total_steps"], sizes["peak_learning_rate"]) == (97 * 100, 5.0)
     # a batch the devices do not divide is refused as a run would refuse it
     done = _print_config(tmp_path, ["contrastive_jax.pretrain", "--config", "supcon_cifar10",
                                     "--devices", "3"])

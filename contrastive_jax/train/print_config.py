@@ -2,6 +2,7 @@
 from it, without data, compilation or files.
 
 ``contrastive-jax-pretrain --config NAME --print_config`` (and ``contrastive-jax-quickstart
+--print_config``, ``contrastive-jax-linear-eval --pretrained RUN --config NAME_linear
 --print_config``) prints the config (every field, after the ``--config.*`` overrides, checked
 as a run checks it) and then one JSON line (:func:`derived`): the devices, the global and
 per-device batch, the steps per epoch and in all, the warm-up steps and the peak learning
