@@ -134,12 +134,16 @@ def test_sigkill_then_resume_in_the_bucket_is_exact(bucket, reference, cli_env, 
     assert f"resumed from the checkpoint at step {kept[-1]} in gs://" in open(log).read()
     assert _finalised_steps(workdir)[-1] == TOTAL
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
-    # The metric lines reach the bucket before each checkpoint is saved: the killed run's
-    # up to its last checkpoint are kept, the resumed run's follow them.
+    # The metric lines reach the bucket before each checkpoint is saved: the killed run's are
+    # kept up to its last checkpoint at least (and up to a later checkpoint it had begun to
+    # save), the resumed run's, from that checkpoint on, follow them.
     assert _losses(workdir) == _losses(reference)
     _forget_listings()
     lines = gpath.PosixGPath(f"{workdir}/{METRICS_FILE}").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == list(range(1, TOTAL + 1))
+    steps = [json.loads(line)["step"] for line in lines]
+    resumed_from = len(steps) - (TOTAL - kept[-1])
+    assert steps[:kept[-1]] == list(range(1, kept[-1] + 1)), steps
+    assert steps[resumed_from:] == list(range(kept[-1] + 1, TOTAL + 1)), steps
 
 
 def test_evaluation_restores_the_network_from_the_bucket(reference):
