@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-dev
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup quickstart test test-all mutations notebooks lint typecheck docs bench clean
+.PHONY: setup quickstart test test-min test-all mutations notebooks lint typecheck docs bench clean
 
 setup: $(STAMP)
 
@@ -33,10 +33,21 @@ test: $(STAMP)
 notebooks: $(STAMP)
 	$(PY) -m pytest -q -n 0 -m slow tests/test_notebooks.py
 
+# The declared floors: a fresh venv (.venv-min) with the core dependencies pinned to their
+# `>=` bounds (constraints/min.txt) plus the test tools, running the loss tests.
+MIN_VENV := .venv-min
+
+test-min:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(MIN_VENV)/bin/python -m pip install --quiet -c constraints/min.txt . pytest pytest-xdist hypothesis optax
+	$(MIN_VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider -m "not slow" tests/losses
+
 # Adds the slow tests, among them tests/test_wheel.py: the wheel installed without extras
 # into a fresh venv runs the README's loss example outside the checkout, then with [train]
-# the quickstart.
-test-all: $(STAMP)
+# the quickstart; and `make test-min`.
+test-all: $(STAMP) test-min
 	$(PY) -m pytest -q -n 2 --doctest-modules tests $(DOCTESTS)
 
 # Small bugs put into the losses and the training step, one at a time, each against the
@@ -62,4 +73,4 @@ bench: $(STAMP)
 	XLA_FLAGS= $(PY) experiments/bench/losses.py --sizes 2048,8192 --losses supcon,sincere,nt_xent --no-memory
 
 clean:
-	rm -rf runs/quickstart .pytest_cache .ruff_cache site
+	rm -rf runs/quickstart $(MIN_VENV) .pytest_cache .ruff_cache site

@@ -14,7 +14,8 @@ the run it writes, as in ``pretrain``.
 With ``--config`` (a packaged ``*_linear`` recipe or a config file, with ``--config.*``
 overrides and every flag of ``pretrain``) the recipe runs as ``pretrain`` runs it, with
 ``config.model.init_from`` set to ``--pretrained``: the protocol of the paper whose recipe it
-is (docs/evaluation.md), its accuracy in ``<workdir>/validation.json``.
+is (docs/evaluation.md), its accuracy in ``<workdir>/validation.json``. ``--print_config``
+prints that config and the run's sizes instead (:mod:`contrastive_jax.train.print_config`).
 
 Without ``--config``: the fast probe. The encoder, frozen, embeds both splits once (the
 evaluation transform, no augmentation), and a linear probe is trained on those features
@@ -97,7 +98,7 @@ def _protocol(config, argv: list[str]) -> int:
         print(f"error: {', '.join(given)} set the fast probe, which --config replaces by its "
               "recipe (set its fields with --config.*)", file=sys.stderr)
         return ExitCode.USAGE
-    if not pretrain.workdir_flag():
+    if not pretrain.workdir_flag() and not flags.FLAGS.print_config:
         print("error: --workdir is required with --config: the run the recipe writes",
               file=sys.stderr)
         return ExitCode.USAGE

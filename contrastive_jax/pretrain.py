@@ -27,6 +27,12 @@ projected step time (:mod:`contrastive_jax.train.dry_run`)::
     python -m contrastive_jax.pretrain --dry_run --devices 32 --peak_tflops 275 \\
         --config "$(python -m contrastive_jax.configs simclr_imagenet)"
 
+``--print_config`` prints the resolved, checked config and the run's sizes (devices, global
+and per-device batch, steps per epoch and in all, warm-up steps, peak learning rate;
+:mod:`contrastive_jax.train.print_config`) and exits 0, writing nothing and reading no data::
+
+    python -m contrastive_jax.pretrain --config supcon_cifar10 --print_config --devices 8
+
 ``--dry_run --fit`` finds the gradient-caching ``train.micro_batch_size`` that fits the
 config's global batch into each device's memory (``--device_memory_gib``, or a TPU target's
 HBM) by compiling the step for a few candidates (:mod:`contrastive_jax.train.fit`).
@@ -74,8 +80,14 @@ _DRY_RUN = flags.DEFINE_bool(
     "Compile the config's training step without data and print per-device memory, FLOPs and "
     "a projected step time (contrastive_jax.train.dry_run); --workdir is not needed.",
 )
+_PRINT_CONFIG = flags.DEFINE_bool(
+    "print_config", False,
+    "Print the resolved, checked config and the run's sizes (per-device batch, steps, warm-up, "
+    "peak learning rate; --devices N for another mesh), then exit 0; writes nothing.",
+)
 _DEVICES = flags.DEFINE_integer(
-    "devices", None, "--dry_run: devices of the mesh (simulated CPU devices for --target=cpu).",
+    "devices", None, "--dry_run, --print_config: devices of the mesh (simulated CPU devices "
+    "for --target=cpu; --print_config's default: the devices here).",
 )
 _TARGET = flags.DEFINE_string(
     "target", "cpu", "--dry_run: 'cpu' or a TPU slice such as tpu-v4-32, tpu-v5e-16, "
@@ -145,6 +157,10 @@ def main(argv: list[str]) -> int:
     if (_FIT.value or _DEVICE_MEMORY_GIB.value is not None) and not _DRY_RUN.value:
         print("error: --fit and --device_memory_gib need --dry_run", file=sys.stderr)
         return ExitCode.USAGE
+    if _PRINT_CONFIG.value:
+        from contrastive_jax.train.print_config import run_cli as print_config
+
+        return print_config(_CONFIG.value, _DEVICES.value)
     if _DRY_RUN.value:
         from contrastive_jax.train.dry_run import GiB
         from contrastive_jax.train.fit import run_cli

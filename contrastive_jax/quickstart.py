@@ -10,6 +10,8 @@ on the frozen encoder and on the raw pixels, and prints both. Re-running it
 resumes or, when the run is complete, only evaluates. Any field can be
 overridden, e.g. ``--config.loss.name=supcon``; ``--config.num_steps=6`` is a
 smoke test of a few seconds (the warm-up is clamped to fit, with a warning).
+``--print_config`` prints the resolved config and the run's sizes and exits, writing nothing
+(:mod:`contrastive_jax.train.print_config`).
 
 Also installed as the console script ``contrastive-jax-quickstart``. Its exit codes are those
 of every command-line tool (:class:`~contrastive_jax.errors.ExitCode`, docs/cli.md): 2 on a
@@ -44,11 +46,20 @@ _CONFIG = config_flags.DEFINE_config_file(
     "(default: the quickstart's)."
 )
 _WORKDIR = flags.DEFINE_string("workdir", "runs/quickstart", "Work directory.")
+_PRINT_CONFIG = flags.DEFINE_bool(
+    "print_config", False,
+    "Print the resolved, checked config and the run's sizes (per-device batch, steps, warm-up, "
+    "peak learning rate), then exit 0; writes nothing.",
+)
 
 
 def main(argv: list[str]) -> int:
     del argv
     logging.set_verbosity(logging.WARNING)  # JAX reports absent TPU/GPU backends at INFO
+    if _PRINT_CONFIG.value:
+        from contrastive_jax.train.print_config import run_cli as print_config
+
+        return print_config(_CONFIG.value, None)
     return run_tool(_quickstart, workdir=_WORKDIR.value)
 
 

@@ -207,3 +207,51 @@ def test_config_takes_a_packaged_name_or_a_path_with_an_optional_arg(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     assert "loss.name" in done.stderr and not (tmp_path / "run").exists()
+
+
+def _print_config(tmp_path, command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *command, "--print_config"], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_print_config_prints_the_checked_config_and_the_run_sizes_and_writes_nothing(tmp_path):
+    import json
+
+    done = _print_config(tmp_path, ["contrastive_jax.pretrain", "--config", "supcon_cifar10",
+                                    "--devices", "8", "--workdir", str(tmp_path / "run")])
+    assert done.returncode == 0, done.stderr
+    *config, sizes = done.stdout.strip().splitlines()
+    assert "  name: supcon" in config and "  global_batch_size: 1024" in config
+    # CIFAR-10's 50,000 training images in batches of 1024: 48 steps an epoch, 1,000 epochs
+    assert json.loads(sizes) == {
+        "devices": 8, "global_batch": 1024, "per_device_batch": 128, "train_examples": 50_000,
+        "steps_per_epoch": 48, "total_steps": 48_000, "warmup_steps": 480, "micro_batches": 0,
+        "peak_learning_rate": 0.5}
+    # the quickstart's, on the devices here (one CPU device), its default --workdir unwritten
+    done = _print_config(tmp_path, ["contrastive_jax.quickstart", "--config.num_steps=6"])
+    assert done.returncode == 0, done.stderr
+    sizes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sizes["devices"] == 1 and sizes["total_steps"] == 6 and sizes["train_examples"] == 1437
+    # linear_eval's recipe on the encoder of --pretrained (read by nothing here), no --workdir
+    done = _print_config(tmp_path, ["contrastive_jax.linear_eval", "--pretrained",
+                                    str(tmp_path / "pretrained"), "--config",
+                                    "supcon_cifar10_linear"])
+    assert done.returncode == 0, done.stderr
+    assert f"  init_from: {tmp_path / 'pretrained'}" in done.stdout.splitlines()
+    sizes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (sizes["total_steps"], sizes["peak_learning_rate"]) == (97 * 100, 5.0)
+    # a batch the devices do not divide is refused as a run would refuse it
+    done = _print_config(tmp_path, ["contrastive_jax.pretrain", "--config", "supcon_cifar10",
+                                    "--devices", "3"])
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert "global_batch_size=1024 must be divisible by the 3 devices" in done.stderr
+    assert not any(tmp_path.iterdir()), "--print_config wrote files"
+
+
+def test_print_config_knows_the_built_in_digits_size():
+    from contrastive_jax.data import digits
+    from contrastive_jax.train.print_config import TRAIN_EXAMPLES
+
+    splits = digits.digits_splits()
+    assert TRAIN_EXAMPLES["digits"] == TRAIN_EXAMPLES["digits_cluttered"] == len(
+        splits["train"].labels)

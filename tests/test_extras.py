@@ -9,9 +9,12 @@ wheel (tests/test_wheel.py).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -105,14 +108,10 @@ def test_the_version_is_written_once_and_cited_as_it():
     """``contrastive_jax.__version__`` is the one source (pyproject reads it); CITATION.cff
     cites the same version, and the wheel ships LICENSE and py.typed (tests/test_wheel.py
     installs it)."""
-    import re
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    from pathlib import Path
-
     import contrastive_jax
 
+    project = _pyproject()
     root = Path(__file__).resolve().parents[1]
-    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {
         "attr": "contrastive_jax.__version__"}
@@ -122,3 +121,21 @@ def test_the_version_is_written_once_and_cited_as_it():
     assert (root / "LICENSE").read_text(encoding="utf-8").lstrip().startswith("Apache License")
     assert (root / "contrastive_jax" / "py.typed").exists()
     assert project["tool"]["setuptools"]["package-data"]["contrastive_jax"] == ["py.typed"]
+
+
+def _pyproject() -> dict:
+    root = Path(__file__).resolve().parents[1]
+    return tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_the_floors_make_test_min_installs_are_the_declared_ones():
+    """constraints/min.txt pins each core dependency (and jaxlib, jax's pair) to its ``>=``
+    bound in pyproject.toml, so ``make test-min`` tests the floors users are promised."""
+    root = Path(__file__).resolve().parents[1]
+    floors = dict(re.findall(r"^([a-z][\w-]*)>=([\w.]+)$", "\n".join(
+        _pyproject()["project"]["dependencies"]), re.MULTILINE))
+    pinned = dict(re.findall(r"^([a-z][\w-]*)==([\w.]+)$",
+                             (root / "constraints" / "min.txt").read_text(encoding="utf-8"),
+                             re.MULTILINE))
+    assert set(floors) == {"jax", "numpy", "scipy"}
+    assert pinned == {**floors, "jaxlib": floors["jax"]}

@@ -53,6 +53,7 @@ temperature, the one its function declares; a number sets every term's (see
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import Any
 
 import ml_collections
@@ -123,6 +124,9 @@ class TrainSpec:
     profile_steps: tuple[int, ...] = ()  # (first, last) 1-based steps to trace with jax.profiler
     collapse_threshold: float = -0.2  # uniformity above which embeddings count as collapsed
     collapse_patience: int = 3  # consecutive collapsed log steps after warm-up: warn once
+    # A Weights & Biases project that the logged scalars and the config go to as well (the
+    # `wandb` extra; the run is named after the work directory); "": off.
+    wandb_project: str = ""
 
     def __post_init__(self) -> None:
         for name in ("epochs", "log_every", "checkpoint_every", "keep_checkpoints", "knn_k",
@@ -144,6 +148,14 @@ class TrainSpec:
             raise ConfigError(
                 f"config.train.collapse_threshold must be <= 0 (uniformity never exceeds 0), "
                 f"got {self.collapse_threshold}")
+        if not isinstance(self.wandb_project, str):
+            raise ConfigError(f"config.train.wandb_project must be a project name or '', got "
+                              f"{self.wandb_project!r}")
+        if self.wandb_project and importlib.util.find_spec("wandb") is None:
+            raise ConfigError(
+                f"config.train.wandb_project={self.wandb_project!r} needs wandb, which is not "
+                "installed: pip install 'contrastive_jax[wandb]'"
+            )
         steps = self.profile_steps
         if steps and (len(steps) != 2 or not all(isinstance(s, int) for s in steps)
                       or not 1 <= steps[0] <= steps[1]):

@@ -56,8 +56,8 @@ from contrastive_jax.errors import (  # noqa: F401 - raised here, part of the lo
     Preempted,
 )
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import inputs, paths, runtime, transfer, validation
-from contrastive_jax.train.build import Run, build, check_step
+from contrastive_jax.train import flops, inputs, paths, runtime, transfer, validation
+from contrastive_jax.train.build import Run, abstract_args, build, check_step
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
     CheckpointError,
@@ -65,7 +65,7 @@ from contrastive_jax.train.checkpoint import (
     structure_signature,
 )
 from contrastive_jax.train.knn_monitor import KnnMonitor
-from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger
+from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger, flat_hparams
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import (  # noqa: F401 - part of the loop's interface
     build_model,
@@ -134,7 +134,10 @@ class _Session:
         self.guard = _NonFiniteGuard(list(spec.terms), run.mesh, checkpointer, skipped,
                                      skip=spec.train.skip_nonfinite)
         self.logger = MetricLogger(directory, total_steps=sizes.total_steps,
-                                   start_step=self.start_step, images_per_step=sizes.global_batch)
+                                   start_step=self.start_step, images_per_step=sizes.global_batch,
+                                   steps_per_epoch=sizes.steps_per_epoch,
+                                   hparams=flat_hparams(spec.config.to_dict()),
+                                   wandb_project=spec.train.wandb_project)
         self.clock = runtime.RunClock(sizes.profile, directory / TENSORBOARD_DIR)
         self.collapse = CollapseDetector(threshold=spec.train.collapse_threshold,
                                          patience=spec.train.collapse_patience,
@@ -207,6 +210,9 @@ class _Session:
             logged["loss"].block_until_ready()
             self.checkpointer.compile_checksum(self.state)
         self.unlogged = dict(self.clock.once)
+        if self.logger.enabled and self.logger.peak_flops:  # the MFU's FLOPs, counted once
+            traced = step_fn.trace(*abstract_args(self.run))
+            self.logger.flops_per_step = flops.count_jaxpr(traced.jaxpr).flops
         self.logger.start_clock(step + 1)
         return logged
 
@@ -235,6 +241,7 @@ class _Session:
             if is_log:
                 self._log(done, values, skipped, knn)
             if is_checkpoint or preempted:
+                self.logger.flush()  # the metrics so far, durable before the checkpoint is
                 self.checkpointer.save(done, self.state, {
                     **self.meta, "step": done, "nonfinite_steps": skipped,
                     "evaluations": [list(r) for r in self._kept_evaluations()]})
@@ -252,8 +259,8 @@ class _Session:
         self.logger.message(f"step {done} (epoch {record.epoch:.4g}): top-1 "
                             f"{100 * record.top1:.2f} %, top-5 {100 * record.top5:.2f} % on "
                             f"the {validation.SPLIT} split")
-        if skip_log:
-            self.logger.write(done, scalars)
+        if skip_log:  # the message above is its line
+            self.logger.write(done, scalars, line=False)
         return scalars
 
     def _kept_evaluations(self) -> list[validation.Record]:
@@ -275,7 +282,8 @@ class _Session:
 
     def _log(self, done: int, values: dict[str, float], skipped: int,
              knn: KnnMonitor | None) -> None:
-        last = {**values, **self.logger.throughput(done), "skipped_steps": float(skipped)}
+        last = {**values, **self.logger.throughput(done), **self.logger.progress(done),
+                "skipped_steps": float(skipped)}
         last.update({k: float(v) for k, v in self.unlogged.items()})
         self.unlogged = {}  # how long the step took to build: logged once per run
         if knn is not None and knn.due(done):  # its time left out of img/s

@@ -1,19 +1,27 @@
-"""Training logs: a console progress bar, TensorBoard event files and a
-JSON-lines file (``<workdir>/metrics.jsonl``), written by process 0 only; and
-the collapse detector that reads the logged uniformity."""
+"""Training logs, written by process 0 only: at every log step one plain line on stderr
+(:func:`format_line`: step, epoch, loss, learning rate, images/s, ETA, MFU, peak memory),
+readable in a SLURM ``.out`` file or ``kubectl logs``, and a progress bar on top when stderr
+is a terminal; TensorBoard event files with the same scalars and the run's hyperparameters;
+a JSON-lines file (``<workdir>/metrics.jsonl``; in a bucket written whole at every
+checkpoint); an optional Weights & Biases run (``config.train.wandb_project``, the ``wandb``
+extra). And the collapse detector that reads the logged uniformity."""
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import json
 import logging
 import os
+import sys
 import time
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import jax
 from tqdm.auto import tqdm
 
 from contrastive_jax.train import paths
+from contrastive_jax.train.device_peaks import peak_flops
 
 if TYPE_CHECKING:
     from tensorboardX import SummaryWriter
@@ -31,16 +39,28 @@ _BAR_FIELDS = {
 
 
 class MetricLogger:
-    """Writes scalars per step to TensorBoard and JSON lines; drives the progress bar.
+    """Writes the scalars of each log step to every sink: a line on stderr, TensorBoard,
+    JSON lines and W&B; drives the progress bar.
 
     Args:
       workdir: directory for ``metrics.jsonl`` and the TensorBoard events (local or
         ``gs://``, :mod:`.paths`).
-      total_steps: length of the run, for the progress bar and the ETA.
+      total_steps: length of the run, for the log line, the progress bar and the ETA.
       start_step: the step the run starts (or resumes) at.
       images_per_step: global images per step, for the images/s figure.
-      num_devices: devices sharing those images, for images/s per device.
+      num_devices: devices sharing those images, for images/s per device and the MFU.
       enabled: False on processes other than 0.
+      steps_per_epoch: for the epoch of a log line; None: no epoch.
+      device_kind: the devices' kind, whose peak rate (:mod:`.device_peaks`) the MFU divides
+        by; None: this process's first device's.
+      hparams: the run's hyperparameters (:func:`flat_hparams`) for TensorBoard's HParams
+        tab and the W&B run's config; None: none written.
+      wandb_project: a W&B project to log to as well; "" (the default): no W&B.
+      stream: where the log lines and messages go (default ``sys.stderr``); the progress bar
+        is drawn on it only when it is a terminal.
+
+    ``flops_per_step`` (the FLOPs of one step over every device, set by the loop from
+    :mod:`.flops` where :attr:`peak_flops` is known) gives the ``mfu`` scalar.
     """
 
     def __init__(
@@ -52,87 +72,255 @@ class MetricLogger:
         images_per_step: int,
         num_devices: int | None = None,
         enabled: bool | None = None,
+        steps_per_epoch: int | None = None,
+        device_kind: str | None = None,
+        hparams: dict[str, str | int | float | bool] | None = None,
+        wandb_project: str = "",
+        stream: IO[str] | None = None,
     ) -> None:
         self.enabled = jax.process_index() == 0 if enabled is None else enabled
         self.images_per_step = images_per_step
         self.num_devices = jax.device_count() if num_devices is None else num_devices
+        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+        kind = jax.local_devices()[0].device_kind if device_kind is None else device_kind
+        self.peak_flops = peak_flops(kind)
+        self.flops_per_step: float | None = None
+        self.stream = sys.stderr if stream is None else stream
         self._last_time = time.perf_counter()
         self._last_step = start_step
+        self._started: tuple[float, int] | None = None  # the ETA's clock: (time, step)
         self._writer: SummaryWriter | None = None
         self._jsonl: IO[str] | None = None
+        self._metrics: Any = None  # metrics.jsonl's path
+        self._cloud = False
+        self._lines: list[str] = []  # in a bucket: every line, the object written whole
         self._bar: tqdm | None = None
+        self._wandb: Any = None
         if not self.enabled:
             return
         from tensorboardX import SummaryWriter, record_writer
 
         directory = paths.as_path(workdir)
         directory.mkdir(parents=True, exist_ok=True)
-        if paths.is_cloud(directory):  # the events too go through the path layer
+        self._cloud = paths.is_cloud(directory)
+        if self._cloud:  # the events too go through the path layer
             scheme = str(directory).split(":", 1)[0]
             record_writer.register_writer_factory(scheme, _PathRecordWriters())
         self._writer = SummaryWriter(logdir=str(directory / "tensorboard"))
-        metrics = directory / METRICS_FILE
-        if paths.is_cloud(directory):
+        if hparams:
+            _write_hparams(self._writer, hparams)
+        self._metrics = directory / METRICS_FILE
+        if self._cloud:
             # An object store cannot append: through fsspec, "a" starts the object afresh and
-            # would drop a resumed run's earlier lines, so they are written again first. The
-            # lines appear in the bucket when the logger closes (at the end of the run or at
-            # a preemption's SIGTERM; a SIGKILLed run's are lost, its checkpoints are not).
-            earlier = metrics.read_text(encoding="utf-8") if metrics.exists() else ""
-            self._jsonl = metrics.open("w", encoding="utf-8")
-            self._jsonl.write(earlier)
+            # would drop a resumed run's earlier lines, so they are kept and the object is
+            # written whole at every flush (each checkpoint) and at the end. A run killed
+            # with SIGKILL loses the lines after its last checkpoint, and a resumed one
+            # logs those steps again.
+            earlier = (self._metrics.read_text(encoding="utf-8") if self._metrics.exists()
+                       else "")
+            self._lines = earlier.splitlines(keepends=True)
         else:
-            self._jsonl = metrics.open("a", encoding="utf-8")
-        self._bar = tqdm(
-            total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, leave=True
-        )
+            self._jsonl = self._metrics.open("a", encoding="utf-8")
+        if wandb_project:
+            self._wandb = _wandb_run(wandb_project, directory, hparams or {})
+        if _is_terminal(self.stream):
+            self._bar = tqdm(total=total_steps, initial=start_step, unit="step",
+                             dynamic_ncols=True, leave=True, file=self.stream)
 
     def start_clock(self, step: int) -> None:
-        """Restarts the throughput clock at ``step`` (after compiling, so it is not counted)."""
+        """Restarts the throughput clock at ``step`` (after compiling, so it is not counted);
+        the first call also starts the ETA's clock."""
         self._last_time, self._last_step = time.perf_counter(), step
+        if self._started is None:
+            self._started = (self._last_time, step)
 
     def throughput(self, step: int) -> dict[str, float]:
         """``images_per_s`` and ``images_per_s_per_device`` since the previous call (or
-        :meth:`start_clock`), and restarts the clock."""
+        :meth:`start_clock`), ``mfu`` where the FLOPs and the device's peak are known, and
+        restarts the clock."""
         now = time.perf_counter()
         elapsed = max(now - self._last_time, 1e-9)
         rate = (step - self._last_step) * self.images_per_step / elapsed
         self._last_time, self._last_step = now, step
-        return {"images_per_s": rate, "images_per_s_per_device": rate / self.num_devices}
+        out = {"images_per_s": rate, "images_per_s_per_device": rate / self.num_devices}
+        if self.flops_per_step and self.peak_flops:
+            steps_per_s = rate / self.images_per_step
+            out["mfu"] = self.flops_per_step * steps_per_s / (self.peak_flops * self.num_devices)
+        return out
 
-    def write(self, step: int, scalars: dict[str, float]) -> None:
-        """Logs ``scalars`` at ``step`` to every sink and updates the progress bar."""
-        jsonl, writer, bar = self._jsonl, self._writer, self._bar
-        if jsonl is None or writer is None or bar is None:  # not enabled
+    def progress(self, step: int) -> dict[str, float]:
+        """``epoch``, ``eta_s`` (the steps left at the mean pace since the clock first
+        started, evaluations and checkpoints included) and ``peak_memory_bytes``
+        (:func:`peak_memory_bytes`) at ``step``."""
+        out: dict[str, float] = {}
+        if self.steps_per_epoch:
+            out["epoch"] = step / self.steps_per_epoch
+        if self._started is not None and step > self._started[1]:
+            pace = (time.perf_counter() - self._started[0]) / (step - self._started[1])
+            out["eta_s"] = pace * (self.total_steps - step)
+        memory = peak_memory_bytes()
+        if memory is not None:
+            out["peak_memory_bytes"] = float(memory)
+        return out
+
+    def write(self, step: int, scalars: dict[str, float], *, line: bool = True) -> None:
+        """Logs ``scalars`` at ``step`` to every sink and updates the progress bar; with
+        ``line``, also the log line (:func:`format_line`) on the stream."""
+        writer = self._writer
+        if writer is None:  # not enabled
             return
         record = {"step": int(step), "time": time.time()}
         record.update({k: float(v) for k, v in scalars.items()})
-        jsonl.write(json.dumps(record) + "\n")
-        jsonl.flush()
+        text = json.dumps(record) + "\n"
+        if self._jsonl is not None:
+            self._jsonl.write(text)
+            self._jsonl.flush()
+        else:  # a bucket's, written at the next flush
+            self._lines.append(text)
         for key, value in scalars.items():
             writer.add_scalar(key, float(value), int(step))
-        shown = {short: f"{float(scalars[k]):.4g}" for k, short in _BAR_FIELDS.items()
-                 if k in scalars}
-        bar.set_postfix(shown, refresh=False)
-        bar.update(int(step) - bar.n)
+        if self._wandb is not None:
+            self._wandb.log({k: float(v) for k, v in scalars.items()}, step=int(step))
+        if line:
+            self.message(format_line(step, self.total_steps, scalars,
+                                     mfu_known=self.peak_flops is not None))
+        if self._bar is not None:
+            shown = {short: f"{float(scalars[k]):.4g}" for k, short in _BAR_FIELDS.items()
+                     if k in scalars}
+            self._bar.set_postfix(shown, refresh=False)
+            self._bar.update(int(step) - self._bar.n)
+
+    def flush(self) -> None:
+        """Makes what was logged so far durable: TensorBoard's events and, in a bucket,
+        metrics.jsonl (the object written whole); the loop calls it at every checkpoint."""
+        if self._writer is None:  # not enabled
+            return
+        self._writer.flush()
+        if self._cloud:
+            self._metrics.write_text("".join(self._lines), encoding="utf-8")
 
     def message(self, text: str) -> None:
-        """A line on the console that does not break the progress bar."""
-        if self.enabled:
-            tqdm.write(text)
+        """A line on the stream that does not break the progress bar."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            tqdm.write(text, file=self.stream)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
 
     def warning(self, text: str) -> None:
-        """A warning on the console above the progress bar and in the log (``logging``)."""
+        """A warning on the stream (above the progress bar) and in the log (``logging``)."""
         logging.warning("%s", text)
-        if self._bar is not None:  # enabled
-            tqdm.write(f"warning: {text}")
+        self.message(f"warning: {text}")
+        if self._bar is not None:
             self._bar.set_description("collapsed?", refresh=False)
 
     def close(self) -> None:
-        if self._jsonl is None or self._writer is None or self._bar is None:  # not enabled
+        if self._writer is None:  # not enabled
             return
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
+        self.flush()
         self._writer.close()
-        self._jsonl.close()
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def format_line(step: int, total_steps: int, scalars: dict[str, float], *,
+                mfu_known: bool = True) -> str:
+    """One log line, each part present where its scalar is::
+
+        step 20/1000 epoch 0.41 loss 4.1523 lr 0.03 img/s 1203 eta 0:05:10 mfu 31.2% mem 3.21GiB
+
+    ``mfu n/a`` where the devices' peak is unknown (``mfu_known`` False: CPUs).
+    """
+    parts = [f"step {int(step)}/{total_steps}"]
+    if "epoch" in scalars:
+        parts.append(f"epoch {scalars['epoch']:.2f}")
+    if "loss" in scalars:
+        parts.append(f"loss {scalars['loss']:.4f}")
+    if "learning_rate" in scalars:
+        parts.append(f"lr {scalars['learning_rate']:.4g}")
+    if "images_per_s" in scalars:
+        parts.append(f"img/s {scalars['images_per_s']:.4g}")
+    if "eta_s" in scalars:
+        parts.append(f"eta {datetime.timedelta(seconds=round(scalars['eta_s']))}")
+    if "mfu" in scalars:
+        parts.append(f"mfu {100 * scalars['mfu']:.1f}%")
+    elif not mfu_known and "images_per_s" in scalars:
+        parts.append("mfu n/a")
+    if "peak_memory_bytes" in scalars:
+        parts.append(f"mem {scalars['peak_memory_bytes'] / 2**30:.2f}GiB")
+    for key in ("knn_top1", "probe_accuracy", "val_top1"):
+        if key in scalars:
+            parts.append(f"{key} {scalars[key]:.4f}")
+    return " ".join(parts)
+
+
+def peak_memory_bytes() -> int | None:
+    """The most memory a local device has held so far: ``memory_stats()["peak_bytes_in_use"]``
+    of GPUs and TPUs; on CPU devices, whose memory is the host's, this process's peak resident
+    set (``getrusage``'s ``ru_maxrss``). None where neither is known."""
+    devices = jax.local_devices()
+    if devices[0].platform == "cpu":
+        import resource  # Unix only, as the CPU figure
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, else KiB
+    peaks = []
+    for device in devices:
+        stats = device.memory_stats()
+        if stats and "peak_bytes_in_use" in stats:
+            peaks.append(int(stats["peak_bytes_in_use"]))
+    return max(peaks) if peaks else None
+
+
+def flat_hparams(tree: dict[str, Any], prefix: str = "") -> dict[str, str | int | float | bool]:
+    """A nested config dict flattened to ``{"a.b": value}`` with the values TensorBoard's
+    HParams accept (str, int, float, bool; anything else, None included, as its repr).
+
+    Examples:
+      >>> flat_hparams({"seed": 0, "loss": {"name": "sincere", "temperature": None}})
+      {'seed': 0, 'loss.name': 'sincere', 'loss.temperature': 'None'}
+    """
+    flat: dict[str, str | int | float | bool] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_hparams(value, f"{name}."))
+        elif isinstance(value, str | int | float | bool):
+            flat[name] = value
+        else:
+            flat[name] = repr(value)
+    return flat
+
+
+def _write_hparams(writer: SummaryWriter, hparams: dict[str, str | int | float | bool]) -> None:
+    """The run's hyperparameters in its event file, for TensorBoard's HParams tab (the
+    logged ``loss`` its metric)."""
+    from tensorboardX.summary import hparams as hparams_summary
+
+    for summary in hparams_summary(hparams, {"loss": float("nan")}):
+        writer.file_writer.add_summary(summary)
+
+
+def _wandb_run(project: str, directory: Any, hparams: dict[str, Any]) -> Any:
+    """A W&B run of ``project`` named after the work directory; a resumed run (the same
+    work directory) continues the same W&B run. (``TrainSpec`` has checked that wandb is
+    installed.)"""
+    import wandb
+
+    run_id = hashlib.sha1(str(directory).encode()).hexdigest()[:16]  # one run per work dir
+    return wandb.init(project=project, name=directory.name, id=run_id, resume="allow",
+                      config=hparams)
 
 
 class _PathFile:

@@ -56,7 +56,7 @@ Parts (``--parts``, all by default), each printed as a table as it runs:
   ImageNet one at run time). Images/s, and MFU for both from ONE FLOP count: the
   analytic count of our traced step (:mod:`contrastive_jax.train.flops`: products and
   convolutions, what ``torch.utils.flop_counter`` counts), divided by each side's step time
-  and the card's stated dense bf16 peak (:data:`PEAK_BF16_FLOPS`); PyTorch's own counter
+  and the card's stated dense bf16 peak (:mod:`contrastive_jax.train.device_peaks`); PyTorch's own counter
   on the reference step is recorded beside it as a cross-check. ``--profile-dir``: a
   ``jax.profiler`` trace of a few steps of each configuration.
 * ``numerics``: value and gradient of ``supcon``, ``sincere`` and ``nt_xent`` (float32
@@ -114,20 +114,6 @@ NUMERICS_LOSSES = ("supcon", "sincere", "nt_xent")
 PARTS = ("losses", "largest", "peers", "step", "numerics")
 VARIANTS = ("", "bn_one_pass")
 
-#: Dense (no sparsity) bfloat16 tensor-core peaks in FLOP/s, matched in this order as a
-#: substring of ``device_kind``. Sources: NVIDIA H100 Tensor Core GPU datasheet (BF16
-#: 1,979 / 1,671 / 1,513 TFLOPS "with sparsity" for SXM / NVL / PCIe, halved for dense);
-#: NVIDIA H200 Tensor Core GPU datasheet (SXM 1,979, NVL 1,671 with sparsity); NVIDIA A100
-#: datasheet (312 dense).
-PEAK_BF16_FLOPS = (
-    ("H100 PCIe", 756e12),
-    ("H100 NVL", 835e12),
-    ("H200 NVL", 835e12),
-    ("H200", 989e12),
-    ("H100", 989e12),
-    ("A100", 312e12),
-)
-
 #: Sizes of the full run and of ``--smoke``.
 FULL = dict(
     loss_sizes=(8192, 65536, 262144), largest_start=65536, largest_cap=1 << 24,
@@ -151,11 +137,11 @@ LONGEST_CALL = 20.0
 
 
 def peak_flops(device_kind: str) -> float | None:
-    """The stated dense bfloat16 peak (FLOP/s) of a device kind, or None if not tabled."""
-    for key, flops in PEAK_BF16_FLOPS:
-        if key.lower() in device_kind.lower():
-            return flops
-    return None
+    """The stated dense bfloat16 peak (FLOP/s) of a device kind, or None if not tabled
+    (:func:`contrastive_jax.train.device_peaks.peak_flops`, the training log's MFU's too)."""
+    from contrastive_jax.train.device_peaks import peak_flops as device_peak
+
+    return device_peak(device_kind)
 
 
 class Budget:

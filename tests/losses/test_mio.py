@@ -122,8 +122,10 @@ def test_negative_pair_count_is_t_p_squared_minus_2_t_p():
     expected = _softplus(-1 / tau) + (
         (t_n - correlated) * np.log(2.0) + correlated * _softplus(c / tau)
     ) / t_n
+    # A float32 mean over 65,024 negative pairs: its rounding depends on XLA's reduction
+    # order (rtol 1.4e-6 under jax 0.8.0, `make test-min`; below 1e-6 under newer releases).
     np.testing.assert_allclose(mio(jnp.asarray(z), jnp.asarray(ids), temperature=tau),
-                               expected, rtol=1e-6)
+                               expected, rtol=1e-5)
 
 
 # ------------------------------------------------------------- B11.2 optax BCE

@@ -134,9 +134,16 @@ def test_sigkill_then_resume_in_the_bucket_is_exact(bucket, reference, cli_env, 
     assert f"resumed from the checkpoint at step {kept[-1]} in gs://" in open(log).read()
     assert _finalised_steps(workdir)[-1] == TOTAL
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
-    # A killed run's metric lines never reach the bucket (they are uploaded at close).
-    resumed, expected = _losses(workdir), _losses(reference)
-    assert resumed == {step: expected[step] for step in range(kept[-1] + 1, TOTAL + 1)}
+    # The metric lines reach the bucket before each checkpoint is saved: the killed run's are
+    # kept up to its last checkpoint at least (and up to a later checkpoint it had begun to
+    # save), the resumed run's, from that checkpoint on, follow them.
+    assert _losses(workdir) == _losses(reference)
+    _forget_listings()
+    lines = gpath.PosixGPath(f"{workdir}/{METRICS_FILE}").read_text().splitlines()
+    steps = [json.loads(line)["step"] for line in lines]
+    resumed_from = len(steps) - (TOTAL - kept[-1])
+    assert steps[:kept[-1]] == list(range(1, kept[-1] + 1)), steps
+    assert steps[resumed_from:] == list(range(kept[-1] + 1, TOTAL + 1)), steps
 
 
 def test_evaluation_restores_the_network_from_the_bucket(reference):
@@ -163,6 +170,8 @@ def test_a_resumed_logger_keeps_the_earlier_lines_in_the_bucket(bucket):
                               num_devices=1, enabled=True)
         for step, loss in enumerate(losses, start + 1):
             logger.write(step, {"loss": loss})
+        logger.flush()  # at a checkpoint: in the bucket before the logger closes
+        assert _losses(workdir)[start + len(losses)] == losses[-1]
         logger.close()
     assert _losses(workdir) == {1: 1.5, 2: 1.25, 3: 1.0}
 

@@ -139,7 +139,7 @@ def spied_run(tmp_path_factory):
     config = _config(profile_steps=(1, 2), collapse_threshold=-100.0, collapse_patience=2)
     try:
         with pytest.MonkeyPatch.context() as monkeypatch, _spied(monkeypatch, events), \
-                contextlib.redirect_stdout(console):
+                contextlib.redirect_stderr(console):
             summary = loop.train(config, workdir)
     finally:
         logging.getLogger().removeHandler(handler)
@@ -234,7 +234,7 @@ def test_skipped_nonfinite_steps_are_reported_at_the_next_log_step(tmp_path, mon
     summary = loop.train(_config(TOTAL, skip_nonfinite=True), workdir)
     assert summary["skipped_steps"] == 1
     assert {r["step"]: r["skipped_steps"] for r in runs.metrics(workdir)} == {4: 1.0, 8: 1.0}
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert out.count("skipped non-finite steps: 1 up to step 4, the first at step 3") == 1
     assert "grad_norm=nan" in out
 
