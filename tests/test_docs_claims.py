@@ -72,6 +72,8 @@ def _defined_flags(module: str) -> set[str]:
         sources.append(_text(path.with_name("__init__.py")))
     if module.startswith("experiments.reproduce.") and "_common" in sources[0]:
         sources.append(_text(ROOT / "experiments" / "reproduce" / "_common.py"))
+    for adopted in re.findall(r"adopt_module_key_flags\((\w+)\)", sources[0]):  # a tool's
+        sources.append(_text(ROOT / "contrastive_jax" / f"{adopted}.py"))  # flags it takes on
     found = set(ALWAYS)
     for source in sources:
         found |= set(re.findall(r"DEFINE_\w+\(\s*[\"'](\w+)[\"']", source))

@@ -63,9 +63,14 @@ class ProbeProtocol:
     flags.
 
     Attributes:
-      epochs, base_lr, batch_size, momentum, warmup_epochs, warmup_from, weight_decay,
-        feature_norm: :func:`train_linear_classifier`'s; ``warmup_epochs`` is capped at
-        ``epochs - 1``.
+      epochs: passes over the training features.
+      base_lr: peak learning rate, after the warm-up.
+      batch_size: examples per step.
+      momentum: heavy-ball momentum.
+      warmup_epochs: epochs of linear warm-up from ``warmup_from``; capped at ``epochs - 1``.
+      warmup_from: learning rate at step 0 (and at the end of the cosine).
+      weight_decay: coupled L2 coefficient.
+      feature_norm: ``"standardize"``, ``"l2"`` or ``"none"`` (module docstring).
       resamples: bootstrap resamples of the test set.
       seed: seed of the probe's minibatch order and of the bootstrap.
     """
