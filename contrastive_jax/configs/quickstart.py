@@ -26,12 +26,6 @@ from contrastive_jax.train.config import default_config
 def get_config():
     config = default_config()
     config.dataset = "digits_cluttered"
-    # The input path its results were measured on (every stage in tf.data on the host). The
-    # default path draws its views from the same distributions (tests/data/test_device_augment.py)
-    # with other random numbers; there seeds 0 and 1 gave 97.8 % [96.1, 99.2] and 99.7 % [99.2,
-    # 100.0] linear top-1: as spread as the ten held-out seeds on this path (97.8-99.4 %), but
-    # seed 0 below its interval here, [98.1, 100.0].
-    config.data.loader = "tf"
     config.batch_size = 128
     config.model.encoder.name = "resnet18"
     config.model.encoder.width = 0.25
