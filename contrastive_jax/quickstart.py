@@ -30,6 +30,7 @@ require("contrastive_jax.quickstart", ("ml_collections", "flax", "optax", "grain
 
 import json
 import os
+import time
 from pathlib import Path
 
 from absl import app, flags, logging
@@ -64,8 +65,11 @@ def main(argv: list[str]) -> int:
 
 
 def _quickstart() -> int:
+    started = time.perf_counter()
     summary = loop.train(_CONFIG.value, _WORKDIR.value)
+    trained = time.perf_counter()
     results = evaluate_checkpoint(_WORKDIR.value, output_dir=_WORKDIR.value, pixel_baseline=True)
+    evaluated = time.perf_counter()
     with open(os.path.join(summary["workdir"], RESULTS_FILE), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     metrics = summary["metrics"]
@@ -79,6 +83,10 @@ def _quickstart() -> int:
     pixels = results["pixels"]["linear"]["top1"]["accuracy"]
     print(f"linear top-1: {100 * results['top1']:.1f} % learned vs {100 * pixels:.1f} % raw pixels; "
           f"results and plots in {summary['workdir']}")
+    # Where the time went (a resumed or finished run counts only what it ran).
+    print(f"time: {evaluated - started:.0f} s, of which pretraining {trained - started:.0f} s (its "
+          f"first step, compiled or read from the cache, {summary.get('first_step_seconds', 0.0):.0f} "
+          f"s) and evaluation {evaluated - trained:.0f} s")
     return ExitCode.OK
 
 

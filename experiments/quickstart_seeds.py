@@ -20,7 +20,7 @@ Arguments after ``--`` are passed to every quickstart run (config overrides).
 the accuracies with their intervals, the raw-pixel baselines, the uniformity marks and the
 overrides); ``--from_records DIR`` prints the tables from such records instead of work
 directories, and ``--readme`` prints the one-row summary table of README.md. The README's
-ten-seed table is::
+table is (``--seeds`` naming the seeds recorded so far, 30-39 once the sweep is complete)::
 
     python -m experiments.quickstart_seeds --seeds 30-39 \\
         --from_records experiments/records/quickstart_seeds --readme

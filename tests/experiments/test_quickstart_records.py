@@ -69,14 +69,8 @@ def _readme_table() -> str:
     return match.group(0)
 
 
-def _readme_row(table: str) -> tuple[list[str], str]:
-    """(the seeds' linear top-1 strings, the raw pixels' string) of the README's table."""
-    row = table.splitlines()[2]
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    return cells[0].removesuffix(" %").split(" / "), cells[3]
-
-
 def test_the_readme_seed_table_is_what_the_committed_records_give():
+    """README.md's seed table is --from_records --readme of the committed records, no more."""
     recorded = sorted(int(p.stem[4:]) for p in RECORDS.glob("seed*.json"))
     assert recorded, f"no records under {RECORDS}"
     assert set(recorded) <= set(README_SEEDS)
@@ -85,12 +79,6 @@ def test_the_readme_seed_table_is_what_the_committed_records_give():
         recipe = json.loads((RECORDS / f"seed{seed}.json").read_text())["recipe"]
         assert recipe["loss"] == "sincere+global_uniformity" and recipe["width"] == 0.25
         assert row["final_step"] == 660
-    table = _readme_table()
-    if recorded == README_SEEDS:
-        assert table == quickstart_seeds.readme_table(rows)
-    else:  # every recorded seed's number is the README's, at its place
-        values, pixels = _readme_row(table)
-        assert len(values) == len(README_SEEDS)
-        ours, our_pixels = _readme_row(quickstart_seeds.readme_table(rows))
-        assert our_pixels == pixels
-        assert [values[README_SEEDS.index(s)] for s in recorded] == ours
+    # The table holds the recorded seeds, all measured on the quickstart's current input path
+    # (a sweep still under way lists the seeds it has finished).
+    assert _readme_table() == quickstart_seeds.readme_table(rows)
