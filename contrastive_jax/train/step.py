@@ -52,6 +52,7 @@ from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train import grad_cache, objective, optim, transfer
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 #: Folded into a step's key to give the key of its MixUp/CutMix draws (a stream apart from
 #: the model's dropout keys, which fold the device index into the step's key directly).
@@ -73,10 +74,11 @@ class NonFinite(NamedTuple):
         loss, each ``loss/<term>`` and ``grad_norm``), for the report.
     """
 
+    # Host numpy scalars when fresh (nonfinite_record), jax.Arrays once through a step.
     # A NamedTuple field may shadow tuple.count (valid at runtime); mypy rejects it.
-    count: Array  # type: ignore[assignment]
-    first_step: Array
-    first_values: dict[str, Array]
+    count: ArrayLike  # type: ignore[assignment]
+    first_step: ArrayLike
+    first_values: dict[str, ArrayLike]
 
 
 def nonfinite_record(terms: list[objective.Term], count: int = 0) -> NonFinite:
