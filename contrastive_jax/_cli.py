@@ -150,7 +150,7 @@ def _run(module_name: str) -> None:
 
     module = importlib.import_module(module_name)
     sys.modules["__main__"].__doc__ = module.__doc__
-    for flag in flags.FLAGS.get_flags_for_module(module_name):
+    for flag in flags.FLAGS.get_key_flags_for_module(module_name):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     app.run(module.main, flags_parser=getattr(module, "parse_flags", parse_flags))
 

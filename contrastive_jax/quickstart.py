@@ -20,7 +20,7 @@ bad config (refused before the work directory is created), input or work directo
 
 from __future__ import annotations
 
-from contrastive_jax._cli import parse_flags, quiet_startup, run_tool
+from contrastive_jax._cli import quiet_startup, run_tool
 
 quiet_startup()  # before JAX loads
 
@@ -34,47 +34,53 @@ import time
 from pathlib import Path
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
+from contrastive_jax import pretrain
 from contrastive_jax.errors import ExitCode
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import loop
 
 QUICKSTART_CONFIG = Path(__file__).resolve().parent / "configs" / "quickstart.py"
+#: Where the quickstart writes when --workdir is not given.
+DEFAULT_WORKDIR = "runs/quickstart"
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", str(QUICKSTART_CONFIG), "Pretraining config: a packaged recipe's name or a file's path, with an optional :arg "
-    "(default: the quickstart's)."
-)
-_WORKDIR = flags.DEFINE_string("workdir", "runs/quickstart", "Work directory.")
-_PRINT_CONFIG = flags.DEFINE_bool(
-    "print_config", False,
-    "Print the resolved, checked config and the run's sizes (per-device batch, steps, warm-up, "
-    "peak learning rate), then exit 0; writes nothing.",
-)
+#: The flags of pretrain's (one definition for every tool, so the tools import side by side)
+#: that are the quickstart's, with its own defaults (set in parse_flags).
+KEY_FLAGS = ("config", "workdir", "print_config")
+for _name in KEY_FLAGS:
+    flags.declare_key_flag(_name)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """``pretrain``'s flag parsing, with the quickstart's defaults: its packaged config and
+    ``runs/quickstart``."""
+    flags.FLAGS.set_default("config", str(QUICKSTART_CONFIG))
+    flags.FLAGS.set_default("workdir", DEFAULT_WORKDIR)
+    return pretrain.parse_flags(argv)
 
 
 def main(argv: list[str]) -> int:
     del argv
     logging.set_verbosity(logging.WARNING)  # JAX reports absent TPU/GPU backends at INFO
-    if _PRINT_CONFIG.value:
+    if flags.FLAGS.print_config:
         from contrastive_jax.train.print_config import run_cli as print_config
 
-        return print_config(_CONFIG.value, None)
-    return run_tool(_quickstart, workdir=_WORKDIR.value)
+        return print_config(pretrain.config_flag(), None)
+    return run_tool(_quickstart, workdir=pretrain.workdir_flag())
 
 
 def _quickstart() -> int:
+    config, workdir = pretrain.config_flag(), pretrain.workdir_flag()
     started = time.perf_counter()
-    summary = loop.train(_CONFIG.value, _WORKDIR.value)
+    summary = loop.train(config, workdir)
     trained = time.perf_counter()
-    results = evaluate_checkpoint(_WORKDIR.value, output_dir=_WORKDIR.value, pixel_baseline=True)
+    results = evaluate_checkpoint(workdir, output_dir=workdir, pixel_baseline=True)
     evaluated = time.perf_counter()
     with open(os.path.join(summary["workdir"], RESULTS_FILE), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     metrics = summary["metrics"]
-    print(f"\npretraining: {summary['final_step']} steps of {_CONFIG.value.loss.name} on "
-          f"{_CONFIG.value.data.dataset} in {summary['workdir']}")
+    print(f"\npretraining: {summary['final_step']} steps of {config.loss.name} on "
+          f"{config.data.dataset} in {summary['workdir']}")
     if metrics:
         print(f"  final loss {metrics['loss']:.4f}, alignment {metrics['alignment']:.3f}, "
               f"uniformity {metrics['uniformity']:.3f}, {summary['images_per_s']:.0f} images/s")

@@ -255,3 +255,16 @@ def test_print_config_knows_the_built_in_digits_size():
     splits = digits.digits_splits()
     assert TRAIN_EXAMPLES["digits"] == TRAIN_EXAMPLES["digits_cluttered"] == len(
         splits["train"].labels)
+
+
+def test_the_tools_import_side_by_side_without_tensorflow():
+    """Every command-line module imports in one process (their flags are defined once), with
+    TensorFlow absent as on the JAX CUDA images."""
+    from tests.no_tensorflow import absent_env
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import contrastive_jax.pretrain, contrastive_jax.linear_eval, "
+         "contrastive_jax.quickstart, contrastive_jax.data.eval_iterator; print('imported')"],
+        cwd=ROOT, env=absent_env(_env()), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "imported" in done.stdout

@@ -75,6 +75,8 @@ def _defined_flags(module: str) -> set[str]:
     for adopted in re.findall(r"adopt_module_key_flags\((\w+)\)", sources[0]):  # a tool's
         sources.append(_text(ROOT / "contrastive_jax" / f"{adopted}.py"))  # flags it takes on
     found = set(ALWAYS)
+    for declared in re.findall(r"KEY_FLAGS = \(([^)]*)\)", sources[0]):  # another's it declares
+        found |= set(re.findall(r"[\"'](\w+)[\"']", declared))
     for source in sources:
         found |= set(re.findall(r"DEFINE_\w+\(\s*[\"'](\w+)[\"']", source))
         found |= set(re.findall(r"add_argument\(\s*[\"']--([\w-]+)[\"']", source))
