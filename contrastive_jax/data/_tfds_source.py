@@ -20,7 +20,7 @@ import numpy as np
 
 from contrastive_jax.data import records as records_lib
 from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
-from contrastive_jax.errors import ConfigError, CorruptImageError, InputError
+from contrastive_jax.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -168,25 +168,15 @@ def tfds_source(
     )
 
 
-def _decoded_row(records: records_lib.RecordSet, row: int, record: bytes) -> tuple[np.ndarray, int]:
-    """uint8 [h, w, 3] and the label of one record, decoded by Pillow."""
-    from contrastive_jax.data.host_views import decode
-
-    try:
-        data, label = records.parse_bytes(record)
-        return np.asarray(decode(data, f"row {row}")), label
-    except (CorruptImageError, IndexError, ValueError) as e:
-        raise records.corrupt(row, e) from e
-
-
 def _decoded(records: records_lib.RecordSet) -> Split:
     """A split of fixed-size images decoded into memory (Pillow, in threads)."""
     from concurrent.futures import ThreadPoolExecutor
 
     def chunk(start: int) -> list[tuple[np.ndarray, int]]:
         rows = range(start, min(start + _DECODE_CHUNK, records.num_examples))
-        return [_decoded_row(records, row, record)
-                for row, record in zip(rows, records.read(list(rows)), strict=True)]
+        return [(np.asarray(image), label) for image, label in (
+            records.decode(row, record)
+            for row, record in zip(rows, records.read(list(rows)), strict=True))]
 
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
         decoded = [x for part in pool.map(chunk, range(0, records.num_examples, _DECODE_CHUNK))
@@ -199,6 +189,6 @@ def _record_stats(records: records_lib.RecordSet) -> tuple[tuple[float, ...], tu
     """Channel statistics of :data:`STATS_SAMPLE` evenly spaced training images (Pillow)."""
     count = min(STATS_SAMPLE, records.num_examples)
     rows = np.linspace(0, records.num_examples - 1, count).astype(np.int64)
-    pixels = [_decoded_row(records, int(row), record)[0].reshape(-1, 3)
+    pixels = [np.asarray(records.decode(int(row), record)[0]).reshape(-1, 3)
               for row, record in zip(rows, records.read(rows), strict=True)]
     return channel_stats(np.concatenate(pixels)[None])

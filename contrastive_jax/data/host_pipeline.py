@@ -48,7 +48,7 @@ from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.data.device_augment import make_device_augment
 from contrastive_jax.data.host_views import decode, view_rngs, views_of
 from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
-from contrastive_jax.errors import ConfigError, CorruptImageError
+from contrastive_jax.errors import ConfigError
 
 __all__ = ["ExampleReader", "HostPretrainIterator", "default_threads", "epoch_order",
            "make_pretrain_iterator"]
@@ -79,12 +79,7 @@ class ExampleReader:
     def __call__(self, row: int) -> tuple[Any, int, int, np.ndarray | None]:
         split = self.split
         if split.records is not None:
-            record = split.records.read([row])[0]
-            try:
-                data, label = split.records.parse_bytes(record)
-                image = decode(data, f"row {row}")
-            except (CorruptImageError, IndexError, ValueError) as e:
-                raise split.records.corrupt(row, e) from e  # names the file and the index
+            image, label = split.records.decode(row)  # an error names the file and the index
             return image, label, row, None
         assert split.labels is not None and split.ids is not None  # a Split of images or paths
         metadata = None if split.metadata is None else split.metadata[row]

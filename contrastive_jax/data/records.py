@@ -16,7 +16,7 @@ A :class:`RecordSet` names every record by its row: its position in the split
 is the example id the pipeline yields as ``"index"``. Records are parsed without
 TensorFlow (:meth:`RecordSet.parse_bytes`) and decoded by Pillow; a record that cannot
 be read, parsed or decoded raises :class:`CorruptRecordError` naming the shard file and
-the record's index in it (:meth:`RecordSet.corrupt`, :meth:`RecordSet.check`).
+the record's index in it (:meth:`RecordSet.decode`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,14 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from contrastive_jax.errors import CorruptImageError, InputError
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 #: TFDS's names of its two file formats: the one this module reads, and the one
 #: :mod:`contrastive_jax.data.prepare` converts from.
@@ -130,17 +134,21 @@ class RecordSet:
         return (features[self.image_key].bytes_list.value[0],
                 int(features[self.label_key].int64_list.value[0]))
 
-    def check(self, rows: Sequence[int] | np.ndarray) -> None:
-        """Raises :class:`CorruptRecordError` for the first of ``rows`` that cannot be read,
-        parsed or decoded."""
+    def decode(self, row: int, record: bytes | None = None) -> tuple[Image.Image, int]:
+        """The RGB image (decoded by Pillow) and the label of ``row``; ``record``: its
+        serialized record when already read.
+
+        Raises:
+          CorruptRecordError: the record cannot be read, parsed or decoded (names its file
+            and index).
+        """
         from contrastive_jax.data.host_views import decode
 
-        for row in rows:
-            try:
-                data, _ = self.parse_bytes(self.read([row])[0])
-                decode(data, f"row {row}")
-            except (CorruptImageError, IndexError, ValueError, RuntimeError) as e:
-                raise self.corrupt(int(row), e) from e
+        try:
+            data, label = self.parse_bytes(self.read([row])[0] if record is None else record)
+            return decode(data, f"row {row}"), label
+        except (CorruptImageError, IndexError, ValueError, RuntimeError) as e:
+            raise self.corrupt(int(row), e) from e
 
 
 def list_prepared(data_dir: str, depth: int = 4) -> list[str]:
