@@ -205,7 +205,7 @@ class _Session:
                 self.state, logged, guard.record = step_fn(self.state, batch.arrays,
                                                            guard.record)
             return logged
-        with self.clock.first_step():
+        with self.clock.first_step(self.batches.seconds):
             self.state, logged, guard.record = step_fn(self.state, batch.arrays, guard.record)
             logged["loss"].block_until_ready()
             self.checkpointer.compile_checksum(self.state)

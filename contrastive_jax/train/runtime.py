@@ -146,11 +146,14 @@ class RunClock:
         self.step_call = 0.0  # host seconds inside the step calls, after the first
         self.checks = 0.0  # host seconds at log and checkpoint steps
         self.loop_end = self.started
+        self.input_before = 0.0  # input seconds spent before the first step ran
         self.once: dict[str, float] = {}  # trace, compile, first-step seconds, cache hits
 
     @contextlib.contextmanager
-    def first_step(self) -> Iterator[None]:
-        """Times the first step (tracing, compiling or loading from the cache, running)."""
+    def first_step(self, input_seconds: float) -> Iterator[None]:
+        """Times the first step (tracing, compiling or loading from the cache, running);
+        ``input_seconds``: the host's time drawing batches so far (before the clock starts)."""
+        self.input_before = input_seconds
         with CompileTimer() as compiled:
             yield
         self.clock = time.perf_counter()
@@ -172,7 +175,8 @@ class RunClock:
         self.loop_end = time.perf_counter()
 
     def summary(self, steps_run: int, global_batch: int, input_seconds: float) -> dict[str, Any]:
-        """The timing figures of a run's summary (see :func:`contrastive_jax.train.loop.train`)."""
+        """The timing figures of a run's summary (see :func:`contrastive_jax.train.loop.train`);
+        ``input_seconds``: the host's time drawing and transferring batches, all steps."""
         finished = time.perf_counter()
         timed = max(steps_run - 1, 0)  # the steps after the first (compiled) one
         images_per_s = timed * global_batch / max(finished - self.clock, 1e-9)
@@ -184,8 +188,9 @@ class RunClock:
                "compile_cache_hits": 0, **self.once},
             # Host time per step, after the first: drawing and transferring the input;
             # inside the step call (dispatch); and all of the host's work outside the
-            # step call and outside log/checkpoint steps (input, bookkeeping).
-            "input_seconds_per_step": input_seconds / max(steps_run, 1),
+            # step call and outside log/checkpoint steps (input, bookkeeping), so
+            # host_seconds_per_step >= input_seconds_per_step.
+            "input_seconds_per_step": (input_seconds - self.input_before) / max(timed, 1),
             "step_call_seconds_per_step": self.step_call / max(timed, 1),
             "host_seconds_per_step": (self.loop_end - self.clock - self.checks - self.step_call)
             / max(timed, 1),

@@ -189,7 +189,8 @@ def test_throughput_per_device_and_compile_time_are_logged(spied_run):
     assert summary["images_per_s_per_device"] == pytest.approx(
         summary["images_per_s"] / jax.device_count())
     assert summary["input_seconds_per_step"] > 0 and summary["step_call_seconds_per_step"] > 0
-    assert summary["host_seconds_per_step"] >= summary["input_seconds_per_step"] * 0.5
+    # The input drawn after the first step is host time outside the step calls.
+    assert summary["host_seconds_per_step"] >= summary["input_seconds_per_step"]
 
 
 def test_profile_steps_write_a_trace(spied_run):
