@@ -34,6 +34,7 @@ def _env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_bad_config_exits_with_2_naming_the_field_and_nothing_else(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "contrastive_jax.pretrain", "--workdir", str(tmp_path / "run"),
@@ -45,6 +46,7 @@ def test_bad_config_exits_with_2_naming_the_field_and_nothing_else(tmp_path):
     assert not any(noise in done.stderr for noise in NOISE), done.stderr
 
 
+@pytest.mark.slow
 def test_a_value_error_that_is_a_bug_shows_its_traceback_and_exits_with_1(tmp_path):
     script = textwrap.dedent(
         f"""
@@ -147,6 +149,7 @@ def _commands(module: str, script: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize(("module", "script", "flag"), TOOLS)
+@pytest.mark.matrix
 def test_help_lists_the_flags_with_their_help_and_exits_0(module, script, flag, tmp_path):
     for command in _commands(module, script):
         done = subprocess.run([*command, "--help"], cwd=tmp_path, env=_env(),
@@ -158,6 +161,7 @@ def test_help_lists_the_flags_with_their_help_and_exits_0(module, script, flag, 
 
 
 @pytest.mark.parametrize(("module", "script", "flag"), TOOLS)
+@pytest.mark.slow
 def test_a_flag_error_is_a_usage_error_exit_2(module, script, flag, tmp_path):
     del flag
     for command in _commands(module, script):
@@ -178,6 +182,7 @@ def test_a_flag_error_is_a_usage_error_exit_2(module, script, flag, tmp_path):
     (["--pretrained=run", "--workdir=out", "--config=supcon_cifar10_linear",
       "--config.model.init_from=other"], "name two runs"),
 ])
+@pytest.mark.slow
 def test_linear_eval_refuses_an_unclear_command_with_2(args, message, tmp_path):
     """Which run it reads (--pretrained), which it writes (--workdir), and the fast probe's
     flags against a protocol's recipe (--config)."""
@@ -189,6 +194,7 @@ def test_linear_eval_refuses_an_unclear_command_with_2(args, message, tmp_path):
     assert not any(tmp_path.iterdir()), "a refused command wrote files"
 
 
+@pytest.mark.slow
 def test_config_takes_a_packaged_name_or_a_path_with_an_optional_arg(tmp_path):
     from contrastive_jax._cli import _with_config_paths
 
@@ -214,6 +220,7 @@ def _print_config(tmp_path, command: list[str]) -> subprocess.CompletedProcess:
                           env=_env(), capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_print_config_prints_the_checked_config_and_the_run_sizes_and_writes_nothing(tmp_path):
     import json
 
@@ -257,6 +264,7 @@ def test_print_config_knows_the_built_in_digits_size():
         splits["train"].labels)
 
 
+@pytest.mark.slow
 def test_the_tools_import_side_by_side_without_tensorflow():
     """Every command-line module imports in one process (their flags are defined once), with
     TensorFlow absent as on the JAX CUDA images."""

@@ -189,6 +189,7 @@ def test_relative_links_resolve(path):
 
 
 @pytest.mark.parametrize("name", ["README.md", "docs/index.md"])
+@pytest.mark.slow
 def test_python_examples_run(name, capsys):
     blocks = re.findall(r"```python\n(.*?)```", _text(ROOT / name), flags=re.S)
     assert blocks, f"{name} has no Python example"

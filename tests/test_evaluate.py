@@ -51,6 +51,7 @@ def test_classifier_metrics_refuses_bad_input(logits, labels, match):
         evaluate.classifier_metrics(logits, labels)
 
 
+@pytest.mark.slow
 def test_evaluate_classifier_scores_the_heads_logits(tmp_path):
     """A 2-step small-CNN classifier on digits: its checkpoint's test logits and their metrics."""
     from contrastive_jax import data

@@ -36,6 +36,7 @@ def _run(body: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_losses_and_metrics_work_without_the_train_extra():
     result = _run(
         """

@@ -81,6 +81,7 @@ def test_uniformity_circle_limit_and_extremes():
     assert float(_jit(metrics.uniformity, antipodal, t=2.0)) == pytest.approx(-8.0, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_uniformity_valid_mask_and_empty():
     z = np.random.default_rng(3).normal(size=(10, 4)).astype(np.float32)
     padded = np.concatenate([z, np.full((6, 4), 1e3, np.float32)])
@@ -119,6 +120,7 @@ def test_alignment_from_labels_matches_pairs():
     assert float(_jit(metrics.alignment_from_labels, z, np.arange(10))) == 0.0
 
 
+@pytest.mark.slow
 def test_metrics_multidevice_match_single_device():
     rng = np.random.default_rng(5)
     z = rng.normal(size=(16, 4)).astype(np.float32)
@@ -153,6 +155,7 @@ def test_bad_inputs_raise():
 # --------------------------------------------------------------------------- embedding statistics
 
 
+@pytest.mark.slow
 def test_embedding_stats():
     rng = np.random.default_rng(6)
     z = rng.normal(size=(20, 6)) * rng.uniform(0.5, 2.0, size=(20, 1))

@@ -94,6 +94,7 @@ def test_single_process_without_cluster_environment_is_a_no_op(monkeypatch):
     assert jax.process_count() == 1
 
 
+@pytest.mark.slow
 def test_two_processes_psum_over_eight_devices():
     port = _free_port()
     procs = [_start(port, pid, "once") for pid in (0, 1)]
@@ -105,6 +106,7 @@ def test_two_processes_psum_over_eight_devices():
 
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "coordinator"])
+@pytest.mark.slow
 def test_killing_one_process_stops_the_other(victim):
     survivor = 1 - victim
     port = _free_port()

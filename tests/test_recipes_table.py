@@ -62,6 +62,7 @@ def _reference_schedule(lr: float, epochs: int, warm_epochs: int, steps: int) ->
     return np.asarray(values)
 
 
+@pytest.mark.slow
 def test_supcontrast_schedule_difference():
     """_supcontrast.py's figure: evaluated per step at batch 1024 on CIFAR-10's 50,000 images
     (48 steps per epoch), the recipe's schedule and the reference's differ by at most 1.06 %

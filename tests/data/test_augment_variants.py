@@ -36,6 +36,7 @@ def test_tf_crop_window_statistics(shape):
     assert abs(ratio.mean() - (3 / 4 + 4 / 3) / 2) < 0.01
 
 
+@pytest.mark.slow
 def test_tf_crop_window_matches_tensorflows_sampler():
     tf = pytest.importorskip("tensorflow")
     height, width, n = 375, 500, 1500
@@ -78,6 +79,7 @@ def test_bicubic_crop_is_pillows_bicubic():
     np.testing.assert_array_equal(view, np.asarray(expected))
 
 
+@pytest.mark.slow
 def test_additive_brightness_shifts_by_uniform_delta():
     x = jnp.full((4, 4, 3), 0.5, jnp.float32)
     keys = jax.random.split(jax.random.key(0), 2000)

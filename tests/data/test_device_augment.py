@@ -111,6 +111,7 @@ def _reference_jitter(x: np.ndarray, rng: np.random.Generator,
 
 @pytest.mark.parametrize("strengths", [(0.8, 0.8, 0.8, 0.2), (0.4, 0.4, 0.0, 0.0),
                                        (0.0, 0.0, 0.0, 0.3)])
+@pytest.mark.slow
 def test_colour_jitter_draws_torchvisions_distribution(strengths):
     x = _image(size=12)
     ours = _jax_draws(lambda im, k: da.color_jitter(im, k, strengths), x)
@@ -122,6 +123,7 @@ def test_colour_jitter_draws_torchvisions_distribution(strengths):
 
 @pytest.mark.parametrize(("field", "stage"), [("solarize_prob", "solarize"),
                                               ("blur_prob", "blur"), ("cutout_prob", "cutout")])
+@pytest.mark.slow
 def test_each_stage_runs_with_its_views_probability(field, stage):
     """One stage on, probability 0.3 for view 0 and 0.7 for view 1 (the per-view stages)
     or 0.3 for both (cutout): the fraction of changed views is that probability."""
@@ -152,6 +154,7 @@ def test_gain_scales_and_the_noise_has_its_sigma():
     assert abs(noise.std() - 0.05) < 0.002
 
 
+@pytest.mark.slow
 def test_a_view_does_not_depend_on_its_batch_or_the_device_count():
     cfg = augmentation_preset("byol_imagenet", SIZE)
     augment_fn = da.make_device_augment(cfg, seed=3, mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))

@@ -37,6 +37,7 @@ def test_crop_resize_is_simclr_center_crop():
 
 @pytest.mark.parametrize(("shape", "out"), [((13, 17), (30, 11)), ((37, 53), (24, 24)),
                                             ((300, 211), (224, 224)), ((32, 32), (224, 224))])
+@pytest.mark.matrix
 def test_bicubic_is_tf1_resize_bicubic(shape, out):
     tf = pytest.importorskip("tensorflow")
     x = np.random.default_rng(1).random((*shape, 3)).astype(np.float32)

@@ -42,6 +42,7 @@ def _take(iterator, n: int) -> list[dict[str, np.ndarray]]:
 
 
 @pytest.mark.parametrize("kind", ["arrays", "folder", "folder_autoaugment", "array_record"])
+@pytest.mark.slow
 def test_batches_are_a_pure_function_of_seed_and_step(image_folder, array_record_dir, kind):
     config = _configs(image_folder, array_record_dir)[kind]
     source = data.load_source(config)
@@ -127,6 +128,7 @@ def test_a_tfrecord_dataset_is_refused_naming_the_way_out(tmp_path):
         data.load_source(config)
 
 
+@pytest.mark.slow
 def test_the_trainer_finishes_the_views_on_the_devices(digits_source):
     from contrastive_jax.parallel import make_mesh
     from contrastive_jax.train.inputs import DevicePrefetch

@@ -31,6 +31,7 @@ def test_smooth_labels_closed_form():
 
 
 @pytest.mark.parametrize("seed", range(8))
+@pytest.mark.slow
 def test_targets_rows_sum_to_one_and_mirror(seed):
     images, labels = _batch()
     key = jax.random.key(seed)
@@ -109,6 +110,7 @@ def test_switch_frequency_and_single_method():
     )
 
 
+@pytest.mark.slow
 def test_deterministic_and_jittable():
     images, labels = _batch()
     fn = jax.jit(mixing.mix_batch, static_argnames="num_classes")
@@ -120,6 +122,7 @@ def test_deterministic_and_jittable():
     assert not np.allclose(a[1], c[1])
 
 
+@pytest.mark.slow
 def test_per_device_shards_under_shard_map():
     devices = jax.devices()
     if len(devices) < 8:

@@ -34,6 +34,7 @@ def first_batches(digits_source):
     return _take(iterator, 5)
 
 
+@pytest.mark.slow
 def test_pretrain_batch_format(first_batches, digits_source):
     batch = first_batches[0]
     assert set(batch) == {"views", "label", "index", "metadata", "step"}
@@ -90,6 +91,7 @@ def test_start_at_step_matches_uninterrupted_run(first_batches, digits_source):
     _assert_batches_equal(first_batches[3:5], _take(resumed, 2))
 
 
+@pytest.mark.slow
 def test_resume_across_epoch_boundary(digits_source):
     config = digits_config(global_batch_size=256)  # 5 steps per epoch
     full = _take(data.make_pretrain_iterator(config, seed=2, source=digits_source), 7)
@@ -240,6 +242,7 @@ def test_image_folder_pipeline(image_folder):
     assert evaluation[0]["image"].shape == (3, 8, 8, 3)
 
 
+@pytest.mark.slow
 def test_phantoms_pipeline_carries_metadata():
     config = digits_config(dataset="phantoms", global_batch_size=8)
     iterator = data.make_pretrain_iterator(config, seed=0)
@@ -251,6 +254,7 @@ def test_phantoms_pipeline_carries_metadata():
     assert iterator.source.metadata_names == ("age", "sex")
 
 
+@pytest.mark.slow
 def test_real_cifar10_pipeline():
     """Two-view batches from the shared CIFAR-10 folder (reads 8 real images)."""
     if not os.path.isdir(SHARED_CIFAR10):

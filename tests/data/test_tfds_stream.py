@@ -85,6 +85,7 @@ def test_eval_default_crop_fraction_for_variable_size(loaded, data_dirs):
 
 
 @pytest.mark.parametrize("fmt", [AR])
+@pytest.mark.slow
 def test_pretrain_batches_resume_exactly_and_split_over_processes(loaded, data_dirs, fmt):
     config = _config(data_dirs[fmt])
     source = loaded[fmt]
@@ -116,6 +117,7 @@ def test_pretrain_batches_resume_exactly_and_split_over_processes(loaded, data_d
 # --------------------------------------------------------------------------- memory or stream
 
 
+@pytest.mark.slow
 def test_small_fixed_size_dataset_is_loaded_into_memory_unless_told(tmp_path):
     import tensorflow_datasets as tfds
 

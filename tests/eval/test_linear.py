@@ -61,6 +61,7 @@ def reference_sgd(x, y, k, *, epochs, batch_size, base_lr, warmup_from, warmup_e
 
 
 @pytest.mark.parametrize(("warmup_steps", "total_steps"), [(10, 100), (0, 7), (3, 4)])
+@pytest.mark.slow
 def test_schedule_matches_optax(warmup_steps, total_steps):
     steps = np.arange(total_steps + 2)
     expected = optax.warmup_cosine_decay_schedule(0.05, 5.0, warmup_steps, total_steps, 0.01)
@@ -72,6 +73,7 @@ def test_schedule_matches_optax(warmup_steps, total_steps):
 @pytest.mark.parametrize(
     ("batch_size", "weight_decay", "nesterov"), [(4, 0.0, False), (10, 0.0, False), (4, 0.1, True)]
 )
+@pytest.mark.slow
 def test_matches_numpy_sgd_reference(batch_size, weight_decay, nesterov):
     # 10 rows in batches of 4 -> a masked partial batch of 2 each epoch.
     x, y = gaussian_problem(10, 3, 3, seed=1, sep=1.0)
@@ -86,6 +88,7 @@ def test_matches_numpy_sgd_reference(batch_size, weight_decay, nesterov):
 
 
 @pytest.mark.parametrize("feature_norm", ["standardize", "l2"])
+@pytest.mark.slow
 def test_separable_gaussians_default_protocol(feature_norm):
     x, y = gaussian_problem(3000, 32, 5, seed=0)
     train, test = slice(0, 2000), slice(2000, None)

@@ -43,6 +43,7 @@ def test_confusion_matrix_rejects_out_of_range():
         confusion_matrix(np.array([0, 3]), np.array([0, 1]), 3)
 
 
+@pytest.mark.slow
 def test_plots_write_pngs(tmp_path):
     z1, labels = embeddings(1)
     z2, _ = embeddings(2)

@@ -233,6 +233,7 @@ def _check_losses(out: Path, names: tuple[str, ...], precisions=("float32",)) ->
         assert r["process_peak_bytes"] is None  # the CPU keeps no memory statistics
 
 
+@pytest.mark.slow
 def test_smoke_rows_are_written_as_json_lines(smoke):
     result, stdout, out = smoke
     rows = _rows(out)
@@ -323,6 +324,7 @@ def test_runs_without_tensorflow_and_ml_collections(smoke, library_without_tenso
         assert "status" not in result[part], result[part]
 
 
+@pytest.mark.slow
 def test_rows_survive_a_killed_run(tmp_path):
     """Stopped by a kill mid-run (as ``timeout`` stops it), the run leaves every row it had
     measured: the losses part's first rows are in the file before the part ends."""

@@ -37,6 +37,7 @@ print(json.dumps({"main": sorted(os.sched_getaffinity(0)), "started": started["c
 
 
 @pytest.mark.skipif(len(CORES) < 2, reason="needs 2 cores: 1 for the device, 1 for the host")
+@pytest.mark.slow
 def test_device_cores_split_the_client_from_the_host():
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
     proc = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=ROOT,

@@ -16,6 +16,7 @@ def bench():
     return load_script("losses", EXPERIMENTS / "bench")
 
 
+@pytest.mark.slow
 def test_quick_mode_prints_every_case_with_a_time_and_a_ratio(bench, capsys):
     bench.main(["--quick", "--no-memory"])
     out = capsys.readouterr().out
@@ -39,6 +40,7 @@ def test_paired_ratio_is_the_median_of_per_round_ratios(bench):
     assert bench.paired_ratio([2.0, 3.0, 8.0], [1.0, 3.0, 2.0]) == "2.00 [1.50-3.00]"
 
 
+@pytest.mark.slow
 def test_peak_memory_subprocess(bench, monkeypatch):
     assert re.fullmatch(r"\d+ MiB", bench.peak_memory("supcon:block", 64))
     monkeypatch.setattr(bench, "_available_bytes", lambda: 1024)

@@ -13,6 +13,7 @@ from experiments.reproduce import projnce_synthetic
 COMMITTED = Path(__file__).resolve().parents[2] / "experiments" / "results" / "projnce"
 
 
+@pytest.mark.slow
 def test_aggregate_only_rewrites_the_committed_table_and_summary(tmp_path):
     shutil.copytree(COMMITTED / "runs", tmp_path / "runs")
     projnce_synthetic.main(["--aggregate_only", "--out", str(tmp_path)])
@@ -22,6 +23,7 @@ def test_aggregate_only_rewrites_the_committed_table_and_summary(tmp_path):
     assert (tmp_path / "mi_gmm.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_aggregate_only_leaves_a_missing_run_out_and_trains_nothing(tmp_path):
     shutil.copytree(COMMITTED / "runs" / "gmm" / "ce", tmp_path / "runs" / "gmm" / "ce")
     (tmp_path / "runs" / "gmm" / "ce" / "seed2.json").unlink()

@@ -35,6 +35,7 @@ SPECS = [f"{claim},{method},{opt}" for claim, methods in configs.METHODS.items()
 
 
 @pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.slow
 def test_every_config_builds_the_proxy_network(spec):
     claim, method, optimizer = spec.split(",")
     config = configs.get_config(spec)

@@ -77,6 +77,7 @@ def test_projnce_datasets_are_vectors_fixed_by_the_data_seed(setting):
 
 
 @pytest.mark.parametrize("method", list(pn_configs.METHODS))
+@pytest.mark.slow
 def test_every_projnce_config_builds_the_papers_mlp(method):
     config = pn_configs.get_config(f"gmm,{method}")
     (term,) = objective.parse_terms(config.loss)
@@ -92,6 +93,7 @@ def test_every_projnce_config_builds_the_papers_mlp(method):
         pn_configs.get_config(f"ring,{method}")
 
 
+@pytest.mark.slow
 def test_bound_of_nce_type_adds_r_equal_one_and_supcon_uses_projnce():
     z = jax.random.normal(jax.random.key(0), (16, 2))
     c = jnp.arange(16) % 2
@@ -103,6 +105,7 @@ def test_bound_of_nce_type_adds_r_equal_one_and_supcon_uses_projnce():
     assert projnce_synthetic.bound_loss("ce") is None
 
 
+@pytest.mark.slow
 def test_mi_probe_measures_normalised_embeddings_of_the_test_split():
     from contrastive_jax.embed import Embedded
     from contrastive_jax.metrics import mixed_ksg
@@ -178,6 +181,7 @@ def test_toy_validation_loss_is_the_trained_objective_over_full_batches():
     assert toy.validation_loss(config)(logits, labels) == pytest.approx(want, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_toy_hard_infonce_with_prior_is_the_papers_count_form():
     """Eq. 5 with in-batch label negatives: ``logsumexp_k (S[a, k] + log n_k) - S[a, k_a]``,
     S = L - log eta, n_k the batch count of class k (the former script's O(B K) form)."""
@@ -300,6 +304,7 @@ def test_toy_run_interrupted_past_the_patience_resumes_to_the_same_result(tmp_pa
     assert resumed["kl"] == pytest.approx(whole["kl"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_toy_run_with_a_gap_in_its_checkpoints_names_the_directory(tmp_path):
     from experiments.reproduce import _common as common
 

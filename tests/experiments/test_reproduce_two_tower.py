@@ -70,6 +70,7 @@ def test_summary_reports_the_paired_difference_per_seed():
     assert diff["t_interval"][0] > 0 and "paired - shuffled" in table
 
 
+@pytest.mark.slow
 def test_benchmark_cases_agree_at_a_small_size():
     """Every single-device case of the benchmark computes the same loss and gradients."""
     bench = load_script("two_tower", EXPERIMENTS / "bench")

@@ -31,6 +31,7 @@ from experiments.reproduce import mio
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_delta_sigma_makes_y_aware_equal_supcon_minus_log_n():
     """The digits grid's SupCon run stands for y-Aware with a delta kernel (the paper's Eq. 1)."""
     rng = np.random.default_rng(0)
@@ -42,6 +43,7 @@ def test_delta_sigma_makes_y_aware_equal_supcon_minus_log_n():
     np.testing.assert_allclose(y_aware, supcon - math.log(11), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sex_scale_gives_product_kernel():
     """Metadata (age, SEX_SCALE * sex): a subject of the other sex weighs as one 1000 years away."""
     z = jnp.asarray(np.random.default_rng(1).normal(size=(6, 4)), jnp.float32)
@@ -59,6 +61,7 @@ def test_sex_scale_gives_product_kernel():
 @pytest.mark.parametrize(
     "spec", [f"{t},{m}" for t, ms in cu_configs.METHODS.items() for m in ms]
 )
+@pytest.mark.matrix
 def test_every_conditional_uniformity_config_builds(spec):
     config = cu_configs.get_config(spec)
     terms = objective.parse_terms(config.loss)

@@ -40,6 +40,7 @@ def _batch(seed: int = 3):
 
 
 @pytest.mark.parametrize(("alpha", "t"), [(2.0, 2.0), (1.3, 3.0)])
+@pytest.mark.slow
 def test_streamed_matches_dense_value_and_gradient(alpha, t):
     """Blocks of 1 and 5 rows (dividing neither N nor N / 2) = dense, also d/d alpha, d/dt."""
     z, ids, valid = _batch()
@@ -84,6 +85,7 @@ def test_too_few_rows_give_zero():
 
 
 @pytest.mark.parametrize("block_size", [None, 3], ids=["dense", "streamed"])
+@pytest.mark.slow
 def test_multidevice_matches_single_device(block_size):
     """shard_map (gradient outside and inside, with and without varying-axis checks) and
     pmap on 8 devices, 4 rows (2 examples) each, uneven valid counts."""
@@ -94,6 +96,7 @@ def test_multidevice_matches_single_device(block_size):
 
 
 @pytest.mark.parametrize("block_size", [None, 3], ids=["dense", "streamed"])
+@pytest.mark.slow
 def test_explicit_mesh_jit_matches_single_device(block_size):
     z, ids, valid = _batch(seed=6)
     ref = run_style("single", losses.align_uniform, z, ids, valid, block_size=block_size)
@@ -107,6 +110,7 @@ def _temp_bytes(fn, *args) -> int:
     return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow
 def test_streams_automatically_above_the_threshold(monkeypatch):
     """At N = 2048 the default (``block_size=None``) value and gradient hold about what
     SupCon's do (one [block, N] slab at a time; its parts run one after another), the

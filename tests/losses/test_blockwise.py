@@ -91,6 +91,7 @@ CLASS_LOSSES = ("projnce", "soft_supcon", "soft_nce", "med_supcon", "med_nce")
 
 
 @pytest.mark.parametrize("name", only_in_make_test(STREAMED, STREAMED_FAST))
+@pytest.mark.slow
 def test_streamed_matches_dense_value_and_gradient(name):
     """Blocks of 1 and 5 (not dividing N) rows = dense, also d/dtau."""
     z, second, valid = _labelled_batch(name)
@@ -111,6 +112,7 @@ def test_streamed_matches_dense_value_and_gradient(name):
     np.testing.assert_allclose(jax.jit(f, static_argnums=2)(z, 0.2, 5), dense_value, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_soft_target_infonce_streamed_matches_dense():
     """Gradients into logits, targets, temperature and the class prior."""
     rng = np.random.default_rng(5)
@@ -136,6 +138,7 @@ def test_soft_target_infonce_streamed_matches_dense():
 
 @pytest.mark.parametrize("name", only_in_make_test(
     [name for name in STREAMED if name != "nt_xent"], MULTIDEVICE_FAST))
+@pytest.mark.slow
 def test_streamed_multidevice_matches_single_device(name):
     """Local anchors streamed against the gathered batch on 8 devices = one device."""
     z, second, _ = _labelled_batch(name, seed=22)
@@ -150,6 +153,7 @@ def test_streamed_multidevice_matches_single_device(name):
 
 
 @pytest.mark.parametrize("name", ["projnce", "soft_supcon-cosine", "med_supcon", "med_nce"])
+@pytest.mark.slow
 def test_num_classes_gives_the_same_value_and_gradient(name):
     """Labels as class slots (``num_classes``) = distinct-label indices, dense and streamed."""
     z, labels, valid = _labelled_batch(name)
@@ -177,6 +181,7 @@ def test_num_classes_is_checked():
 
 
 @pytest.mark.parametrize("distance", ["l1", "l2", "cosine"])
+@pytest.mark.slow
 def test_blockwise_nadaraya_watson_matches_dense_soft_labels(distance):
     """The projection over row blocks (custom VJP) = Eq. (18) from the dense [m, m]
     soft labels of Eq. (17), in value and in the gradient into rows and bandwidth,
@@ -211,6 +216,7 @@ def test_blockwise_nadaraya_watson_matches_dense_soft_labels(distance):
 
 @pytest.mark.parametrize("class_sums", ["onehot", "segment"])
 @pytest.mark.parametrize("name", ["soft_supcon", "soft_nce"])
+@pytest.mark.slow
 def test_fused_cosine_path_matches_dense(name, class_sums, monkeypatch):
     """With the cosine kernel the streamed losses take the kernel and the logits from the
     same Gram blocks (``nw_gram``): value and gradients into the rows, the temperature and
@@ -284,6 +290,7 @@ def _nw_float32_error_bound(monkeypatch, objective, x, h, weights, distance):
 
 
 @pytest.mark.parametrize("distance", only_in_make_test(["l1", "l2"], ("l2",)))
+@pytest.mark.slow
 def test_nadaraya_watson_lone_blocks_match_dense(distance, monkeypatch):
     """Row blocks whose rows have no kernel neighbour but themselves skip the distances in
     the backward pass (one-hot soft labels): same value and gradients as the dense
@@ -343,6 +350,7 @@ CLASS_SLOT_CASES = ["projnce", "soft_supcon-l1", "soft_nce-cosine", "med_supcon"
 
 
 @pytest.mark.parametrize("name", CLASS_SLOT_CASES)
+@pytest.mark.slow
 def test_class_slot_branches_match_dense(name, monkeypatch):
     """Without ``num_classes`` the streamed losses pick, at run time, the smallest
     compiled number of class slots that holds the batch's distinct labels: with slot
@@ -369,6 +377,7 @@ def test_class_slot_branches_match_dense(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", only_in_make_test(CLASS_SLOT_CASES, ["projnce", "soft_supcon-l1"]))
+@pytest.mark.slow
 def test_class_slot_branches_multidevice_matches_single_device(name, monkeypatch):
     """The branch is chosen from the gathered labels: 8 devices = one device."""
     monkeypatch.setattr(streamed, "CLASS_SLOTS_MIN", 2)
@@ -382,6 +391,7 @@ def test_class_slot_branches_multidevice_matches_single_device(name, monkeypatch
         **HPARAMS.get(name, {}),
     )
 
+@pytest.mark.slow
 def test_soft_target_infonce_multidevice_matches_single_device():
     rng = np.random.default_rng(8)
     logits = rng.normal(size=(16, 5)).astype(np.float32)
@@ -392,6 +402,7 @@ def test_soft_target_infonce_multidevice_matches_single_device():
 
 
 @pytest.mark.parametrize("name", ["supcon", "sincere"])
+@pytest.mark.slow
 def test_edge_cases_are_finite(name):
     """One class, all singletons, a tiny temperature, nothing valid."""
     fn = losses.get(name)
@@ -429,6 +440,7 @@ def _temp_bytes(fn, *args) -> int:
     ["supcon", "sincere", "y_aware_infonce", "projnce", "soft_supcon-cosine", "med_nce",
      "global_uniformity", "conditional_uniformity", "mio"],
 )
+@pytest.mark.slow
 def test_streamed_gradient_does_not_hold_the_n_by_n_matrix(name, monkeypatch):
     """Compiled temporaries of value_and_grad: dense holds several N² arrays, the
     streamed form stays well under one."""
@@ -454,6 +466,7 @@ def test_streamed_gradient_does_not_hold_the_n_by_n_matrix(name, monkeypatch):
     assert _temp_bytes(grad(block), z) < one_matrix // 4
 
 
+@pytest.mark.slow
 def test_soft_l1_projection_does_not_hold_n_by_n_by_d():
     """SoftNCE with the l1 distance: the Nadaraya–Watson pass keeps one [block, D, m]
     slab of coordinate differences, far below the [N, N, D] array (here 1 GiB)."""

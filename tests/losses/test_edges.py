@@ -84,6 +84,7 @@ def _assert_matches_zero_padding(value, grad, ref_value, ref_grad, valid, exact:
     [(name, block) for name in losses.names() for block in _layouts(name)],
     ids=lambda v: v if isinstance(v, str) else ("dense" if v is None else "streamed"),
 )
+@pytest.mark.slow
 def test_garbage_padding_equals_zero_padding_on_one_device(name, block_size):
     """Every loss: NaN and inf padding give the zero-padded value and gradient, bit for bit."""
     valid = case(name)[3]
@@ -110,6 +111,7 @@ def _sharded_params():
 
 
 @pytest.mark.parametrize(("name", "block_size", "style"), list(_sharded_params()))
+@pytest.mark.slow
 def test_garbage_padding_equals_zero_padding_sharded(name, block_size, style):
     """Inside ``shard_map`` with ``axis_name`` and under ``jit`` on an Explicit mesh."""
     loss_fn, first, second, valid = case(name)
@@ -148,6 +150,7 @@ def test_replicated_rows_under_axis_name_raise(name):
             _replicated_call(name, position)
 
 
+@pytest.mark.slow
 def test_replicated_rows_without_varying_types_are_not_checked():
     """Under ``shard_map(check_vma=False)`` (and ``pmap``) no array carries a varying-axis
     type: the replicated rows run, 8 stacked copies, as documented."""
@@ -175,6 +178,7 @@ def _with_temperature(name: str):
 
 
 @pytest.mark.parametrize("name", WITH_TEMPERATURE)
+@pytest.mark.slow
 def test_traced_bad_temperature_gives_nan(name):
     """tau <= 0, inf or NaN passed to ``jit``: the loss and the real rows' gradient are NaN
     (never a finite wrong value, never inf); a good traced tau is the concrete one's loss."""
@@ -190,6 +194,7 @@ def test_traced_bad_temperature_gives_nan(name):
 
 
 @pytest.mark.parametrize("name", WITH_TEMPERATURE)
+@pytest.mark.matrix
 def test_checkify_reports_a_bad_traced_temperature(name):
     f, first, _ = _with_temperature(name)
     checked = checkify.checkify(jax.jit(f), errors=checkify.user_checks)

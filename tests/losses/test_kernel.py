@@ -134,6 +134,7 @@ def test_matches_literal_numpy_reference(name, p, padded, tau, sigma, seed):
     np.testing.assert_allclose(value, reference(name, z, y, tau, sigma, valid), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_conditional_uniformity_equals_paper_one_over_n_squared_form():
     """On a full batch sum Q = M², so the estimator is log (1/M²) sum_ij Q_ij e^{S_ij}."""
     z, y = two_view_batch(2, b=5)
@@ -153,6 +154,7 @@ def test_conditional_uniformity_equals_paper_one_over_n_squared_form():
 
 @pytest.mark.parametrize("sigma", [1.0, 5.0, 50.0])
 @pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.slow
 def test_y_aware_equals_conditional_alignment_plus_global_uniformity(sigma, padded):
     z, y = two_view_batch(3, b=7, p=2)
     valid = jnp.asarray(np.arange(len(z)) % 5 != 2) if padded else None
@@ -175,6 +177,7 @@ def test_y_aware_equals_conditional_alignment_plus_global_uniformity(sigma, padd
 
 
 @pytest.mark.parametrize("sigma", [0.1, 1e-3, 1e-6])
+@pytest.mark.slow
 def test_sigma_to_zero_with_distinct_metadata_is_nt_xent(sigma):
     """Distinct integer ages per image (views share them): L + log(M - 1) = NT-Xent."""
     b = 6
@@ -190,6 +193,7 @@ def test_sigma_to_zero_with_distinct_metadata_is_nt_xent(sigma):
 
 
 @pytest.mark.parametrize("sigma", [1e-3, 1e-6])
+@pytest.mark.slow
 def test_sigma_to_zero_with_tied_metadata_is_supcon_over_tie_groups(sigma):
     rng = np.random.default_rng(5)
     ages = rng.choice([30, 40, 50, 60], size=7)
@@ -304,6 +308,7 @@ def test_conditional_uniformity_weight_properties(sigma):
 
 
 @pytest.mark.parametrize("sigma", [1e-3, 5.0, 1e3])
+@pytest.mark.slow
 def test_conditional_uniformity_gradient_is_finite(sigma):
     z, y = two_view_batch(14)
     value, grad = jax.value_and_grad(
@@ -361,6 +366,7 @@ def _monte_carlo(fn, n, num_batches, seed, s):
     return np.asarray(jax.jit(lambda ys: jax.lax.map(one, ys))(y))
 
 
+@pytest.mark.slow
 def test_lemma1_asymptotics():
     s, sigma, tau = 1.0, 0.5, 0.5
     a = sigma**2 / (s**2 + sigma**2)
@@ -398,6 +404,7 @@ def test_lemma1_asymptotics():
     ("global_uniformity", 1),
     ("conditional_uniformity", 2),
 ])
+@pytest.mark.slow
 def test_multidevice_matches_single_device(name, p):
     rng = np.random.default_rng(19)
     b = 16

@@ -164,6 +164,7 @@ def _basis(rows, dim):
         ("everything orthogonal", _basis(np.arange(8), 8), 1.386294),
     ],
 )
+@pytest.mark.matrix
 def test_reference_values_at_tau_one_half(name, z, expected):
     ids = jnp.array([0, 1, 2, 3, 0, 1, 2, 3])
     np.testing.assert_allclose(mio(jnp.asarray(z), ids), expected, rtol=1e-6, err_msg=name)
@@ -226,6 +227,7 @@ def _through_normalisation(z, grad_unit):
 
 
 @pytest.mark.parametrize("tau", [1.0, 0.5])
+@pytest.mark.slow
 def test_g3_embedding_gradient(tau):
     b = 5
     z, ids = two_view_batch(6, b=b, d=4)
@@ -292,6 +294,7 @@ def test_l2_term_is_zero_when_views_coincide():
     np.testing.assert_allclose(mio(z, ids, l2_weight=1.0), mio(z, ids), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_l2_term_gradient():
     """∂R/∂ẑ¹_b = 2(ẑ¹_b - ẑ²_b)/(B·D); inputs are unit rows so ∂R/∂z = (I - ẑẑᵀ)∂R/∂ẑ."""
     b, d = 6, 5
@@ -326,6 +329,7 @@ def test_invariances():
 
 
 @pytest.mark.parametrize("l2_weight", [0.0, 1.0])
+@pytest.mark.slow
 def test_multidevice_matches_single_device(l2_weight):
     rng = np.random.default_rng(14)
     labels = np.concatenate([np.repeat(np.arange(13), 2), [13, 13, 13], [14, 15, 15]])

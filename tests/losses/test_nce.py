@@ -83,6 +83,7 @@ GOLDEN_Z = np.stack([np.cos(GOLDEN_THETA), np.sin(GOLDEN_THETA)], 1)
         (sincere, 0.1, 8.730709068055809),
     ],
 )
+@pytest.mark.slow
 def test_golden_values_with_an_anchor_without_positive(fn, tau, expected):
     labels = jnp.array([0, 0, 0, 1, 1, 2])
     value = fn(jnp.asarray(GOLDEN_Z, jnp.float32), labels, temperature=tau)
@@ -103,6 +104,7 @@ def test_golden_values_every_label_twice(fn, tau, expected):
 @pytest.mark.parametrize("kind", ["supcon", "sincere"])
 @pytest.mark.parametrize("tau", [0.05, 0.1, 0.5, 1.0])
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.slow
 def test_matches_literal_numpy_reference(kind, tau, seed):
     z, labels = random_batch(seed, n=12, classes=4)
     valid = np.random.default_rng(seed + 100).random(12) > 0.2
@@ -139,6 +141,7 @@ def test_one_positive_per_anchor_makes_all_three_equal():
 
 
 @pytest.mark.parametrize("seed", range(5))
+@pytest.mark.slow
 def test_sincere_never_exceeds_supcon_per_anchor(seed):
     z, labels = random_batch(seed, n=14, classes=3)
     sup = reference_per_anchor(z, labels, 0.1, "supcon")
@@ -153,6 +156,7 @@ def test_sincere_never_exceeds_supcon_per_anchor(seed):
             assert sup_jax[t] >= np.log(pos[t].sum()) - 1e-5
 
 
+@pytest.mark.slow
 def test_all_logits_equal_reference_values():
     """ℓ^SupCon = log(n − 1), ℓ^SINCERE = log(1 + |N_t|) when all S are equal."""
     n = 9
@@ -175,6 +179,7 @@ def _logits_and_masks(z, labels, tau):
     return logits, same & ~eye, ~same, ~eye
 
 
+@pytest.mark.slow
 def test_gradient_wrt_anchor_matches_eq13_and_eq14():
     """jax.grad of ℓ_t w.r.t. z_t (others fixed, raw dot products) = Eqs. (13)/(14)."""
     rng = np.random.default_rng(7)
@@ -209,6 +214,7 @@ def test_gradient_wrt_anchor_matches_eq13_and_eq14():
     np.testing.assert_allclose(jax.grad(per_anchor)(zt, "supcon"), eq14, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_supcon_row_without_candidates_has_zero_gradient():
     """A row whose candidate mask is empty gets finite values and exactly zero gradient."""
     logits = jnp.asarray(np.random.default_rng(5).normal(size=(3, 4)), jnp.float32)
@@ -222,6 +228,7 @@ def test_supcon_row_without_candidates_has_zero_gradient():
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.slow
 def test_coefficient_signs_on_positives_and_negatives(seed):
     """SINCERE: ∂ℓ_t/∂S_tp ∈ [−1/|P_t|, 0]; both losses: ∂ℓ_t/∂S_tn ≥ 0; rows sum to 0."""
     z, labels = random_batch(seed, n=12, classes=3)
@@ -240,6 +247,7 @@ def test_coefficient_signs_on_positives_and_negatives(seed):
             assert np.all(gp <= 1e-7) and np.all(gp >= bound - 1e-6)
 
 
+@pytest.mark.slow
 def test_supcon_repels_a_near_duplicate_positive_worked_example():
     """Hand-computed (SINCERE Sec. 3.3 gradients): SupCon's scalar on z_1 is +0.4999092, SINCERE's
     −9.0792e-05."""
@@ -258,6 +266,7 @@ def test_supcon_repels_a_near_duplicate_positive_worked_example():
     np.testing.assert_allclose(sincere_per_anchor(logits, pos, neg)[0], 5.3466303, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_supcon_positive_coefficient_never_positive_with_one_positive():
     z, _ = random_batch(11, n=10)
     labels = np.repeat(np.arange(5), 2)
@@ -318,6 +327,7 @@ def test_invariant_to_permutation_relabelling_and_rotation(name):
 # --------------------------------------------------------------- T10 edge cases
 
 
+@pytest.mark.slow
 def test_anchors_without_positive_are_excluded_from_the_mean():
     z, _ = random_batch(8, n=7)
     labels = np.array([0, 0, 1, 1, 1, 2, 3])  # anchors 5 and 6 have no positive
@@ -328,6 +338,7 @@ def test_anchors_without_positive_are_excluded_from_the_mean():
         np.testing.assert_allclose(value, np.mean(per[:5]), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_single_class_batch():
     z, _ = random_batch(9, n=8)
     labels = jnp.zeros(8, jnp.int32)
@@ -342,6 +353,7 @@ def test_single_class_batch():
     "case", ["collapsed", "orthogonal", "zero_row", "tiny_temperature", "distinct", "singleton",
              "duplicated", "two_rows", "bfloat16"]
 )
+@pytest.mark.matrix
 def test_finite_value_and_gradient(name, case):
     fn = LOSSES[name]
     z, labels = random_batch(10, n=8, d=8)
@@ -381,6 +393,7 @@ def test_all_invalid_returns_zero_with_zero_gradient(name):
     assert np.all(grad == 0.0)
 
 
+@pytest.mark.slow
 def test_padded_rows_are_neither_anchors_nor_candidates():
     z, labels = random_batch(13, n=10)
     valid = np.array([1, 1, 1, 0, 1, 1, 0, 1, 1, 1], bool)
@@ -408,6 +421,7 @@ def test_jit_with_traced_temperature():
 
 
 @pytest.mark.parametrize("name", ["supcon", "sincere", "nt_xent"])
+@pytest.mark.slow
 def test_multidevice_matches_single_device(name):
     rng = np.random.default_rng(21)
     n = 32
@@ -421,6 +435,7 @@ def test_multidevice_matches_single_device(name):
     assert_multidevice_matches(LOSSES[name], z, labels, valid=valid, temperature=0.1)
 
 
+@pytest.mark.slow
 def test_local_self_mask_would_be_wrong():
     """Negative control: self-masking at local indices changes the loss."""
     from jax.sharding import PartitionSpec as P

@@ -128,6 +128,7 @@ BOUNDS = {"float32": (1e-6, 5e-6), "bf16": (4e-4, 5e-2)}
 
 @pytest.mark.parametrize("precision", sorted(BOUNDS))
 @pytest.mark.parametrize("name", LOSSES)
+@pytest.mark.slow
 def test_error_against_float64(name, precision):
     """Streamed (N = 1536 > BLOCKWISE_THRESHOLD) value and gradient at each CPU precision
     within its bound; bfloat16 is also measurably less accurate than float32 (the option

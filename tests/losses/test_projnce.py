@@ -222,6 +222,7 @@ def _sharded_batch(seed=0, n=32):
 
 @pytest.mark.parametrize(("name", "hp"), CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("temperature", [0.07, 0.5])
+@pytest.mark.matrix
 def test_matches_numpy_reference(name, hp, temperature):
     z, labels, valid = _small_batch()
     value, _ = _run(name, hp, z, labels, valid, temperature)
@@ -498,6 +499,7 @@ def test_t9c_large_bandwidth_gives_class_frequencies_and_batch_mean(distance):
 
 @pytest.mark.parametrize("name", ["soft_supcon", "soft_nce"])
 @pytest.mark.parametrize("distance", ["l1", "l2", "cosine"])
+@pytest.mark.matrix
 def test_t9d_no_nan_with_duplicated_embeddings(name, distance):
     """(d) Finite values and gradients with duplicated rows inside each other's kernel."""
     z, labels, _ = _small_batch(seed=11)
@@ -655,6 +657,7 @@ def _robustness_cases():
 
 @pytest.mark.parametrize(("name", "hp"), ROBUST_CONFIGS,
                          ids=[n + "-" + "-".join(map(str, h.values())) for n, h in ROBUST_CONFIGS])
+@pytest.mark.matrix
 def test_robust_inputs_give_finite_values_and_gradients(name, hp):
     for case, (z, labels, valid, tau, expected) in _robustness_cases().items():
         value, grad = _run(name, hp, z, labels, valid, tau)
@@ -792,6 +795,7 @@ def _per_shard_loss(embeddings, labels, valid, name):
 
 
 @pytest.mark.parametrize("name", list(_PER_SHARD_PROTOTYPES))
+@pytest.mark.slow
 def test_t13_negative_control_per_shard_statistics(name):
     """T13 negative control: an implementation with per-shard class statistics gives
     the per-shard reference value on 8 devices, which is far from the global value

@@ -98,6 +98,7 @@ def _assert_finite(name: str, x, second, temperature: float) -> None:
 @pytest.mark.parametrize("name", [n for n in LABEL_LOSSES if n not in R_TERM_LOSSES])
 @SETTINGS
 @given(x=embeddings(), y=labels, temperature=temperatures)
+@pytest.mark.slow
 def test_label_losses_finite(name, x, y, temperature):
     _assert_finite(name, x, jnp.asarray(y), temperature)
 
@@ -105,6 +106,7 @@ def test_label_losses_finite(name, x, y, temperature):
 @pytest.mark.parametrize("name", R_TERM_LOSSES)
 @SETTINGS
 @given(x=embeddings(), y=labels, temperature=r_term_temperatures)
+@pytest.mark.matrix
 def test_r_term_losses_finite(name, x, y, temperature):
     _assert_finite(name, x, jnp.asarray(y), temperature)
 

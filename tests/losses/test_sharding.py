@@ -62,6 +62,7 @@ def _params():
 
 
 @pytest.mark.parametrize(("name", "block_size", "style"), list(_params()))
+@pytest.mark.slow
 def test_every_style_equals_one_device(name, block_size, style):
     loss_fn, first, second, valid = case(name)
     ref_value, ref_grad = reference(name, block_size)
@@ -80,6 +81,7 @@ def test_every_registered_loss_is_in_the_matrix():
 
 @pytest.mark.parametrize("block_size", [None, STREAMED], ids=["dense", "streamed"])
 @pytest.mark.parametrize("style", STYLES)
+@pytest.mark.matrix
 def test_bfloat16_accumulates_in_float32(style, block_size):
     """bf16 rows give the float32 loss of the same (rounded) rows, to float32 accuracy:
     nothing is accumulated in bf16, whichever way the batch is sharded."""
@@ -110,6 +112,7 @@ def _vmap_cases():
 
 
 @pytest.mark.parametrize(("name", "block_size"), list(_vmap_cases()))
+@pytest.mark.slow
 def test_checkpoint_and_vmap_over_heads(name, block_size):
     """``jax.vmap`` over a leading axis of several heads, each loss under
     ``jax.checkpoint``, equals one call per head."""
@@ -128,6 +131,7 @@ def test_checkpoint_and_vmap_over_heads(name, block_size):
         np.testing.assert_allclose(grads[h], grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_vmap_over_heads_on_an_explicit_mesh():
     """Heads [H, N, D] with rows sharded over an Explicit axis: ``jax.vmap`` of the loss
     equals one call per head. (Heads sharded over a second axis too fail inside JAX
@@ -148,6 +152,7 @@ def test_vmap_over_heads_on_an_explicit_mesh():
         np.testing.assert_allclose(grads[h], grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_set_mesh_two_axes_and_a_sharded_feature_axis():
     """Under ``jax.set_mesh``, rows over two Explicit axes and the feature axis over a
     third: the loss gathers the features, shards over the rows' axes, and the gradient

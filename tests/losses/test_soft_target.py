@@ -196,6 +196,7 @@ GOLDEN_HARD = [0.9418036955, 1.2555579132, 0.9382177305, 0.4740304952]
 
 
 @pytest.mark.parametrize(("tau", "eta", "per_row", "mean"), GOLDEN_STI)
+@pytest.mark.slow
 def test_sti_golden_values(tau, eta, per_row, mean):
     np.testing.assert_allclose(ref_sti_per_row(GOLDEN_L, GOLDEN_T, tau, eta), per_row, rtol=1e-9)
     prior = None if eta is None else jnp.asarray(eta, jnp.float32)
@@ -329,6 +330,7 @@ def test_one_hot_targets_give_hard_infonce(tau, seed):
 
 
 @pytest.mark.parametrize("tau", [0.5, 1.0])
+@pytest.mark.slow
 def test_hard_infonce_is_cross_entropy_plus_log_m_with_balanced_batch(tau):
     """Each class m times and uniform eta -> l_InfoNCE = l_NLL(L/tau) + log m."""
     rng = np.random.default_rng(8)
@@ -389,6 +391,7 @@ def test_sti_is_non_negative(seed):
     assert value >= np.log(2) - 1e-6
 
 
+@pytest.mark.slow
 def test_degenerate_batches_give_log_batch_size():
     """Identical target rows, or zero logits with uniform eta -> log B; B = 1 -> 0."""
     logits, targets = soft_batch(12, n=9)
@@ -480,6 +483,7 @@ def test_gradients_of_embedding_model_match_paper_formulas():
     np.testing.assert_allclose(gy, -((t - c @ t).T @ z64) / (tau * n), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_gradient_of_cosine_scores_is_projected():
     """Eq. (25): with s = zhat . yhat (tau = 1), dl/dz = (I - zhat zhat^T)/|z| dl/dzhat."""
     rng = np.random.default_rng(17)
@@ -502,6 +506,7 @@ def test_gradient_of_cosine_scores_is_projected():
 
 
 @pytest.mark.parametrize("name", ["sti", "stce"])
+@pytest.mark.slow
 def test_check_grads_second_order(name):
     logits, targets = soft_batch(18, n=5, k=3)
     targets = jnp.asarray(targets)
@@ -525,6 +530,7 @@ def test_gradient_flows_into_targets():
 
 
 @pytest.mark.parametrize("tau", [0.25, 1.0])
+@pytest.mark.slow
 def test_stce_one_hot_equals_standard_cross_entropy(tau):
     rng = np.random.default_rng(20)
     logits = jnp.asarray(rng.normal(size=(9, 5)), jnp.float32)
@@ -618,6 +624,7 @@ def test_no_anchor_returns_zero_with_zero_gradient(name, case):
     "case", ["extreme_logits", "tiny_temperature", "equal_logits", "one_hot_duplicates",
              "bfloat16", "prior_with_zero"]
 )
+@pytest.mark.matrix
 def test_finite_value_and_gradient(name, case):
     logits, targets = soft_batch(25, n=8)
     tau = 1.0
@@ -694,6 +701,7 @@ def _multidevice_batch():
 
 
 @pytest.mark.parametrize("name", ["sti", "stce"])
+@pytest.mark.slow
 def test_multidevice_matches_single_device(name):
     logits, targets, valid = _multidevice_batch()
     kwargs = {"class_prior": jnp.asarray(random_prior(31, 5))} if name == "sti" else {}
@@ -702,6 +710,7 @@ def test_multidevice_matches_single_device(name):
     )
 
 
+@pytest.mark.slow
 def test_multidevice_target_gradient_matches_single_device():
     """Gradients w.r.t. the gathered targets return to their owners (gather transpose)."""
     logits, targets, valid = _multidevice_batch()

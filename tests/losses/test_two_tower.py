@@ -115,6 +115,7 @@ KINDS = ("clip", "siglip")
 
 @pytest.mark.parametrize(("kind", "block_size", "pad", "exchange"),
                          all_pairs(KINDS, [None, 3, 16], [0, 3], ["gather", "ring"]))
+@pytest.mark.matrix
 def test_value_and_gradients_match_the_float64_reference(kind, block_size, pad, exchange):
     a, b, valid = _data(16, pad=pad)
     got = _value_and_grads(kind, valid=jnp.asarray(valid), block_size=block_size,
@@ -133,6 +134,7 @@ def test_padding_is_the_loss_of_the_real_pairs(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow
 def test_streaming_is_chosen_above_the_threshold_and_equals_the_dense_form(kind, monkeypatch):
     a, b, _ = _data(40, d=4, seed=3)
     dense = _value_and_grads(kind)(a, b, TAU, BIAS)
@@ -252,6 +254,7 @@ MESHES = {
     ("kind", "block_size", "mesh_name", "grad_inside", "exchange"),
     all_pairs(KINDS, [None, 3], sorted(MESHES), [False, True], ["gather", "ring"]),
 )
+@pytest.mark.matrix
 def test_shard_map_equals_one_device(kind, block_size, mesh_name, grad_inside, exchange):
     shape, names, axis_name = MESHES[mesh_name]
     mesh = _mesh(shape, names)
@@ -281,6 +284,7 @@ def test_shard_map_equals_one_device(kind, block_size, mesh_name, grad_inside, e
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("exchange", ["gather", "ring"])
+@pytest.mark.matrix
 def test_pmap_equals_one_device(kind, exchange):
     a, b, valid = _data(32, pad=3, seed=2)
 
@@ -303,6 +307,7 @@ def test_pmap_equals_one_device(kind, exchange):
 
 @pytest.mark.parametrize(("kind", "block_size", "mesh_name", "exchange"),
                          all_pairs(KINDS, [None, 4], sorted(MESHES), ["gather", "ring"]))
+@pytest.mark.slow
 def test_jit_on_sharded_arrays_equals_one_device(kind, block_size, mesh_name, exchange):
     shape, names, _ = MESHES[mesh_name]
     mesh = _mesh(shape, names)
@@ -316,6 +321,7 @@ def test_jit_on_sharded_arrays_equals_one_device(kind, block_size, mesh_name, ex
 
 @pytest.mark.parametrize(("kind", "block_size", "mesh_name"),
                          all_pairs(KINDS, [None, 4], sorted(MESHES)))
+@pytest.mark.slow
 def test_jit_on_an_explicit_mesh_is_partitioned_and_equals_one_device(kind, block_size, mesh_name):
     """Rows sharded over Explicit axes: the loss runs per device (shard_map over those axes),
     its gradients keep the rows' sharding, and value and gradients are the reference's."""

@@ -23,6 +23,7 @@ def test_the_page_has_its_sections():
         assert any(needle in block for block in python_blocks(text)), needle
 
 
+@pytest.mark.slow
 def test_every_code_block_runs():
     pytest.importorskip("flax")
     pytest.importorskip("optax")

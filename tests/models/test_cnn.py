@@ -34,6 +34,7 @@ def _reference(cnn: SmallCNN, x: np.ndarray) -> np.ndarray:
     return x.mean(axis=(1, 2))
 
 
+@pytest.mark.slow
 def test_forward_matches_numpy_reference():
     cnn = SmallCNN((4, 6), (1, 2), rngs=nnx.Rngs(0))
     cnn.convs[0].bias.value = jnp.linspace(-0.1, 0.1, 4)
@@ -49,6 +50,7 @@ def test_parameter_count_and_width():
     assert count_params(cnn) == (9 * 3 * 32 + 32) + (9 * 32 * 64 + 64)
 
 
+@pytest.mark.slow
 def test_selected_by_config_with_its_own_fields():
     config = default_encoder_config()
     config.name = "small_cnn"

@@ -63,6 +63,7 @@ def test_hidden_width_defaults_to_input_width():
     assert head.hidden_linears[0].kernel.shape == (48, 96) and head.out.kernel.shape == (96, 8)
 
 
+@pytest.mark.slow
 def test_forward_shapes_and_final_bn():
     h = jax.random.normal(jax.random.key(0), (32, 16))
     simclr = MLPHead(16, 8, hidden_features=32, rngs=nnx.Rngs(0))

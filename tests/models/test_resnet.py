@@ -108,6 +108,7 @@ def test_stems(stem, kernel, strides, max_pool):
     assert ("reduce_window_max" in jaxpr) == max_pool
 
 
+@pytest.mark.slow
 def test_cifar_resnet18_forward_on_real_images(resnet18):
     if not CIFAR10.is_dir():
         pytest.skip(f"CIFAR-10 image folder not found at {CIFAR10}")
@@ -138,6 +139,7 @@ def batch_norms(model: nnx.Module) -> list[nnx.BatchNorm]:
     return [m for _, m in nnx.iter_modules(model) if isinstance(m, nnx.BatchNorm)]
 
 
+@pytest.mark.slow
 def test_batchnorm_train_updates_running_stats_eval_uses_them(resnet18):
     graphdef, state = resnet18
     x = jax.random.normal(jax.random.key(1), (8, 32, 32, 3))
@@ -181,6 +183,7 @@ def test_batchnorm_train_updates_running_stats_eval_uses_them(resnet18):
     assert not any(bn.use_running_average for bn in batch_norms(trained))
 
 
+@pytest.mark.slow
 def test_global_batchnorm_under_shard_map_matches_single_device(resnet18):
     """bn_axis_name="data": 8 devices x 2 images == one device on all 16 (outputs and
     running stats). bn_axis_name=None: each device normalises with its own 2 images."""
@@ -235,6 +238,7 @@ def test_same_seed_same_params_and_outputs(resnet18):
     np.testing.assert_array_equal(run(state, x)[0], run(nnx.state(again), x)[0])
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_float32_params(resnet18):
     graphdef, state = resnet18
     model = create_encoder(encoder_config(dtype="bfloat16"), rngs=rngs(0))
@@ -252,6 +256,7 @@ def test_bfloat16_compute_float32_params(resnet18):
     )
 
 
+@pytest.mark.slow
 def test_zero_init_residual(resnet18):
     """The last BN gamma of every residual branch starts at 0, so blocks start as identities."""
     model = ResNet(18, zero_init_residual=True, rngs=rngs(0))
@@ -300,6 +305,7 @@ def test_rejects_non_image_input():
         output_shape(model, (2, 32, 32))
 
 
+@pytest.mark.slow
 def test_batchnorm_variance_is_two_pass():
     """A channel whose mean is large against its spread: E[x^2] - E[x]^2 cancels in float32
     (about 2^-24 * 1000^2 = 0.06 of round-off against a variance of 1e-2); the two-pass

@@ -14,6 +14,7 @@ from contrastive_jax.models import MLPHead, NormalizedLinearHead, create_head
 from tests.models.test_heads import paths
 
 
+@pytest.mark.slow
 def test_simclr_v1_head_is_the_v1_codes():
     """model_util.py ``linear_layer(use_bias=False, use_bn=True)`` on the last layer: a Dense
     without bias, then ``batch_norm_relu(relu=False, center=False)``: gamma, no beta."""

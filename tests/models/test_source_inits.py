@@ -26,6 +26,7 @@ def _kernels(encoder: nnx.Module) -> list[np.ndarray]:
             if isinstance(v, nnx.Param) and path[-1] == "kernel"]
 
 
+@pytest.mark.slow
 def test_tf_fan_in_is_tfs_variance_scaling_initializer():
     """Every convolution's kernel [k, k, c_in, c_out]: variance 1 / (k k c_in) and no value
     beyond TF's bound 2 sqrt(1 / fan_in) / 0.8796."""
@@ -42,6 +43,7 @@ def test_tf_fan_in_is_tfs_variance_scaling_initializer():
             assert abs(w.mean()) < 0.05 * w.std()
 
 
+@pytest.mark.slow
 def test_he_fan_out_stays_the_default():
     encoder = models.create_encoder({"name": "resnet18", "width": 0.5}, rngs=nnx.Rngs(0))
     w = max(_kernels(encoder), key=lambda k: k.size)
@@ -88,6 +90,7 @@ def _tf_same_pads(n: int, k: int = 3, s: int = 2) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("side", [112, 7, 8])
+@pytest.mark.matrix
 def test_same_pool_padding_is_tfs(side):
     x = jax.random.normal(jax.random.key(0), (2, side, side + 1, 4))
     pads = ((0, 0), _tf_same_pads(side), _tf_same_pads(side + 1), (0, 0))
@@ -100,6 +103,7 @@ def test_same_pool_padding_is_tfs(side):
         assert not np.array_equal(stem_pool(x, "same"), symmetric)
 
 
+@pytest.mark.slow
 def test_the_resnet_stem_uses_its_pool_padding():
     x = jax.random.normal(jax.random.key(1), (2, 32, 32, 3))
     out = {}

@@ -48,6 +48,7 @@ def tiny_vit(seed: int = 0, **overrides) -> VisionTransformer:
         ("vit_s4", 21_665_664 - 16 * 16 * 3 * 384 + 4 * 4 * 3 * 384 - 132 * 384),
     ],
 )
+@pytest.mark.slow
 def test_parameter_counts_and_output_shape(name, expected):
     variant = VIT_VARIANTS[name]
     model = nnx.eval_shape(lambda: create_encoder(encoder_config(name=name), rngs=nnx.Rngs(0)))
@@ -67,6 +68,7 @@ def test_parameter_counts_and_output_shape(name, expected):
         assert n_with_head == 86_567_656
 
 
+@pytest.mark.slow
 def test_image_size_and_pool_options():
     config = encoder_config(name="vit_s4", image_size=64, pool="mean")
     model = nnx.eval_shape(lambda: create_encoder(config, rngs=nnx.Rngs(0)))
@@ -77,6 +79,7 @@ def test_image_size_and_pool_options():
 
 
 @pytest.mark.parametrize("pool", ["cls", "mean"])
+@pytest.mark.slow
 def test_pooling_follows_final_layernorm(pool):
     """With the final LayerNorm at its initial scale 1 and bias 0, every token, and so
     their mean, has zero mean over features; the class token also has unit variance."""
@@ -88,6 +91,7 @@ def test_pooling_follows_final_layernorm(pool):
         np.testing.assert_allclose(jnp.var(out, axis=-1), 1.0, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_dropout_and_stochastic_depth_in_train_mode_only():
     model = tiny_vit(**STOCHASTIC)
     assert [b.drop_path.rate for b in model.blocks] == [0.0, 0.2]
@@ -106,6 +110,7 @@ def test_dropout_and_stochastic_depth_in_train_mode_only():
     np.testing.assert_array_equal(first, second)
 
 
+@pytest.mark.slow
 def test_stochastic_depth_drops_whole_residual_branches():
     block = tiny_vit(drop_path_rate=0.9).blocks[1]
     assert block.drop_path.rate == 0.9
@@ -131,6 +136,7 @@ def test_same_seed_same_params_and_outputs():
     )  # same masks too
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_float32_params():
     model = tiny_vit(dtype=jnp.bfloat16)
     reference = tiny_vit()

@@ -84,6 +84,7 @@ def _config(overrides: dict):
 
 @pytest.mark.parametrize("overrides, field", LATE_CAUGHT + OTHERS,
                          ids=[",".join(o) for o, _ in LATE_CAUGHT + OTHERS])
+@pytest.mark.slow
 def test_a_bad_config_exits_with_usage_naming_the_field_and_writes_nothing(
         overrides, field, tmp_path, capsys):
     workdir = tmp_path / "run"
@@ -94,6 +95,7 @@ def test_a_bad_config_exits_with_usage_naming_the_field_and_writes_nothing(
     assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_a_renamed_or_misspelt_field_on_the_command_line_exits_with_usage(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     for override, message in [
@@ -111,6 +113,7 @@ def test_a_renamed_or_misspelt_field_on_the_command_line_exits_with_usage(tmp_pa
         assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_vit_takes_its_input_side_from_the_data():
     """``vit_ti4`` (32 px by default) on the 16-px quickstart: the side is derived, and the
     step traces on the data's images."""

@@ -172,6 +172,7 @@ def _random_state(seed: int) -> dict:
     return {"w": jnp.asarray(w), "step": jnp.asarray(seed, jnp.int32)}
 
 
+@pytest.mark.slow
 def test_state_checksum_sees_any_single_change_and_not_layout():
     x = jnp.asarray(np.random.default_rng(0).normal(size=(64, 48)), jnp.float32)
     base = state_checksum({"x": x})
@@ -303,6 +304,7 @@ def test_one_process_reads_checkpoints_back_in_a_background_thread(tmp_path, mon
     checkpointer.close()
 
 
+@pytest.mark.slow
 def test_tree_metadata_is_read_once_and_later_damage_still_found(tmp_path, monkeypatch):
     """Verification reuses the first checkpoint's tree metadata for the same state structure."""
     reads = []

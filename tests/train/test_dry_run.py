@@ -54,6 +54,7 @@ def test_memory_and_flops_scale_with_the_batch():
     assert "temporaries" in text and "TFLOP per step" in text and "images/s" in text
 
 
+@pytest.mark.slow
 def test_gradient_caching_reports_the_micro_batched_step():
     """The dry run compiles the trainer's step, micro-batches included: at 256 views per
     device the activations dominate, and caching them in micro-batches of 16 examples (32
@@ -96,6 +97,7 @@ def test_an_unknown_dataset_needs_its_image_size():
         dr.dry_run(config, num_devices=8)
 
 
+@pytest.mark.slow
 def test_the_dry_run_does_not_import_the_fit_search():
     """fit imports dry_run, never the other way round."""
     code = ("import sys, contrastive_jax.train.dry_run; "

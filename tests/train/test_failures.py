@@ -42,6 +42,7 @@ def stopped(tmp_path_factory) -> tuple[str, str]:
     return workdir, str(info.value)
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_stops_naming_step_and_terms(stopped):
     workdir, message = stopped
     assert f"at step {NAN_STEP}" in message
@@ -52,6 +53,7 @@ def test_nonfinite_loss_stops_naming_step_and_terms(stopped):
     assert all(np.isfinite(a).all() for a in runs.read_state(workdir, 2))
 
 
+@pytest.mark.slow
 def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
     config = runs.tiny_config(TOTAL)
@@ -73,6 +75,7 @@ def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
         ("optimizer.name", "sgd", "different structure"),
     ],
 )
+@pytest.mark.matrix
 def test_incompatible_config_on_resume_is_refused(stopped, tmp_path, field, value, match):
     workdir = str(tmp_path / "run")
     shutil.copytree(stopped[0], workdir)
@@ -113,6 +116,7 @@ def test_corrupt_image_in_image_folder_is_named(tmp_path):
         loop.train(config, str(tmp_path / "run"))
 
 
+@pytest.mark.slow
 def test_a_failing_close_does_not_hide_the_checkpoint_error(tmp_path, monkeypatch, caplog):
     """On a full disk the metric files fail too; the error raised must still be the checkpoint's."""
     import errno

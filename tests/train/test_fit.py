@@ -34,6 +34,7 @@ def small(batch: int = 32):
     return config
 
 
+@pytest.mark.slow
 def test_run_cli_ends_with_a_json_line(capsys):
     # The dry run without --fit. The backend runs before run_cli (so it keeps the session's 8
     # devices, of which it uses 4); in a fresh process run_cli would set the CPU device count
@@ -45,6 +46,7 @@ def test_run_cli_ends_with_a_json_line(capsys):
     assert last["devices"] == 4 and last["global_batch"] == 16
 
 
+@pytest.mark.slow
 def test_fit_finds_a_micro_batch_smaller_than_the_per_device_batch():
     """A 0.5 MB budget: the plain step does not fit, micro-batches of 2 do (bisection over
     the divisors 1, 2 of the 4 examples per device: three compiles)."""

@@ -56,6 +56,7 @@ def _small_resnet(micro_batch_size: int):
 
 
 @pytest.mark.parametrize("loop, tolerance", [("scan", 1e-4), ("unrolled", 1e-2)])
+@pytest.mark.slow
 def test_gradient_caching_counts_every_micro_batch_and_one_extra_forward(loop, tolerance):
     """Micro-batched step = plain step + one forward of encoder and head over the batch.
 

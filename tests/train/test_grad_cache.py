@@ -59,6 +59,7 @@ def _batch(config):
     [pytest.param("sincere", "unrolled", marks=pytest.mark.slow), ("sincere", "scan"),
      pytest.param("nt_xent+supcon", "unrolled", marks=pytest.mark.slow)],
 )
+@pytest.mark.slow
 def test_micro_batched_step_equals_full_batch_step_without_batch_statistics(loss, form):
     config = _vit_config(loss)
     batch = _batch(config)
@@ -89,6 +90,7 @@ def test_micro_batched_step_trains_a_batch_norm_resnet_in_bfloat16_with_lars():
 
 
 @pytest.mark.parametrize("loop", only_in_make_test(grad_cache.LOOPS, ("scan",)))
+@pytest.mark.slow
 def test_embed_matches_the_network_and_its_gradient(loop):
     net = ContrastiveModel(MLP(3, (8, 4), rngs=nnx.Rngs(0)), LinearHead(4, 2, rngs=nnx.Rngs(1)))
     graphdef, params = nnx.split(net)
@@ -148,6 +150,7 @@ def _temp_bytes(rows, micro, loop):
 
 
 @pytest.mark.parametrize("loop", grad_cache.LOOPS)
+@pytest.mark.slow
 def test_embed_memory_stays_flat_as_the_batch_grows(loop):
     """4x the rows in 4x the micro-batches of 8: temp memory grows < 1.3x; plain grows > 3x."""
     small, large = _temp_bytes(32, 4, loop), _temp_bytes(128, 16, loop)
@@ -177,6 +180,7 @@ def test_bad_micro_batch_size_names_the_field(size, message):
 
 
 @pytest.mark.parametrize("micro_batch_loop", only_in_make_test(grad_cache.LOOPS, ("scan",)))
+@pytest.mark.slow
 def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path, micro_batch_loop):
     """BN and dropout (the tiny conv encoder), 2 micro-batches per device: exact resume."""
     config = runs.tiny_config(total_steps=4, checkpoint_every=2)

@@ -40,6 +40,7 @@ def _state(config):
     return graphdef, rest, state
 
 
+@pytest.mark.slow
 def test_top1_is_the_weighted_knn_of_the_eval_mode_features():
     config = _config(knn_bank_size=0, knn_query_size=0)  # the whole train and test splits
     source = data.load_source(config.data)
@@ -59,6 +60,7 @@ def test_top1_is_the_weighted_knn_of_the_eval_mode_features():
     assert got["knn_seconds"] > 0
 
 
+@pytest.mark.slow
 def test_evaluations_reuse_one_compiled_forward_pass_shared_with_embed_split():
     config = _config(knn_bank_size=200, knn_query_size=120)  # batches of 64 examples
     source = data.load_source(config.data)
@@ -110,6 +112,7 @@ def test_bad_monitor_config_is_named(train, message):
         _monitor(config, data.load_source(config.data))
 
 
+@pytest.mark.slow
 def test_the_loop_logs_knn_top1_and_its_cost_at_eval_steps(tmp_path):
     config = runs.tiny_config(total_steps=4, checkpoint_every=4)
     config.train.log_every = 1

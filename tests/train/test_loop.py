@@ -147,6 +147,7 @@ def spied_run(tmp_path_factory):
     return workdir, summary, events, console.getvalue(), log
 
 
+@pytest.mark.slow
 def test_no_device_to_host_read_between_log_steps(spied_run):
     _, summary, events, _, _ = spied_run
     assert summary["final_step"] == TOTAL
@@ -210,12 +211,14 @@ def test_collapse_is_warned_once_on_console_and_in_log(spied_run):
     assert "from step 4 to 8" in log and "larger temperature" in log
 
 
+@pytest.mark.slow
 def test_a_second_run_loads_the_step_from_the_compilation_cache(spied_run, tmp_path):
     summary = loop.train(_config(TOTAL), str(tmp_path / "again"))  # the same program
     assert summary["compile_cache_hits"] >= 1
     assert summary["compilation_cache_dir"] == jax.config.values["jax_compilation_cache_dir"]
 
 
+@pytest.mark.slow
 def test_nonfinite_step_between_log_steps_stops_at_the_next_check(tmp_path, monkeypatch):
     """NaN at step 3, checks at 2 (checkpoint) and 4: stops at 4 naming step 3, keeps step 2."""
     workdir = str(tmp_path / "run")
@@ -229,6 +232,7 @@ def test_nonfinite_step_between_log_steps_stops_at_the_next_check(tmp_path, monk
     assert runs.metrics(workdir) == []  # step 4's metrics come after a non-finite step
 
 
+@pytest.mark.slow
 def test_skipped_nonfinite_steps_are_reported_at_the_next_log_step(tmp_path, monkeypatch, capsys):
     workdir = str(tmp_path / "run")
     runs.nan_at(monkeypatch, 3)
@@ -240,6 +244,7 @@ def test_skipped_nonfinite_steps_are_reported_at_the_next_log_step(tmp_path, mon
     assert "grad_norm=nan" in out
 
 
+@pytest.mark.slow
 def test_sigterm_agreement_read_one_step_late(tmp_path, monkeypatch):
     """The multi-process path in one process: the flag drawn with step 3's batch is read
     after step 4 is called, so the run saves step 4 and stops there, and resumes exactly."""

@@ -137,6 +137,7 @@ def _reference(graphdef, rest, initial, tx, batch, loss_fn, mix: objective.Mixin
 
 
 @pytest.mark.parametrize("term", ["label_cross_entropy", "label_soft_target_infonce"])
+@pytest.mark.slow
 def test_mixing_on_feeds_the_targets_of_mixing_py(batch, term):
     mix_fields = {"num_classes": 10}
     config = classifier_config(term, mix_fields)
@@ -181,6 +182,7 @@ def test_no_mixing_limit_equals_plain_labels(batch):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_resumed_mixing_run_is_exact(tmp_path):
     config = classifier_config("label_soft_target_infonce", {"num_classes": 10})
     full = str(tmp_path / "full")

@@ -43,6 +43,7 @@ def _events(directory: Path) -> list:
     return events
 
 
+@pytest.mark.slow
 def test_a_20_step_run_logs_readable_lines_and_the_scalars_and_hparams_to_tensorboard(
     tmp_path, monkeypatch
 ):

@@ -265,6 +265,7 @@ def test_grad_clip_norm_scales_gradients_to_the_global_norm():
         np.testing.assert_allclose(got[name], -0.3 * g / norm, rtol=1e-5, err_msg=name)
 
 
+@pytest.mark.slow
 def test_default_lars_trains_a_real_model():
     """One jitted step of the default optimiser on _Net lowers the loss."""
     model = _Net(nnx.Rngs(0))

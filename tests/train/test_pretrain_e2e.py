@@ -38,6 +38,7 @@ def run(tmp_path_factory):
     return workdir, summary
 
 
+@pytest.mark.slow
 def test_training_restarts_from_its_checkpoint_and_writes_logs_config_checkpoints(run):
     workdir, summary = run
     assert jax.device_count() == 8
@@ -57,6 +58,7 @@ def test_training_restarts_from_its_checkpoint_and_writes_logs_config_checkpoint
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6"]
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_run_resumes_and_takes_no_step(run):
     workdir, _ = run
     summary = loop.train(tiny_config(), workdir)
@@ -88,6 +90,7 @@ def _checkpoint_digest(workdir: str) -> str:
     return digest.hexdigest()
 
 
+@pytest.mark.slow
 def test_embedding_leaves_the_encoder_bit_identical_and_uses_running_bn_stats(run):
     workdir, _ = run
     pretrained = load_pretrained(workdir)
@@ -104,6 +107,7 @@ def test_embedding_leaves_the_encoder_bit_identical_and_uses_running_bn_stats(ru
     np.testing.assert_allclose(small.features, large.features, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_linear_evaluation_reports_bootstrap_intervals_and_changes_no_checkpoint(run, tmp_path):
     workdir, _ = run
     digest = _checkpoint_digest(workdir)
@@ -150,6 +154,7 @@ def test_linear_eval_cli(run, tmp_path):
     assert "nothing" in missing.stderr
 
 
+@pytest.mark.slow
 def test_load_pretrained_falls_back_past_a_damaged_checkpoint_and_says_so(run, tmp_path, caplog):
     workdir, _ = run
     copy = str(tmp_path / "copy")

@@ -79,6 +79,7 @@ def _linear_eval(bn: str):
 
 
 @pytest.mark.parametrize("bn", ["running", "batch"])
+@pytest.mark.slow
 def test_frozen_encoder_bn_normalises_with_the_chosen_statistics_and_keeps_them(bn):
     """One linear-evaluation step on one device: the loss is the classifier's cross-entropy
     on the encoder's features in the chosen mode ("batch": training-mode batch norm, the SupCon

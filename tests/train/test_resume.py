@@ -67,6 +67,7 @@ def test_retention_keeps_verified_checkpoints(reference):
     assert runs.losses_by_step(reference).keys() == set(range(1, TOTAL + 1))
 
 
+@pytest.mark.slow
 def test_sigterm_saves_current_step_and_resume_is_exact(reference, tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
     sent = _signal_at(monkeypatch, 2, signal.SIGTERM)  # arrives during step 3
@@ -109,6 +110,7 @@ def test_every_checkpoint_damaged_is_an_error(reference, tmp_path):
     assert len(os.listdir(os.path.join(workdir, DAMAGED_DIR))) == 3
 
 
+@pytest.mark.slow
 def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
     # A save killed before Orbax finalised it leaves only its temporary directory.
     workdir = str(tmp_path / "run")
@@ -123,6 +125,7 @@ def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
 
 
+@pytest.mark.slow
 def test_dropout_masks_follow_seed_and_step_not_call_history():
     mesh = make_mesh()
     config = runs.tiny_config()

@@ -52,6 +52,7 @@ def _sgd_config_and_batch(**fields):
     return config, runs.first_batch(config.data)
 
 
+@pytest.mark.slow
 def test_eight_device_step_equals_one_device_step_with_global_bn():
     # Global BN: batch statistics over all devices.
     config, batch = _sgd_config_and_batch(**{"model.encoder.bn_axis_name": "data",

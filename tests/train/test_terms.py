@@ -36,6 +36,7 @@ def _batch(n=16, d=5, seed=0):
 
 
 @pytest.mark.parametrize("alpha, t, lam", [(2.0, 2.0, 1.0), (1.0, 3.0, 0.5)])
+@pytest.mark.slow
 def test_align_uniform_matches_numpy(alpha, t, lam):
     z, ids = _batch()
     value = losses.align_uniform(jnp.asarray(z), jnp.asarray(ids), alpha=alpha, t=t,
@@ -43,6 +44,7 @@ def test_align_uniform_matches_numpy(alpha, t, lam):
     np.testing.assert_allclose(value, _reference(z, alpha, t, lam), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_align_uniform_under_shard_map_equals_one_device():
     z, ids = _batch(n=32)
     mesh = Mesh(np.asarray(jax.devices()[:8]), ("data",))

@@ -40,6 +40,7 @@ def _run(blocked: tuple[str, ...], body: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_a_jitted_train_step_without_tensorflow_or_ml_collections():
     out = _run(("tensorflow", "tensorflow_datasets", "ml_collections"), """
         import jax, numpy as np

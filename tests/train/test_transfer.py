@@ -36,6 +36,7 @@ def _leaves(module: nnx.Module, kind) -> list[np.ndarray]:
     return [np.asarray(a) for a in jax.tree.leaves(nnx.state(module, kind))]
 
 
+@pytest.mark.slow
 def test_linear_evaluation_keeps_the_encoder_and_reports_final_and_best(pretrained, tmp_path):
     config = transfer_config(total_steps=4, checkpoint_every=4)
     config.model.init_from = pretrained
