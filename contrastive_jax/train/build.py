@@ -142,7 +142,8 @@ def build(spec: RunSpec, mesh: Mesh, facts: DataFacts) -> Run:
     model_config = {
         "seed": spec.seed,
         "model": {"encoder": spec.model.encoder, "head": spec.model.head,
-                  "trainable": spec.transfer.trainable},
+                  "trainable": spec.transfer.trainable,
+                  "frozen_encoder_bn": spec.transfer.frozen_encoder_bn},
         "train": {"online_probe": spec.train.online_probe},
         "optimizer": spec.optimizer,
     }

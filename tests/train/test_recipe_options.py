@@ -15,6 +15,8 @@ from contrastive_jax import data
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective, transfer
+from contrastive_jax.train.build import DataFacts, build
+from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import make_train_step
 from tests.train import runs
 from tests.train.tiny import tiny_config
@@ -108,6 +110,19 @@ def test_frozen_encoder_bn_normalises_with_the_chosen_statistics_and_keeps_them(
             logits, jnp.asarray(batch["label"])).mean())
     assert abs(losses["running"] - losses["batch"]) > 1e-3  # the modes differ here
     assert float(logged["loss/label_cross_entropy"]) == pytest.approx(losses[bn], rel=1e-4)
+
+
+@pytest.mark.parametrize("bn", ["running", "batch"])
+def test_the_built_run_keeps_the_frozen_encoder_bn_asked_for(bn):
+    """``build`` (the trainer's, the dry run's and ``load_pretrained``'s path) hands
+    ``config.model.frozen_encoder_bn`` to the model: "batch" leaves the frozen encoder's batch
+    norm in training mode (each batch's statistics), "running" puts it in inference mode."""
+    config = _linear_eval(bn)
+    config.model.init_from = "unread"  # parse asks for one with trainable="head"; build reads none
+    run = build(parse(config), make_mesh(1), DataFacts(640, 10, 16))
+    model = nnx.merge(run.graphdef, run.state.params, run.state.batch_stats, run.rest)
+    norms = [m for _, m in nnx.iter_modules(model.network.encoder) if isinstance(m, nnx.BatchNorm)]
+    assert norms and {m.use_running_average for m in norms} == {bn == "running"}
 
 
 def test_frozen_encoder_bn_needs_a_frozen_encoder():
