@@ -47,8 +47,7 @@ def measure(model: str, batch: int, mode: str, micro: int, image_size: int,
     from contrastive_jax.parallel import make_mesh, replicated
     from contrastive_jax.train import objective
     from contrastive_jax.train.config import default_config
-    from contrastive_jax.train.loop import init_state
-    from contrastive_jax.train.step import make_train_step
+    from contrastive_jax.train.step import init_state, make_train_step
 
     config = default_config()
     config.model.encoder.update(MODELS[model])

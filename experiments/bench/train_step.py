@@ -50,8 +50,7 @@ def measure(num_devices: int, batch: int, repeats: int, width: float,
     from contrastive_jax.parallel import DATA_AXIS, make_mesh
     from contrastive_jax.train import objective
     from contrastive_jax.train.config import default_config
-    from contrastive_jax.train.loop import init_state
-    from contrastive_jax.train.step import make_train_step
+    from contrastive_jax.train.step import init_state, make_train_step
 
     config = default_config()
     config.model.encoder.width = width

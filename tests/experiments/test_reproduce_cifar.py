@@ -22,7 +22,7 @@ import pytest
 
 from contrastive_jax import data
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import build_model
+from contrastive_jax.train.step import build_model
 from experiments.configs import cifar_proxy as configs
 from experiments.configs import mio as mio_configs
 from experiments.reproduce import _common as common

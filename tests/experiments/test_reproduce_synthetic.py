@@ -24,7 +24,7 @@ import pytest
 from contrastive_jax import data, losses
 from contrastive_jax.data.vectors import VectorSource
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import build_model
+from contrastive_jax.train.step import build_model
 from experiments.configs import projnce_synthetic as pn_configs
 from experiments.configs import soft_target_toy as toy_configs
 from experiments.reproduce import projnce_synthetic

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import build_model
+from contrastive_jax.train.step import build_model
 from experiments.configs import two_tower as configs
 from experiments.reproduce import _common as common
 from experiments.reproduce import two_tower

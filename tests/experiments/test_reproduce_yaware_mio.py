@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from contrastive_jax import data, losses
+from contrastive_jax.errors import NonFiniteLoss
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import NonFiniteLoss, build_model
+from contrastive_jax.train.step import build_model
 from experiments.configs import conditional_uniformity as cu_configs
 from experiments.configs import mio as mio_configs
 from experiments.reproduce import _common as common

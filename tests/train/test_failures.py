@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from contrastive_jax import data as data_lib
+from contrastive_jax.errors import ConfigMismatch, NonFiniteLoss
 from contrastive_jax.train import loop
 from contrastive_jax.train.checkpoint import DAMAGED_DIR
 from tests.train import runs
@@ -37,7 +38,7 @@ def stopped(tmp_path_factory) -> tuple[str, str]:
     workdir = str(tmp_path_factory.mktemp("nan_stop"))
     with pytest.MonkeyPatch.context() as monkeypatch:
         runs.nan_at(monkeypatch, NAN_STEP)
-        with pytest.raises(loop.NonFiniteLoss) as info:
+        with pytest.raises(NonFiniteLoss) as info:
             loop.train(runs.tiny_config(TOTAL), workdir)
     return workdir, str(info.value)
 
@@ -78,7 +79,7 @@ def test_incompatible_config_on_resume_is_refused(stopped, tmp_path, field, valu
     shutil.copytree(stopped[0], workdir)
     config = runs.tiny_config(TOTAL)
     config.update_from_flattened_dict({field: value})
-    with pytest.raises(loop.ConfigMismatch, match=match):
+    with pytest.raises(ConfigMismatch, match=match):
         loop.train(config, workdir)
     assert runs.checkpoint_steps(workdir) == [2]  # untouched
     assert not os.path.exists(os.path.join(workdir, DAMAGED_DIR))

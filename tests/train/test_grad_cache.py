@@ -17,7 +17,7 @@ from contrastive_jax.models import MLP, ContrastiveModel, LinearHead
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import grad_cache, loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
-from contrastive_jax.train.step import make_train_step
+from contrastive_jax.train.step import init_state, make_train_step
 from tests.pairwise import only_in_make_test
 from tests.train import runs
 from tests.train.tiny import tiny_config
@@ -37,7 +37,7 @@ def _vit_config(loss: str):
 
 def _steps(config, micro_batch_size, batch_np, num_steps=1, form="unrolled"):
     mesh = make_mesh(8)
-    graphdef, rest, tx, schedule, state = loop.init_state(
+    graphdef, rest, tx, schedule, state = init_state(
         config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
     )
     state = jax.device_put(state, replicated(mesh))
@@ -78,7 +78,7 @@ def test_micro_batched_step_trains_a_batch_norm_resnet_in_bfloat16_with_lars():
     config.model.head.dtype = "bfloat16"
     config.optimizer.name = "lars"
     config.optimizer.base_learning_rate = 0.3
-    initial = jax.device_get(loop.init_state(
+    initial = jax.device_get(init_state(
         config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6)[-1])
     state, logged, losses = _steps(config, 4, _batch(config), num_steps=5)
     assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.05, losses

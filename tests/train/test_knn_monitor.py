@@ -17,6 +17,7 @@ from contrastive_jax.eval.knn import knn_scores
 from contrastive_jax.train import loop
 from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import init_state
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
@@ -34,7 +35,7 @@ def _monitor(config, source):
 
 
 def _state(config):
-    graphdef, rest, _, _, state = loop.init_state(
+    graphdef, rest, _, _, state = init_state(
         config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
     )
     return graphdef, rest, state

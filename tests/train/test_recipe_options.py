@@ -14,10 +14,10 @@ from flax import nnx
 from contrastive_jax import data
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import loop, objective, transfer
+from contrastive_jax.train import objective, transfer
 from contrastive_jax.train.build import DataFacts, build
 from contrastive_jax.train.spec import parse
-from contrastive_jax.train.step import make_train_step
+from contrastive_jax.train.step import init_state, make_train_step
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
@@ -87,7 +87,7 @@ def test_frozen_encoder_bn_normalises_with_the_chosen_statistics_and_keeps_them(
     TF code's stage 2), and the running statistics are the initial ones bit for bit."""
     config = _linear_eval(bn)
     mesh = make_mesh(1)
-    graphdef, rest, tx, schedule, state = loop.init_state(
+    graphdef, rest, tx, schedule, state = init_state(
         config, 10, steps_per_epoch=10, global_batch_size=64, total_steps=2)
     initial = jax.device_get(state)
     batch = runs.first_batch(config.data)

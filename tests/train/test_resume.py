@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 from contrastive_jax import data as data_lib
+from contrastive_jax.errors import Preempted
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR, CheckpointError
-from contrastive_jax.train.step import make_train_step
+from contrastive_jax.train.step import init_state, make_train_step
 from tests.train import runs
 
 TOTAL = 6
@@ -70,7 +71,7 @@ def test_retention_keeps_verified_checkpoints(reference):
 def test_sigterm_saves_current_step_and_resume_is_exact(reference, tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
     sent = _signal_at(monkeypatch, 2, signal.SIGTERM)  # arrives during step 3
-    with pytest.raises(loop.Preempted, match="step 3") as info:
+    with pytest.raises(Preempted, match="step 3") as info:
         loop.train(runs.tiny_config(TOTAL), workdir)
     stopped = time.monotonic()
     assert info.value.step == 3
@@ -126,7 +127,7 @@ def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
 def test_dropout_masks_follow_seed_and_step_not_call_history():
     mesh = make_mesh()
     config = runs.tiny_config()
-    graphdef, rest, tx, schedule, state = loop.init_state(
+    graphdef, rest, tx, schedule, state = init_state(
         config, 10, steps_per_epoch=1437 // 32, global_batch_size=32, total_steps=TOTAL
     )
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule, mesh)

@@ -11,14 +11,14 @@ import pytest
 from contrastive_jax import data
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
-from contrastive_jax.train.step import make_train_step
+from contrastive_jax.train.step import init_state, make_train_step
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
 
 def _one_step(config, num_devices: int, batch_np: dict):
     mesh = make_mesh(num_devices)
-    graphdef, rest, tx, schedule, state = loop.init_state(
+    graphdef, rest, tx, schedule, state = init_state(
         config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
     )
     initial = jax.device_get(state)
