@@ -242,10 +242,11 @@ def initial_embeddings(config: ml_collections.ConfigDict, splits: Sequence[str],
     """Encoder features of ``splits`` from the network ``config`` initialises (its seed)."""
     from contrastive_jax import data
     from contrastive_jax.embed import embed_split
+    from contrastive_jax.train.spec import parse
     from contrastive_jax.train.step import build_model
 
     source = data.load_source(config.data) if source is None else source
-    network = build_model(config, source.num_classes).network
+    network = build_model(parse(config).model, seed=config.seed).network
     network.eval()
     return {s: embed_split(network, config.data, s, source=source) for s in splits}
 
@@ -400,11 +401,12 @@ def projections(config: ml_collections.ConfigDict, split: str, *, workdir: Path 
     from contrastive_jax.embed import embed_split
     from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
     from contrastive_jax.train.pretrained import load_pretrained
+    from contrastive_jax.train.spec import parse
     from contrastive_jax.train.step import build_model
 
     source = data.load_source(config.data) if source is None else source
     if workdir is None:
-        network = build_model(config, source.num_classes).network
+        network = build_model(parse(config).model, seed=config.seed).network
         network.eval()
     else:
         network = load_pretrained(str(Path(workdir) / CHECKPOINT_DIR / str(step))).network

@@ -35,9 +35,11 @@ def _monitor(config, source):
 
 
 def _state(config):
+    spec = parse(config)
     graphdef, rest, _, _, state = init_state(
-        config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
-    )
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=22, global_batch_size=64, total_steps=6)
     return graphdef, rest, state
 
 

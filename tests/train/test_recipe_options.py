@@ -74,6 +74,7 @@ def _linear_eval(bn: str):
     config.model.head.num_classes = 10
     config.model.trainable = "head"
     config.model.frozen_encoder_bn = bn
+    config.model.init_from = "unread"  # parse asks for one with trainable="head"; nothing reads it
     config.train.online_probe = False
     config.optimizer.name = "sgd"
     config.optimizer.base_learning_rate = 0.1
@@ -87,8 +88,11 @@ def test_frozen_encoder_bn_normalises_with_the_chosen_statistics_and_keeps_them(
     TF code's stage 2), and the running statistics are the initial ones bit for bit."""
     config = _linear_eval(bn)
     mesh = make_mesh(1)
+    spec = parse(config)
     graphdef, rest, tx, schedule, state = init_state(
-        config, 10, steps_per_epoch=10, global_batch_size=64, total_steps=2)
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=10, global_batch_size=64, total_steps=2)
     initial = jax.device_get(state)
     batch = runs.first_batch(config.data)
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
@@ -118,7 +122,6 @@ def test_the_built_run_keeps_the_frozen_encoder_bn_asked_for(bn):
     ``config.model.frozen_encoder_bn`` to the model: "batch" leaves the frozen encoder's batch
     norm in training mode (each batch's statistics), "running" puts it in inference mode."""
     config = _linear_eval(bn)
-    config.model.init_from = "unread"  # parse asks for one with trainable="head"; build reads none
     run = build(parse(config), make_mesh(1), DataFacts(640, 10, 16))
     model = nnx.merge(run.graphdef, run.state.params, run.state.batch_stats, run.rest)
     norms = [m for _, m in nnx.iter_modules(model.network.encoder) if isinstance(m, nnx.BatchNorm)]

@@ -24,6 +24,7 @@ from contrastive_jax.errors import Preempted
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR, CheckpointError
+from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import init_state, make_train_step
 from tests.train import runs
 
@@ -127,9 +128,11 @@ def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
 def test_dropout_masks_follow_seed_and_step_not_call_history():
     mesh = make_mesh()
     config = runs.tiny_config()
+    spec = parse(config)
     graphdef, rest, tx, schedule, state = init_state(
-        config, 10, steps_per_epoch=1437 // 32, global_batch_size=32, total_steps=TOTAL
-    )
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=1437 // 32, global_batch_size=32, total_steps=TOTAL)
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule, mesh)
     rng = np.random.default_rng(0)
     batch = data_lib.make_global_batch(
