@@ -17,7 +17,7 @@ from contrastive_jax import data as data_lib
 from contrastive_jax.errors import ConfigMismatch, NonFiniteLoss
 from contrastive_jax.train import loop
 from contrastive_jax.train.checkpoint import DAMAGED_DIR
-from tests.train import runs
+from tests.train import cli_config, runs
 
 TOTAL = 4
 NAN_STEP = 3  # 1-based step whose batch holds a NaN
@@ -39,7 +39,7 @@ def stopped(tmp_path_factory) -> tuple[str, str]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         runs.nan_at(monkeypatch, NAN_STEP)
         with pytest.raises(NonFiniteLoss) as info:
-            loop.train(runs.tiny_config(TOTAL), workdir)
+            loop.train(cli_config.tiny_config(TOTAL), workdir)
     return workdir, str(info.value)
 
 
@@ -55,7 +55,7 @@ def test_nonfinite_loss_stops_naming_step_and_terms(stopped):
 
 def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
-    config = runs.tiny_config(TOTAL)
+    config = cli_config.tiny_config(TOTAL)
     config.train.skip_nonfinite = True
     runs.nan_at(monkeypatch, NAN_STEP)
     summary = loop.train(config, workdir)
@@ -77,7 +77,7 @@ def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
 def test_incompatible_config_on_resume_is_refused(stopped, tmp_path, field, value, match):
     workdir = str(tmp_path / "run")
     shutil.copytree(stopped[0], workdir)
-    config = runs.tiny_config(TOTAL)
+    config = cli_config.tiny_config(TOTAL)
     config.update_from_flattened_dict({field: value})
     with pytest.raises(ConfigMismatch, match=match):
         loop.train(config, workdir)
@@ -89,7 +89,7 @@ def test_unwritable_workdir_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     with pytest.raises(OSError, match=r"work directory .*a_file/run is not writable"):
-        loop.train(runs.tiny_config(TOTAL), str(blocker / "run"))
+        loop.train(cli_config.tiny_config(TOTAL), str(blocker / "run"))
 
 
 def test_corrupt_image_in_image_folder_is_named(tmp_path):
@@ -104,7 +104,7 @@ def test_corrupt_image_in_image_folder_is_named(tmp_path):
                 tf.io.write_file(str(folder / f"{i:02d}.png"), tf.io.encode_png(image))
     for path in (root / "train" / "dog").iterdir():  # every step-1 batch holds a dog
         path.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
-    config = runs.tiny_config(TOTAL)
+    config = cli_config.tiny_config(TOTAL)
     config.data.dataset = "image_folder"
     config.data.data_dir = str(root)
     config.data.global_batch_size = 8
@@ -130,5 +130,5 @@ def test_a_failing_close_does_not_hide_the_checkpoint_error(tmp_path, monkeypatc
     monkeypatch.setattr(Checkpointer, "save", failed_save)
     monkeypatch.setattr(MetricLogger, "close", no_space)
     with pytest.raises(CheckpointError, match="at step 2 failed"):
-        loop.train(runs.tiny_config(2), str(tmp_path / "run"))
+        loop.train(cli_config.tiny_config(2), str(tmp_path / "run"))
     assert "closing the metric logger failed too" in caplog.text

@@ -20,7 +20,7 @@ from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import init_state, make_train_step
 from tests.pairwise import only_in_make_test
-from tests.train import runs
+from tests.train import cli_config, runs
 from tests.train.tiny import tiny_config
 
 
@@ -186,7 +186,7 @@ def test_bad_micro_batch_size_names_the_field(size, message):
 @pytest.mark.parametrize("micro_batch_loop", only_in_make_test(grad_cache.LOOPS, ("scan",)))
 def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path, micro_batch_loop):
     """BN and dropout (the tiny conv encoder), 2 micro-batches per device: exact resume."""
-    config = runs.tiny_config(total_steps=4, checkpoint_every=2)
+    config = cli_config.tiny_config(total_steps=4, checkpoint_every=2)
     config.train.micro_batch_size = 2  # 32 examples over 8 devices: 2 micro-batches of 2
     config.train.micro_batch_loop = micro_batch_loop
     reference, resumed = str(tmp_path / "reference"), str(tmp_path / "resumed")

@@ -18,7 +18,7 @@ from contrastive_jax.train import loop
 from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import init_state
-from tests.train import runs
+from tests.train import cli_config, runs
 from tests.train.tiny import tiny_config
 
 
@@ -114,7 +114,7 @@ def test_bad_monitor_config_is_named(train, message):
 
 
 def test_the_loop_logs_knn_top1_and_its_cost_at_eval_steps(tmp_path):
-    config = runs.tiny_config(total_steps=4, checkpoint_every=4)
+    config = cli_config.tiny_config(total_steps=4, checkpoint_every=4)
     config.train.log_every = 1
     config.train.eval_every = 2
     config.train.online_probe = True

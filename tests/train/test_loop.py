@@ -26,7 +26,7 @@ from contrastive_jax.errors import NonFiniteLoss, Preempted
 from contrastive_jax.parallel import make_mesh
 from contrastive_jax.train import inputs, loop, runtime, verify
 from contrastive_jax.train.metrics_log import CollapseDetector
-from tests.train import runs
+from tests.train import cli_config, runs
 
 TOTAL = 8
 LOG_EVERY = 4
@@ -120,7 +120,7 @@ def _spied(monkeypatch, events: _Events):
 
 
 def _config(total: int = TOTAL, **train):
-    config = runs.tiny_config(total, checkpoint_every=total)
+    config = cli_config.tiny_config(total, checkpoint_every=total)
     config.train.log_every = LOG_EVERY
     config.train.update(train)
     return config

@@ -26,7 +26,7 @@ from contrastive_jax.train import loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR, CheckpointError
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import init_state, make_train_step
-from tests.train import runs
+from tests.train import cli_config, runs
 
 TOTAL = 6
 
@@ -44,7 +44,7 @@ def fast_runs(tmp_path_factory):
 def reference(tmp_path_factory) -> str:
     """Work directory of an uninterrupted run: checkpoints at steps 2, 4, 6."""
     workdir = str(tmp_path_factory.mktemp("reference"))
-    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    summary = loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 0 and summary["final_step"] == TOTAL
     return workdir
 
@@ -73,14 +73,14 @@ def test_sigterm_saves_current_step_and_resume_is_exact(reference, tmp_path, mon
     workdir = str(tmp_path / "run")
     sent = _signal_at(monkeypatch, 2, signal.SIGTERM)  # arrives during step 3
     with pytest.raises(Preempted, match="step 3") as info:
-        loop.train(runs.tiny_config(TOTAL), workdir)
+        loop.train(cli_config.tiny_config(TOTAL), workdir)
     stopped = time.monotonic()
     assert info.value.step == 3
     assert stopped - sent[0] < 60.0  # one step, one checkpoint write
     assert runs.checkpoint_steps(workdir) == [2, 3]
     monkeypatch.undo()
 
-    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    summary = loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 3
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
     assert runs.losses_by_step(workdir) == runs.losses_by_step(reference)
@@ -93,7 +93,7 @@ def test_damaged_latest_checkpoint_is_skipped(reference, tmp_path, caplog, damag
     shutil.copytree(reference, workdir)
     damage(workdir, TOTAL)
 
-    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    summary = loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 4
     assert f"checkpoint at step {TOTAL}" in caplog.text and "damaged" in caplog.text
     # Moved aside, never deleted; the re-run wrote a good step 6 identical to the reference.
@@ -107,7 +107,7 @@ def test_every_checkpoint_damaged_is_an_error(reference, tmp_path):
     for step in (2, 4, TOTAL):
         runs.truncate_checkpoint(workdir, step)
     with pytest.raises(CheckpointError, match=r"every checkpoint .*\(steps \[2, 4, 6\]\) is damaged"):
-        loop.train(runs.tiny_config(TOTAL), workdir)
+        loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert len(os.listdir(os.path.join(workdir, DAMAGED_DIR))) == 3
 
 
@@ -119,7 +119,7 @@ def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
     partial = os.path.join(folder, f"{TOTAL}.orbax-checkpoint-tmp-1234567890")
     os.rename(os.path.join(folder, str(TOTAL)), partial)
 
-    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    summary = loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 4
     assert os.path.isdir(partial)  # ignored, not deleted
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
@@ -127,7 +127,7 @@ def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
 
 def test_dropout_masks_follow_seed_and_step_not_call_history():
     mesh = make_mesh()
-    config = runs.tiny_config()
+    config = cli_config.tiny_config()
     spec = parse(config)
     graphdef, rest, tx, schedule, state = init_state(
         spec.model, spec.optimizer, seed=spec.seed,
