@@ -162,7 +162,7 @@ def main(argv: list[str]) -> int:
 
         return print_config(_CONFIG.value, _DEVICES.value)
     if _DRY_RUN.value:
-        from contrastive_jax.train.dry_run import GiB
+        from contrastive_jax.train.device_peaks import GiB
         from contrastive_jax.train.fit import run_cli
 
         memory = _DEVICE_MEMORY_GIB.value

@@ -139,15 +139,10 @@ class Run(NamedTuple):
 def build(spec: RunSpec, mesh: Mesh, facts: DataFacts) -> Run:
     """The model, optimiser, initial state and jitted step of ``spec`` on ``mesh``."""
     sizes = plan(spec, facts, mesh.size)
-    model_config = {
-        "seed": spec.seed,
-        "model": {"encoder": spec.model.encoder, "head": spec.model.head,
-                  "trainable": spec.transfer.trainable},
-        "train": {"online_probe": spec.train.online_probe},
-        "optimizer": spec.optimizer,
-    }
     graphdef, rest, tx, schedule, state = init_state(
-        model_config, facts.num_classes, steps_per_epoch=sizes.steps_per_epoch,
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=facts.num_classes if spec.train.online_probe else None,
+        transfer=spec.transfer, steps_per_epoch=sizes.steps_per_epoch,
         global_batch_size=sizes.global_batch, total_steps=sizes.total_steps,
     )
     step = make_train_step(graphdef, rest, tx, list(spec.terms), schedule, mesh,

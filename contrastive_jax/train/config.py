@@ -43,7 +43,7 @@ config file or a command-line override, is an error that names the nearest field
 renamed field (:data:`RENAMED`) is an error that names its new name (:func:`check_config`).
 
 ``config.dataset = "synthetic"`` trains on random in-memory images (no dataset on disk; see
-:mod:`contrastive_jax.train.synthetic`).
+:func:`contrastive_jax.train.inputs.synthetic_input`).
 
 ``config.loss.temperature`` is None by default: each loss then trains at its own default
 temperature, the one its function declares; a number sets every term's (see

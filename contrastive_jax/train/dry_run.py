@@ -31,7 +31,7 @@ Targets:
 * a TPU slice (:data:`TPU_TARGETS`, e.g. ``"tpu-v4-32"``): compiled ahead of time on this
   machine by the TPU compiler of ``libtpu`` (``pip install 'contrastive_jax[tpu]'``; no TPU is
   needed) for the slice's topology (``jax.experimental.topologies.get_topology_desc``). The
-  result compares the per-device total with the device's HBM (:data:`TPU_CHIPS`) and says whether
+  result compares the per-device total with the device's HBM (:data:`~contrastive_jax.train.device_peaks.TPU_CHIPS`) and says whether
   the step fits.
 
 ``device_memory_bytes`` gives a memory budget per device of one's own (simulated CPU devices
@@ -52,7 +52,6 @@ Example (8 simulated CPU devices)::
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Any
@@ -67,44 +66,11 @@ from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train import flops
 from contrastive_jax.train.build import DataFacts, Run, abstract_args, build
+from contrastive_jax.train.device_peaks import TPU_CHIPS, GiB
 from contrastive_jax.train.spec import RunSpec, parse
 
-GiB = 1024**3
 #: Steps of the nominal epoch the dry run sizes the learning-rate schedule for.
 NOMINAL_EPOCH_STEPS = 1000
-
-
-@dataclasses.dataclass(frozen=True)
-class TpuChip:
-    """One TPU generation: JAX's topology prefix, HBM and peak bf16 rate per JAX device.
-
-    ``megacore``: the generation's two TensorCores per chip form one JAX device
-    (``chip_config_name="megacore"``), and slice names count TensorCores (``v4-32`` = 16 chips).
-    TPU v3 has two TensorCores per chip that are two JAX devices, each with half the chip's
-    HBM and rate (``v3-128`` = 64 chips = 128 devices).
-    """
-
-    prefix: str
-    hbm_bytes: int
-    peak_bf16_tflops: float
-    megacore: bool
-    source: str
-
-
-#: HBM and peak bf16 matrix rate per JAX device, from Google Cloud's TPU system-architecture
-#: pages (cloud.google.com/tpu/docs/v3, /v4, /v5e, /v5p, /v6e: "System architecture").
-TPU_CHIPS = {
-    "v3": TpuChip("v3", 16 * GiB, 61.5, False, "cloud.google.com/tpu/docs/v3: 32 GiB HBM and "
-                  "123 bf16 TFLOPs per chip of two TensorCores (JAX devices)"),
-    "v4": TpuChip("v4", 32 * GiB, 275.0, True, "cloud.google.com/tpu/docs/v4: 32 GiB HBM2, "
-                  "275 bf16 TFLOPs per chip"),
-    "v5e": TpuChip("v5e", 16 * GiB, 197.0, False, "cloud.google.com/tpu/docs/v5e: 16 GiB HBM2, "
-                   "197 bf16 TFLOPs per chip"),
-    "v5p": TpuChip("v5p", 95 * 10**9, 459.0, True, "cloud.google.com/tpu/docs/v5p: 95 GB HBM2e, "
-                   "459 bf16 TFLOPs per chip"),
-    "v6e": TpuChip("v6e", 32 * 10**9, 918.0, False, "cloud.google.com/tpu/docs/v6e: 32 GB HBM, "
-                   "918 bf16 TFLOPs per chip"),
-}
 
 # Slice name suffix -> topology (chips per axis). v4/v5p names count TensorCores (2 per chip),
 # v5e/v6e names count chips.
@@ -227,7 +193,7 @@ def dry_run(
       num_devices: devices of the data mesh; None: every CPU device, or the TPU slice's.
       target: ``"cpu"`` or a name of :data:`TPU_TARGETS`.
       peak_tflops: peak rate of one device in TFLOP/s for the projection; None: the TPU
-        chip's bf16 peak (:data:`TPU_CHIPS`), or no projection on CPU.
+        chip's bf16 peak (:data:`~.device_peaks.TPU_CHIPS`), or no projection on CPU.
       mfu: assumed model FLOPs utilisation in (0, 1].
       device_memory_bytes: the memory budget per device the verdict compares with; None: a
         TPU target's HBM, or no verdict on CPU.

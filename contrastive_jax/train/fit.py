@@ -29,7 +29,7 @@ is the recipe's, unchanged. Lowering the global batch instead
 rule's value at the batch it fitted.
 
 The memory budget is ``device_memory_bytes`` when given (simulated CPU devices have no
-limit of their own), else a TPU target's HBM (:data:`~contrastive_jax.train.dry_run.TPU_CHIPS`),
+limit of their own), else a TPU target's HBM (:data:`~contrastive_jax.train.device_peaks.TPU_CHIPS`),
 else the devices' own ``bytes_limit`` (``Device.memory_stats()``, a GPU's).
 
     result = fit(config, num_devices=8, device_memory_bytes=2 * 2**30)
@@ -48,13 +48,8 @@ import ml_collections
 
 from contrastive_jax.errors import ConfigError, ExitCode
 from contrastive_jax.train import optim
-from contrastive_jax.train.dry_run import (
-    TPU_CHIPS,
-    TPU_TARGETS,
-    check_divisible,
-    dry_run,
-    target_devices,
-)
+from contrastive_jax.train.device_peaks import TPU_CHIPS
+from contrastive_jax.train.dry_run import TPU_TARGETS, check_divisible, dry_run, target_devices
 from contrastive_jax.train.dry_run import format_report as dry_run_report
 from contrastive_jax.train.spec import parse
 

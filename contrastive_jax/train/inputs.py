@@ -17,18 +17,17 @@ import collections
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from contrastive_jax import data as data_lib
+from contrastive_jax.data._resolve import resolve_image_size
+from contrastive_jax.data.config import DataSpec
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.parallel import batch_sharding
-
-if TYPE_CHECKING:
-    from contrastive_jax.data.config import DataSpec
-    from contrastive_jax.train.build import DataFacts
+from contrastive_jax.train.build import DataFacts
 
 #: ``config.data.dataset`` of random in-memory images.
 SYNTHETIC = "synthetic"
@@ -74,8 +73,6 @@ class Input(NamedTuple):
     @property
     def facts(self) -> DataFacts:
         """What building a run needs of this input (:func:`contrastive_jax.train.build.build`)."""
-        from contrastive_jax.train.build import DataFacts
-
         return DataFacts(self.num_examples, self.num_classes, self.image_size,
                          self.metadata_width, self.vector_width)
 
@@ -90,8 +87,6 @@ def load_input(data: DataSpec, *, seed: int) -> Input:
     def batches(start_step: int) -> Iterator[dict[str, np.ndarray]]:
         return data_lib.make_pretrain_iterator(data, seed=seed, start_step=start_step,
                                                source=source)
-
-    from contrastive_jax.data._resolve import resolve_image_size
 
     shape = tuple(source.image_shape)
     vectors = len(shape) == 1  # feature vectors [F] have no side

@@ -37,20 +37,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
 
 from contrastive_jax import data as data_lib
+from contrastive_jax.data.config import DataSpec
 from contrastive_jax.embed import embed_split
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.eval.knn import knn_scores
-
-if TYPE_CHECKING:
-    from contrastive_jax.data.config import DataSpec
-    from contrastive_jax.train.config import TrainSpec
+from contrastive_jax.train.config import TrainSpec
 
 #: Names of the scalars a :class:`KnnMonitor` returns.
 METRICS = ("knn_top1", "knn_seconds")

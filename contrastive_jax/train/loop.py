@@ -49,14 +49,9 @@ import jax
 import ml_collections
 from etils import epath
 
-from contrastive_jax.errors import (  # noqa: F401 - raised here, part of the loop's interface
-    ConfigMismatch,
-    ExitCode,
-    NonFiniteLoss,
-    Preempted,
-)
+from contrastive_jax.errors import ConfigMismatch, NonFiniteLoss, Preempted
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import flops, inputs, paths, runtime, transfer, validation
+from contrastive_jax.train import flops, inputs, paths, pretrained, runtime, validation
 from contrastive_jax.train.build import Run, abstract_args, build, check_step
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
@@ -67,23 +62,12 @@ from contrastive_jax.train.checkpoint import (
 from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger, flat_hparams
 from contrastive_jax.train.spec import parse
-from contrastive_jax.train.step import (  # noqa: F401 - part of the loop's interface
-    build_model,
-    init_state,
-    make_train_step,
-    nonfinite_record,
-)
+from contrastive_jax.train.step import nonfinite_record
 
-CONFIG_FILE = "config.json"
 #: The final and the best evaluation on the held-out split (``config.train.validate_every_epochs``).
 VALIDATION_FILE = "validation.json"
 #: Sub-directory of the work directory for TensorBoard events and profiler traces.
 TENSORBOARD_DIR = "tensorboard"
-
-#: Exit codes of ``python -m contrastive_jax.pretrain`` (all: :class:`~contrastive_jax.errors.ExitCode`).
-EXIT_PREEMPTED = ExitCode.PREEMPTED  # saved on SIGTERM; restart to continue (EX_TEMPFAIL)
-EXIT_NONFINITE = ExitCode.NONFINITE  # loss or gradient not finite (EX_DATAERR)
-EXIT_CHECKPOINT = ExitCode.CHECKPOINT  # a checkpoint could not be written or read (EX_IOERR)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -107,7 +91,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         train_input = inputs.load_input(spec.data, seed=spec.seed)
         run = build(spec, make_mesh(), train_input.facts)
         check_step(run)
-        run = run._replace(state=transfer.initialise(run.state, spec))  # config.model.init_from
+        run = run._replace(state=pretrained.initialise(run.state, spec))  # config.model.init_from
         knn = KnnMonitor(spec.train, spec.data, train_input.source,
                          total_steps=run.plan.total_steps) if (
             spec.train.eval_every) else None  # the online kNN monitor
@@ -163,7 +147,8 @@ class _Session:
         skipped = int(meta.get("nonfinite_steps", 0))  # older checkpoints have no count
         evaluations = [validation.Record(*r) for r in meta.get("evaluations", [])]
         if jax.process_index() == 0:
-            (directory / CONFIG_FILE).write_text(run.spec.config.to_json_best_effort(indent=2))
+            (directory / pretrained.CONFIG_FILE).write_text(
+                run.spec.config.to_json_best_effort(indent=2))
         start_step = int(state.step)
         batches = inputs.DevicePrefetch(
             train_input.batches(start_step), run.mesh, lambda: sigterm.raised,

@@ -1,11 +1,22 @@
-"""Load a pretrained network from a work directory or one of its checkpoints."""
+"""Load a pretrained network from a work directory or one of its checkpoints, and start a
+run from one.
+
+:func:`load_pretrained` restores the network of a pretraining run (evaluation, embedding);
+:func:`initialise` puts its encoder (and hidden layers of its head) into a new run's
+initial state: the ``config.model.init_from`` of linear evaluation and fine-tuning
+(:mod:`contrastive_jax.train.transfer`), called by :func:`contrastive_jax.train.loop.train`
+before the work directory is created. A pretraining work directory holds the run's config
+(:data:`CONFIG_FILE`, written by the loop) and its checkpoints
+(:data:`~contrastive_jax.train.checkpoint.CHECKPOINT_DIR`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
@@ -13,12 +24,18 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh
 
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
-from contrastive_jax.train import loop, optim, paths
+from contrastive_jax.train import optim, paths
 from contrastive_jax.train.build import DataFacts, build
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, abstract_like
 from contrastive_jax.train.config import rename_saved
-from contrastive_jax.train.spec import parse
+from contrastive_jax.train.spec import RunSpec, parse
+from contrastive_jax.train.step import TrainState
+from contrastive_jax.train.transfer import ENCODER_PATH, TransferSpec
+
+#: The run's config in its work directory (written by :func:`contrastive_jax.train.loop.train`).
+CONFIG_FILE = "config.json"
 
 
 class Pretrained(NamedTuple):
@@ -44,12 +61,12 @@ def locate_checkpoint(path: str) -> tuple[str, int | None]:
     Local or ``gs://`` (:mod:`.paths`); a local path is made absolute.
     """
     location = paths.as_path(path)
-    if (location / loop.CONFIG_FILE).is_file():
+    if (location / CONFIG_FILE).is_file():
         return str(location), None
     if re.fullmatch(r"\d+", location.name) and location.parent.name == CHECKPOINT_DIR:
         return str(location.parent.parent), int(location.name)
     raise FileNotFoundError(
-        f"{location} is neither a pretraining work directory (with {loop.CONFIG_FILE}) nor a "
+        f"{location} is neither a pretraining work directory (with {CONFIG_FILE}) nor a "
         f"checkpoint directory <workdir>/{CHECKPOINT_DIR}/<step>"
     )
 
@@ -57,7 +74,7 @@ def locate_checkpoint(path: str) -> tuple[str, int | None]:
 def load_config(workdir: str) -> ml_collections.ConfigDict:
     """The config a pretraining run saved in ``workdir`` (fields saved under a name that was
     since renamed, :data:`~contrastive_jax.train.config.RENAMED`, under their new name)."""
-    saved = json.loads((paths.as_path(workdir) / loop.CONFIG_FILE).read_text())
+    saved = json.loads((paths.as_path(workdir) / CONFIG_FILE).read_text())
     return ml_collections.ConfigDict(rename_saved(saved))
 
 
@@ -117,3 +134,82 @@ def _abstract_state(config: ml_collections.ConfigDict, num_classes: int):
     finally:
         optim_logger.setLevel(level)
     return run.graphdef, run.rest, run.state
+
+
+def initialise(state: TrainState, spec: RunSpec) -> TrainState:
+    """``state`` (host arrays) with the encoder (and ``init_head_layers`` hidden layers of the head) of the pretraining
+    checkpoint at ``spec.transfer.init_from``; ``state`` itself without one.
+
+    Raises:
+      ConfigError: the checkpoint is missing or unreadable, its encoder config is not this
+        run's, or its head has fewer hidden layers (or other widths) than asked for.
+    """
+    transfer = spec.transfer
+    if not transfer.init_from:
+        return state
+    try:
+        pretrained = load_pretrained(transfer.init_from)
+    except (FileNotFoundError, OSError, ValueError) as err:
+        raise ConfigError(
+            f"config.model.init_from={transfer.init_from!r} cannot be restored: {err}") from err
+    saved = dataclasses.asdict(parse(pretrained.config).model.encoder)
+    current = dataclasses.asdict(spec.model.encoder)
+    differences = sorted(k for k in saved if saved[k] != current[k])
+    if differences:
+        name = differences[0]
+        raise ConfigError(
+            f"config.model.encoder.{name}={current[name]!r}, but the pretraining run at "
+            f"{transfer.init_from} has {saved[name]!r}: the encoder must be the one "
+            "pretrained")
+    network: Any = pretrained.network  # a ContrastiveModel
+    params = _replace(state.params, ENCODER_PATH, nnx.state(network.encoder, nnx.Param))
+    stats = _replace(state.batch_stats, ENCODER_PATH, nnx.state(network.encoder, nnx.BatchStat))
+    for layer in range(transfer.init_head_layers):
+        params, stats = _copy_head_layer(params, stats, network.head, layer, transfer)
+    return state._replace(params=params, batch_stats=stats)
+
+
+def _copy_head_layer(params, stats, head: Any, layer: int, transfer: TransferSpec):
+    """params, stats with hidden layer ``layer`` (its Linear and batch norm) of ``head``."""
+    hidden = getattr(head, "hidden_linears", ())
+    if layer >= len(hidden):
+        raise ConfigError(
+            f"config.model.init_head_layers={transfer.init_head_layers}, but the pretrained "
+            f"head of {transfer.init_from} has {len(hidden)} hidden layers")
+    for name, module in (("hidden_linears", hidden[layer]),
+                         ("hidden_bns", head.hidden_bns[layer])):
+        path = ("network", "head", name, layer)
+        params = _replace(params, path, nnx.state(module, nnx.Param))
+        stats = _replace(stats, path, nnx.state(module, nnx.BatchStat))
+    return params, stats
+
+
+def _replace(tree: Any, path: tuple, subtree: Any) -> Any:
+    """``tree`` (an ``nnx.State``) with ``subtree`` at ``path``, whose structure, shapes and
+    dtypes must be those it replaces; an empty ``subtree`` (a layer without batch statistics)
+    changes nothing."""
+    if not jax.tree.leaves(subtree):
+        return tree
+    target = tree.to_pure_dict()
+    parent = target
+    try:
+        for key in path[:-1]:
+            parent = parent[key]
+        old = parent[path[-1]]
+    except (KeyError, IndexError, TypeError) as err:
+        raise ConfigError(
+            f"config.model: the model has no {'.'.join(map(str, path))} to initialise from "
+            "config.model.init_from (is config.model.head the head asked for?)") from err
+    # Host copies: the restored arrays sit on this process's device, the run's state is put
+    # on the whole mesh (every process's devices) from host arrays.
+    new = jax.tree.map(np.asarray, subtree.to_pure_dict())
+    shapes = jax.tree.map(lambda a: (a.shape, a.dtype), old)
+    if jax.tree.map(lambda a: (a.shape, a.dtype), new) != shapes:
+        raise ConfigError(
+            f"config.model: {'.'.join(map(str, path))} of the pretrained network "
+            "(config.model.init_from) has other shapes than this run's: check "
+            "config.model.head.hidden_features and the encoder")
+    parent[path[-1]] = new
+    result = jax.tree.map(lambda a: a, tree)
+    nnx.replace_by_pure_dict(result, target)
+    return result

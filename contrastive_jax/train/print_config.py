@@ -17,6 +17,7 @@ import json
 import sys
 from typing import Any
 
+import jax
 import ml_collections
 
 from contrastive_jax.errors import ConfigError, ExitCode
@@ -106,8 +107,6 @@ def run_cli(config: ml_collections.ConfigDict, devices: int | None) -> int:
     """The tools' ``--print_config``: prints :func:`report` of ``config`` on ``devices``
     devices (None: every device here) and returns exit code 0, or prints one ``error:`` line
     and returns 2 for a config a run would refuse."""
-    import jax
-
     try:
         print(report(config, jax.device_count() if devices is None else devices))
     except ConfigError as err:

@@ -48,8 +48,10 @@ from jax.sharding import PartitionSpec as P
 from contrastive_jax import metrics, models
 from contrastive_jax.data import mixing as mixing_lib
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.models import ModelSpec
 from contrastive_jax.parallel import DATA_AXIS
-from contrastive_jax.train import grad_cache, objective, optim, transfer
+from contrastive_jax.train import grad_cache, objective, optim
+from contrastive_jax.train.transfer import TransferSpec, frozen_labels, keep_frozen
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
@@ -131,60 +133,70 @@ def split_model(model: PretrainModel):
     return nnx.split(model, nnx.Param, nnx.BatchStat, ...)
 
 
-def build_model(config: Any, num_classes: int) -> PretrainModel:
-    """Encoder + head (+ the online probe) of ``config["model"]``, seeded by ``config["seed"]``.
+def build_model(model: ModelSpec, *, seed: int,
+                probe_classes: int | None = None) -> PretrainModel:
+    """Encoder + head of ``model`` (+ an online probe of ``probe_classes`` classes), seeded by
+    ``seed``.
 
     Args:
-      config: the pretraining config: an ``ml_collections.ConfigDict`` or a nested mapping
-        with ``seed``, ``model`` (``encoder`` and ``head``, see
-        :mod:`contrastive_jax.models.factory`) and ``train`` (``online_probe``).
-      num_classes: classes of the online probe (used when ``train.online_probe``).
+      model: the model's sections (``spec.model`` of :func:`contrastive_jax.train.spec.parse`,
+        or :func:`contrastive_jax.models.model_spec` of a mapping with ``encoder`` and
+        ``head``, see :mod:`contrastive_jax.models.factory`).
+      seed: seeds the initialisation (the encoder's, then the head's, then the probe's: the
+        network does not depend on whether there is a probe).
+      probe_classes: classes of the online linear probe; None (or 0): no probe
+        (``config.train.online_probe`` off).
     """
-    rngs = nnx.Rngs(config["seed"])
-    encoder = models.create_encoder(config["model"]["encoder"], rngs=rngs)
-    head = models.create_head(config["model"]["head"], encoder.num_features, rngs=rngs)
+    rngs = nnx.Rngs(seed)
+    encoder = models.create_encoder(model.encoder, rngs=rngs)
+    head = models.create_head(model.head, encoder.num_features, rngs=rngs)
     network = models.ContrastiveModel(encoder, head)
-    probe_classes = num_classes if config["train"]["online_probe"] else None
     return PretrainModel(network, encoder.num_features, probe_classes, rngs=rngs)
 
 
 def init_state(
-    config: Any,
-    num_classes: int,
+    model: ModelSpec,
+    optimizer: optim.OptimizerSpec,
     *,
+    seed: int,
+    probe_classes: int | None = None,
+    transfer: TransferSpec | None = None,
     steps_per_epoch: int,
     global_batch_size: int,
     total_steps: int,
 ) -> tuple[Any, Any, optax.GradientTransformation, optax.Schedule, TrainState]:
-    """A fresh ``(graphdef, rest, tx, schedule, state)`` for ``config`` (host arrays).
+    """A fresh ``(graphdef, rest, tx, schedule, state)`` (host arrays) of a run's typed
+    sections: ``spec.model``, ``spec.optimizer``, ``spec.seed``, ``spec.transfer`` of
+    :class:`~contrastive_jax.train.spec.RunSpec` (:func:`contrastive_jax.train.build.build`
+    passes them), the online probe's classes as for :func:`build_model`; the sizes set the
+    learning-rate schedule (:func:`contrastive_jax.train.optim.make_optimizer`). Needs
+    neither TensorFlow nor ml_collections::
 
-    ``config`` is as for :func:`build_model`, plus ``optimizer`` (see
-    :func:`contrastive_jax.train.optim.make_optimizer`); the other arguments size the
-    learning-rate schedule. Needs neither TensorFlow nor ml_collections::
-
-        config = {"seed": 0, "train": {"online_probe": False}, "optimizer": {"name": "sgd"},
-                  "model": {"encoder": {"name": "resnet50"}, "head": {}}}
-
-    ``config["model"]["trainable"] == "head"`` (linear evaluation,
-    :mod:`contrastive_jax.train.transfer`) puts the encoder in inference mode (in the graph;
-    with ``frozen_encoder_bn="batch"`` it stays in training mode, its batch norm on each
-    batch's statistics, the running ones restored after each step by
-    :func:`transfer.keep_frozen`) and leaves it out of the optimiser (``optax.set_to_zero``).
         graphdef, rest, tx, schedule, state = init_state(
-            config, 1000, steps_per_epoch=100, global_batch_size=256, total_steps=100)
+            models.model_spec({"encoder": {"name": "resnet50"}, "head": {}}),
+            optim.resolve({"name": "sgd"}), seed=0,
+            steps_per_epoch=100, global_batch_size=256, total_steps=100)
         step = make_train_step(graphdef, rest, tx, parse_terms({"name": "supcon"}),
                                schedule, mesh)
+
+    ``transfer.trainable == "head"`` (linear evaluation, :mod:`contrastive_jax.train.transfer`;
+    None: the defaults, everything trains) puts the encoder in inference mode (in the graph;
+    with ``transfer.frozen_encoder_bn == "batch"`` it stays in training mode, its batch norm
+    on each batch's statistics, the running ones restored after each step by
+    :func:`~contrastive_jax.train.transfer.keep_frozen`) and leaves it out of the optimiser
+    (``optax.set_to_zero``). ``transfer.init_from`` is not read here
+    (:func:`contrastive_jax.train.pretrained.initialise` reads it).
     """
-    model = build_model(config, num_classes)
-    model.train()
-    frozen = config["model"].get("trainable", "all") == "head"
-    bn = config["model"].get("frozen_encoder_bn", transfer.TransferSpec.frozen_encoder_bn)
-    if frozen and bn == "running":  # linear evaluation: BN on the running statistics
-        network: Any = model.network  # a ContrastiveModel
+    transfer = TransferSpec() if transfer is None else transfer
+    pretrain_model = build_model(model, seed=seed, probe_classes=probe_classes)
+    pretrain_model.train()
+    frozen = transfer.frozen_encoder
+    if frozen and transfer.frozen_encoder_bn == "running":  # BN on the running statistics
+        network: Any = pretrain_model.network  # a ContrastiveModel
         network.encoder.eval()
-    graphdef, params, batch_stats, rest = split_model(model)
+    graphdef, params, batch_stats, rest = split_model(pretrain_model)
     tx, schedule = optim.make_optimizer(
-        config["optimizer"],
+        optimizer,
         params,
         steps_per_epoch=steps_per_epoch,
         global_batch_size=global_batch_size,
@@ -192,13 +204,13 @@ def init_state(
     )
     if frozen:  # the encoder out of the optimiser: no update, no optimiser state
         tx = optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()},
-                                   transfer.frozen_labels(params, True))
+                                   frozen_labels(params, True))
     state = TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,
         batch_stats=batch_stats,
         opt_state=tx.init(params),
-        rng=jax.random.key_data(jax.random.key(config["seed"])),
+        rng=jax.random.key_data(jax.random.key(seed)),
     )
     return graphdef, rest, tx, schedule, state
 
@@ -244,7 +256,7 @@ def make_train_step(
 
     ``frozen_encoder`` (``config.model.trainable == "head"``: linear evaluation) stops the
     gradient at the encoder's features and keeps the encoder's parameters and batch
-    statistics bit for bit as they were (:func:`transfer.keep_frozen`).
+    statistics bit for bit as they were (:func:`~contrastive_jax.train.transfer.keep_frozen`).
     """
     mix = objective.batch_mixing(terms)
     grad_cache.check_loop(micro_batch_loop)
@@ -272,10 +284,9 @@ def make_train_step(
         (loss, (logged, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.batch_stats, jax.random.key_data(step_key), state.step, batch
         )
-        new_stats = transfer.keep_frozen(state.batch_stats, new_stats, frozen_encoder)
+        new_stats = keep_frozen(state.batch_stats, new_stats, frozen_encoder)
         new, finite = _guarded_update(tx, state, grads, loss, new_stats, logged)
-        new = new._replace(params=transfer.keep_frozen(state.params, new.params,
-                                                       frozen_encoder))
+        new = new._replace(params=keep_frozen(state.params, new.params, frozen_encoder))
         logged["learning_rate"] = schedule(state.step)
         if stop is not None:
             logged["stop"] = jnp.max(stop).astype(jnp.float32)

@@ -6,7 +6,8 @@ whose model starts from a pretraining checkpoint. Four fields of ``config.model`
 
 * ``init_from``: a pretraining work directory (its newest readable checkpoint) or a checkpoint
   directory ``<workdir>/checkpoints/<step>``; the encoder's parameters and batch-norm
-  statistics are restored from it (:func:`initialise`). Empty: no initialisation;
+  statistics are restored from it (:func:`contrastive_jax.train.pretrained.initialise`).
+  Empty: no initialisation;
 * ``trainable``: ``"all"`` (fine-tuning) or ``"head"`` (linear evaluation): the encoder is
   frozen: its features are ``stop_gradient``-ed (no gradient flows into it), its parameters
   are left out of the optimiser (``optax.set_to_zero``, no optimiser state) and kept as they
@@ -26,9 +27,11 @@ whose model starts from a pretraining checkpoint. Four fields of ``config.model`
 
 The encoder config must be the pretraining run's (checked, naming the first difference).
 Every setting is checked by :func:`contrastive_jax.train.spec.parse`; the checkpoint is read
-by :func:`initialise` in :func:`~contrastive_jax.train.loop.train` before the work directory
-is created, so a missing or unreadable ``init_from`` is a ConfigError that leaves nothing
-behind.
+by :func:`contrastive_jax.train.pretrained.initialise` in
+:func:`~contrastive_jax.train.loop.train` before the work directory is created, so a missing
+or unreadable ``init_from`` is a ConfigError that leaves nothing behind. This module holds
+what the step needs of these settings (which leaves are frozen, and keeping them so); it
+reads no checkpoint.
 """
 
 from __future__ import annotations
@@ -37,8 +40,6 @@ import dataclasses
 from typing import Any
 
 import jax
-import numpy as np
-from flax import nnx
 
 from contrastive_jax.errors import ConfigError
 
@@ -124,86 +125,3 @@ def _key(key: Any) -> Any:
         if hasattr(key, attribute):
             return getattr(key, attribute)
     return key
-
-
-def initialise(state: Any, spec: Any) -> Any:
-    """``state`` (a :class:`~contrastive_jax.train.step.TrainState`, host arrays) with the
-    encoder (and ``init_head_layers`` hidden layers of the head) of the pretraining
-    checkpoint at ``spec.transfer.init_from``; ``state`` itself without one.
-
-    Raises:
-      ConfigError: the checkpoint is missing or unreadable, its encoder config is not this
-        run's, or its head has fewer hidden layers (or other widths) than asked for.
-    """
-    transfer: TransferSpec = spec.transfer
-    if not transfer.init_from:
-        return state
-    from contrastive_jax.train.pretrained import load_pretrained
-    from contrastive_jax.train.spec import parse
-
-    try:
-        pretrained = load_pretrained(transfer.init_from)
-    except (FileNotFoundError, OSError, ValueError) as err:
-        raise ConfigError(
-            f"config.model.init_from={transfer.init_from!r} cannot be restored: {err}") from err
-    saved = dataclasses.asdict(parse(pretrained.config).model.encoder)
-    current = dataclasses.asdict(spec.model.encoder)
-    differences = sorted(k for k in saved if saved[k] != current[k])
-    if differences:
-        name = differences[0]
-        raise ConfigError(
-            f"config.model.encoder.{name}={current[name]!r}, but the pretraining run at "
-            f"{transfer.init_from} has {saved[name]!r}: the encoder must be the one "
-            "pretrained")
-    network: Any = pretrained.network  # a ContrastiveModel
-    params = _replace(state.params, ENCODER_PATH, nnx.state(network.encoder, nnx.Param))
-    stats = _replace(state.batch_stats, ENCODER_PATH, nnx.state(network.encoder, nnx.BatchStat))
-    for layer in range(transfer.init_head_layers):
-        params, stats = _copy_head_layer(params, stats, network.head, layer, transfer)
-    return state._replace(params=params, batch_stats=stats)
-
-
-def _copy_head_layer(params, stats, head: Any, layer: int, transfer: TransferSpec):
-    """params, stats with hidden layer ``layer`` (its Linear and batch norm) of ``head``."""
-    hidden = getattr(head, "hidden_linears", ())
-    if layer >= len(hidden):
-        raise ConfigError(
-            f"config.model.init_head_layers={transfer.init_head_layers}, but the pretrained "
-            f"head of {transfer.init_from} has {len(hidden)} hidden layers")
-    for name, module in (("hidden_linears", hidden[layer]),
-                         ("hidden_bns", head.hidden_bns[layer])):
-        path = ("network", "head", name, layer)
-        params = _replace(params, path, nnx.state(module, nnx.Param))
-        stats = _replace(stats, path, nnx.state(module, nnx.BatchStat))
-    return params, stats
-
-
-def _replace(tree: Any, path: tuple, subtree: Any) -> Any:
-    """``tree`` (an ``nnx.State``) with ``subtree`` at ``path``, whose structure, shapes and
-    dtypes must be those it replaces; an empty ``subtree`` (a layer without batch statistics)
-    changes nothing."""
-    if not jax.tree.leaves(subtree):
-        return tree
-    target = tree.to_pure_dict()
-    parent = target
-    try:
-        for key in path[:-1]:
-            parent = parent[key]
-        old = parent[path[-1]]
-    except (KeyError, IndexError, TypeError) as err:
-        raise ConfigError(
-            f"config.model: the model has no {'.'.join(map(str, path))} to initialise from "
-            "config.model.init_from (is config.model.head the head asked for?)") from err
-    # Host copies: the restored arrays sit on this process's device, the run's state is put
-    # on the whole mesh (every process's devices) from host arrays.
-    new = jax.tree.map(np.asarray, subtree.to_pure_dict())
-    shapes = jax.tree.map(lambda a: (a.shape, a.dtype), old)
-    if jax.tree.map(lambda a: (a.shape, a.dtype), new) != shapes:
-        raise ConfigError(
-            f"config.model: {'.'.join(map(str, path))} of the pretrained network "
-            "(config.model.init_from) has other shapes than this run's: check "
-            "config.model.head.hidden_features and the encoder")
-    parent[path[-1]] = new
-    result = jax.tree.map(lambda a: a, tree)
-    nnx.replace_by_pure_dict(result, target)
-    return result

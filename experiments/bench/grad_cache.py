@@ -47,17 +47,19 @@ def measure(model: str, batch: int, mode: str, micro: int, image_size: int,
     from contrastive_jax.parallel import make_mesh, replicated
     from contrastive_jax.train import objective
     from contrastive_jax.train.config import default_config
-    from contrastive_jax.train.loop import init_state
-    from contrastive_jax.train.step import make_train_step
+    from contrastive_jax.train.spec import parse
+    from contrastive_jax.train.step import init_state, make_train_step
 
     config = default_config()
     config.model.encoder.update(MODELS[model])
     if model == "vit_ti":
         config.model.encoder.image_size = image_size
     mesh = make_mesh(1)
+    spec = parse(config)
     graphdef, rest, tx, schedule, state = init_state(
-        config, 10, steps_per_epoch=100, global_batch_size=batch, total_steps=1000
-    )
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=100, global_batch_size=batch, total_steps=1000)
     state = jax.device_put(state, replicated(mesh))
     rng = np.random.default_rng(0)
     arrays = data.make_global_batch({

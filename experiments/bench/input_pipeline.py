@@ -73,9 +73,10 @@ import numpy as np
 
 from contrastive_jax import data
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import loop, objective
+from contrastive_jax.train import objective
 from contrastive_jax.train.config import default_config
-from contrastive_jax.train.step import make_train_step
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import init_state, make_train_step
 
 
 def pipeline_rate(config, batches: int) -> tuple[float, list[dict]]:
@@ -96,9 +97,11 @@ def train_step_rate(config, batches: list[dict], steps: int, num_classes: int) -
     """Images/s of the jitted train step (median step time over ``steps`` steps)."""
     mesh = make_mesh()
     batch_size = config.data.global_batch_size
-    graphdef, rest, tx, schedule, state = loop.init_state(
-        config, num_classes, steps_per_epoch=100, global_batch_size=batch_size, total_steps=10**4
-    )
+    spec = parse(config)
+    graphdef, rest, tx, schedule, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=num_classes if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=100, global_batch_size=batch_size, total_steps=10**4)
     state = jax.device_put(state, replicated(mesh))
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule, mesh)
     device_batches = batches[: steps + 1]  # finished on the devices by pipeline_rate

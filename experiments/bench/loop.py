@@ -124,18 +124,22 @@ def bare_step(config, steps: int) -> tuple[float, float]:
 
     from contrastive_jax import data as data_lib
     from contrastive_jax.parallel import make_mesh, replicated
-    from contrastive_jax.train import inputs, loop, objective
-    from contrastive_jax.train.step import make_train_step, nonfinite_record
+    from contrastive_jax.train import inputs, objective
+    from contrastive_jax.train.spec import parse
+    from contrastive_jax.train.step import init_state, make_train_step, nonfinite_record
 
     mesh = make_mesh()
     source = data_lib.load_source(config.data)
     batch_size = int(config.data.global_batch_size)
     steps_per_epoch = source.split("train").num_examples // batch_size
     terms = objective.parse_terms(config.loss)
-    graphdef, rest, tx, schedule, state = loop.init_state(
-        config, source.num_classes, steps_per_epoch=steps_per_epoch,
-        global_batch_size=batch_size, total_steps=steps,
-    )
+    spec = parse(config)
+    graphdef, rest, tx, schedule, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=source.num_classes if spec.train.online_probe else None,
+        transfer=spec.transfer,
+        steps_per_epoch=steps_per_epoch, global_batch_size=batch_size,
+        total_steps=steps)
     state = jax.device_put(state, replicated(mesh))
     record = jax.device_put(nonfinite_record(terms), replicated(mesh))
     iterator = data_lib.make_pretrain_iterator(config.data, seed=config.seed, start_step=0,
@@ -305,16 +309,21 @@ def checkpoint_cost(args) -> dict:
     import jax
 
     from contrastive_jax import data as data_lib
-    from contrastive_jax.train import loop
     from contrastive_jax.train.checkpoint import Checkpointer, state_checksum
+    from contrastive_jax.train.spec import parse
+    from contrastive_jax.train.step import init_state
 
     work = tempfile.mkdtemp(prefix="bench_ckpt_")
     config = load_config(args.config, args.steps, args.width, args.batch,
                          os.path.join(work, "jax_cache"))
     source = data_lib.load_source(config.data)
     batch = int(config.data.global_batch_size)
-    *_, state = loop.init_state(config, source.num_classes, steps_per_epoch=10,
-                                global_batch_size=batch, total_steps=args.steps)
+    spec = parse(config)
+    *_, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=source.num_classes if spec.train.online_probe else None,
+        transfer=spec.transfer,
+        steps_per_epoch=10, global_batch_size=batch, total_steps=args.steps)
 
     def timed(fn) -> tuple[float, float]:
         wall, cpu = time.perf_counter(), time.process_time()

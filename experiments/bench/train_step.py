@@ -50,16 +50,18 @@ def measure(num_devices: int, batch: int, repeats: int, width: float,
     from contrastive_jax.parallel import DATA_AXIS, make_mesh
     from contrastive_jax.train import objective
     from contrastive_jax.train.config import default_config
-    from contrastive_jax.train.loop import init_state
-    from contrastive_jax.train.step import make_train_step
+    from contrastive_jax.train.spec import parse
+    from contrastive_jax.train.step import init_state, make_train_step
 
     config = default_config()
     config.model.encoder.width = width
     mesh = make_mesh(num_devices)
+    spec = parse(config)
     graphdef, rest, tx, schedule, state = init_state(
-        config, 10, steps_per_epoch=50000 // batch, global_batch_size=batch,
-        total_steps=1000 * (50000 // batch)
-    )
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=50000 // batch, global_batch_size=batch,
+        total_steps=1000 * (50000 // batch))
     replicated = NamedSharding(mesh, P())
     sharded = NamedSharding(mesh, P(DATA_AXIS))
     state = jax.device_put(state, replicated)

@@ -210,10 +210,10 @@ def train_or_diverge(config: ml_collections.ConfigDict, workdir: Path, progress:
     """:func:`pretrain` ``config`` in ``workdir`` (logged as ``"<label>: <verb> in <workdir>"``).
 
     Returns:
-      True if the loss turned non-finite (:class:`contrastive_jax.train.loop.NonFiniteLoss`,
+      True if the loss turned non-finite (:class:`contrastive_jax.errors.NonFiniteLoss`,
       logged), False when the run reached its last step.
     """
-    from contrastive_jax.train.loop import NonFiniteLoss
+    from contrastive_jax.errors import NonFiniteLoss
 
     progress.log(f"{label}: {verb} in {workdir}", finished=False)
     try:
@@ -242,10 +242,11 @@ def initial_embeddings(config: ml_collections.ConfigDict, splits: Sequence[str],
     """Encoder features of ``splits`` from the network ``config`` initialises (its seed)."""
     from contrastive_jax import data
     from contrastive_jax.embed import embed_split
-    from contrastive_jax.train import loop
+    from contrastive_jax.train.spec import parse
+    from contrastive_jax.train.step import build_model
 
     source = data.load_source(config.data) if source is None else source
-    network = loop.build_model(config, source.num_classes).network
+    network = build_model(parse(config).model, seed=config.seed).network
     network.eval()
     return {s: embed_split(network, config.data, s, source=source) for s in splits}
 
@@ -296,7 +297,7 @@ def pretrain_and_probe(
     Checkpoints are kept at the end of every epoch of ``probes``; each is embedded
     (``splits``, frozen encoder features) and passed to ``probe(epoch, embeddings)``,
     which returns a JSON-able record. A run whose loss turns non-finite
-    (:class:`contrastive_jax.train.loop.NonFiniteLoss`) is probed at the checkpoints it
+    (:class:`contrastive_jax.errors.NonFiniteLoss`) is probed at the checkpoints it
     reached, then ``probe(epoch, None)`` records the first probe epoch it missed.
 
     Returns:
@@ -398,13 +399,14 @@ def projections(config: ml_collections.ConfigDict, split: str, *, workdir: Path 
     """
     from contrastive_jax import data
     from contrastive_jax.embed import embed_split
-    from contrastive_jax.train import loop
     from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
     from contrastive_jax.train.pretrained import load_pretrained
+    from contrastive_jax.train.spec import parse
+    from contrastive_jax.train.step import build_model
 
     source = data.load_source(config.data) if source is None else source
     if workdir is None:
-        network = loop.build_model(config, source.num_classes).network
+        network = build_model(parse(config).model, seed=config.seed).network
         network.eval()
     else:
         network = load_pretrained(str(Path(workdir) / CHECKPOINT_DIR / str(step))).network
@@ -612,7 +614,7 @@ def train_classifier(config: ml_collections.ConfigDict, workdir: Path, *, epochs
     """Trains (or resumes) a classifier ``config`` for ``epochs`` with the library, then scores
     its head on the test split (:func:`classifier_test`) from the final checkpoint.
 
-    A run whose loss turns non-finite (:class:`contrastive_jax.train.loop.NonFiniteLoss`) is
+    A run whose loss turns non-finite (:class:`contrastive_jax.errors.NonFiniteLoss`) is
     recorded as diverged, with no test record.
 
     Returns:

@@ -97,7 +97,7 @@ def run_one(construction: str, level: int, loss: str, seed: int, sizes: configs.
     """One (construction, level, loss, seed) run with early stopping (see the module docstring):
     the validation loss is measured every ``eval_every`` epochs."""
     from contrastive_jax import data
-    from contrastive_jax.train.loop import NonFiniteLoss
+    from contrastive_jax.errors import NonFiniteLoss
 
     setting = setting_name(construction, level)
     path = common.run_path(out, setting, loss, seed)

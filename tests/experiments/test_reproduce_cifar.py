@@ -22,7 +22,8 @@ import pytest
 
 from contrastive_jax import data
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import build_model
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import build_model
 from experiments.configs import cifar_proxy as configs
 from experiments.configs import mio as mio_configs
 from experiments.reproduce import _common as common
@@ -40,7 +41,7 @@ def test_every_config_builds_the_proxy_network(spec):
     claim, method, optimizer = spec.split(",")
     config = configs.get_config(spec)
     (term,) = objective.parse_terms(config.loss)
-    network = build_model(config, 10).network
+    network = build_model(parse(config).model, seed=config.seed).network
     assert network.encoder.num_features == 128 and len(network.encoder.convs) == 3
     assert (config.model.encoder.channels, config.model.encoder.strides) == ((32, 64, 128),
                                                                              (2, 2, 2))

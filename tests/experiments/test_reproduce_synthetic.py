@@ -24,7 +24,8 @@ import pytest
 from contrastive_jax import data, losses
 from contrastive_jax.data.vectors import VectorSource
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import build_model
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import build_model
 from experiments.configs import projnce_synthetic as pn_configs
 from experiments.configs import soft_target_toy as toy_configs
 from experiments.reproduce import projnce_synthetic
@@ -81,7 +82,7 @@ def test_projnce_datasets_are_vectors_fixed_by_the_data_seed(setting):
 def test_every_projnce_config_builds_the_papers_mlp(method):
     config = pn_configs.get_config(f"gmm,{method}")
     (term,) = objective.parse_terms(config.loss)
-    network = build_model(config, 32).network
+    network = build_model(parse(config).model, seed=config.seed).network
     features, projections = network(jnp.ones((3, 8)))
     assert features.shape == (3, 4)  # MLP 8 -> 32 -> 32 -> 4
     assert projections.shape == ((3, 32) if method == "ce" else (3, 4))
@@ -155,7 +156,7 @@ def test_toy_data_splits_and_the_infonce_prior():
 
 def test_toy_model_is_a_bias_free_linear_softmax_and_kl_is_exact():
     config = toy_configs.get_config("alt,0,nll", toy_configs.QUICK)
-    network = build_model(config, 20).network
+    network = build_model(parse(config).model, seed=config.seed).network
     (layer,) = network.encoder.layers
     assert layer.bias is None and float(jnp.std(layer.kernel.value)) == pytest.approx(0.01, rel=0.2)
     x = np.random.default_rng(0).normal(size=(5, 20))

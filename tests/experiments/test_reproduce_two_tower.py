@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import build_model
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import build_model
 from experiments.configs import two_tower as configs
 from experiments.reproduce import _common as common
 from experiments.reproduce import two_tower
@@ -33,7 +34,7 @@ def test_every_config_builds_a_two_tower_term(loss, pairing):
     assert term.name == loss and term.target == configs.PAIRINGS[pairing]
     assert {**term.kwargs, "temperature": term.temperature} == configs.LOSSES[loss]
     assert config.train.epochs == 5 and config.data.num_views == 2
-    build_model(config, 10)
+    build_model(parse(config).model, seed=config.seed)
 
 
 @pytest.mark.parametrize("spec", ["clap", "clip,crossed", "clip,paired,5,6"])

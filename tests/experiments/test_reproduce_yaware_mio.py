@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 
 from contrastive_jax import data, losses
+from contrastive_jax.errors import NonFiniteLoss
 from contrastive_jax.train import objective
-from contrastive_jax.train.loop import NonFiniteLoss, build_model
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import build_model
 from experiments.configs import conditional_uniformity as cu_configs
 from experiments.configs import mio as mio_configs
 from experiments.reproduce import _common as common
@@ -65,7 +67,7 @@ def test_sex_scale_gives_product_kernel():
 def test_every_conditional_uniformity_config_builds(spec):
     config = cu_configs.get_config(spec)
     terms = objective.parse_terms(config.loss)
-    model = build_model(config, 2)
+    model = build_model(parse(config).model, seed=config.seed)
     assert model.network.encoder.num_features == (64 if spec.startswith("digits") else 128)
     assert config.optimizer.final_lr_factor == 1.0  # constant AdamW learning rate
     if spec == "digits,conditional":
@@ -102,7 +104,7 @@ def test_mio_configs(method):
                                         else ("mio", "instance"))
     if method != "simclr":
         assert term.kwargs["l2_weight"] == l2
-    head = build_model(config, 10).network.head
+    head = build_model(parse(config).model, seed=config.seed).network.head
     assert len(head.hidden_linears) == hidden and head.out_bn is not None
     assert (config.optimizer.warmup_epochs, config.optimizer.schedule_epochs) == (2.0, 80.0)
     assert config.optimizer.final_lr_factor * 0.3 == pytest.approx(1e-4)

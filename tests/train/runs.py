@@ -1,5 +1,6 @@
-"""Helpers of the reliability tests: a tiny pretraining config, reading checkpoints
-back, damaging them, and running the pretraining CLI in a subprocess."""
+"""Helpers of the reliability tests: a tiny encoder, reading checkpoints back, damaging them,
+and running the pretraining CLI in a subprocess (the tiny config they run is
+:func:`tests.train.cli_config.tiny_config`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from contrastive_jax import data as data_lib
 from contrastive_jax import models
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.metrics_log import METRICS_FILE
-from tests.train.cli_config import tiny_config  # noqa: F401 - re-exported for the tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

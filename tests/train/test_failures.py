@@ -14,9 +14,10 @@ import pytest
 import tensorflow as tf
 
 from contrastive_jax import data as data_lib
+from contrastive_jax.errors import ConfigMismatch, NonFiniteLoss
 from contrastive_jax.train import loop
 from contrastive_jax.train.checkpoint import DAMAGED_DIR
-from tests.train import runs
+from tests.train import cli_config, runs
 
 TOTAL = 4
 NAN_STEP = 3  # 1-based step whose batch holds a NaN
@@ -37,8 +38,8 @@ def stopped(tmp_path_factory) -> tuple[str, str]:
     workdir = str(tmp_path_factory.mktemp("nan_stop"))
     with pytest.MonkeyPatch.context() as monkeypatch:
         runs.nan_at(monkeypatch, NAN_STEP)
-        with pytest.raises(loop.NonFiniteLoss) as info:
-            loop.train(runs.tiny_config(TOTAL), workdir)
+        with pytest.raises(NonFiniteLoss) as info:
+            loop.train(cli_config.tiny_config(TOTAL), workdir)
     return workdir, str(info.value)
 
 
@@ -56,7 +57,7 @@ def test_nonfinite_loss_stops_naming_step_and_terms(stopped):
 @pytest.mark.slow
 def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
-    config = runs.tiny_config(TOTAL)
+    config = cli_config.tiny_config(TOTAL)
     config.train.skip_nonfinite = True
     runs.nan_at(monkeypatch, NAN_STEP)
     summary = loop.train(config, workdir)
@@ -79,9 +80,9 @@ def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
 def test_incompatible_config_on_resume_is_refused(stopped, tmp_path, field, value, match):
     workdir = str(tmp_path / "run")
     shutil.copytree(stopped[0], workdir)
-    config = runs.tiny_config(TOTAL)
+    config = cli_config.tiny_config(TOTAL)
     config.update_from_flattened_dict({field: value})
-    with pytest.raises(loop.ConfigMismatch, match=match):
+    with pytest.raises(ConfigMismatch, match=match):
         loop.train(config, workdir)
     assert runs.checkpoint_steps(workdir) == [2]  # untouched
     assert not os.path.exists(os.path.join(workdir, DAMAGED_DIR))
@@ -91,7 +92,7 @@ def test_unwritable_workdir_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     with pytest.raises(OSError, match=r"work directory .*a_file/run is not writable"):
-        loop.train(runs.tiny_config(TOTAL), str(blocker / "run"))
+        loop.train(cli_config.tiny_config(TOTAL), str(blocker / "run"))
 
 
 def test_corrupt_image_in_image_folder_is_named(tmp_path):
@@ -106,7 +107,7 @@ def test_corrupt_image_in_image_folder_is_named(tmp_path):
                 tf.io.write_file(str(folder / f"{i:02d}.png"), tf.io.encode_png(image))
     for path in (root / "train" / "dog").iterdir():  # every step-1 batch holds a dog
         path.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
-    config = runs.tiny_config(TOTAL)
+    config = cli_config.tiny_config(TOTAL)
     config.data.dataset = "image_folder"
     config.data.data_dir = str(root)
     config.data.global_batch_size = 8
@@ -133,5 +134,5 @@ def test_a_failing_close_does_not_hide_the_checkpoint_error(tmp_path, monkeypatc
     monkeypatch.setattr(Checkpointer, "save", failed_save)
     monkeypatch.setattr(MetricLogger, "close", no_space)
     with pytest.raises(CheckpointError, match="at step 2 failed"):
-        loop.train(runs.tiny_config(2), str(tmp_path / "run"))
+        loop.train(cli_config.tiny_config(2), str(tmp_path / "run"))
     assert "closing the metric logger failed too" in caplog.text

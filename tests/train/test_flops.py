@@ -75,7 +75,8 @@ def test_gradient_caching_counts_every_micro_batch_and_one_extra_forward(loop, t
         run = build(parse(config), mesh, DataFacts(1000 * 32, 10, 16))
         counts[m] = flops.count(run.step, *abstract_args(run))
         assert counts[m].while_loops == 0
-    network = build_model(_small_resnet(0), 10).network
+    config = _small_resnet(0)
+    network = build_model(parse(config).model, seed=config.seed).network
     graphdef, state = nnx.split(network)
     rows = jax.ShapeDtypeStruct((32 * 2, 16, 16, 3), jnp.float32)
     forward = flops.count(lambda s, x: nnx.merge(graphdef, s)(x), state, rows).flops

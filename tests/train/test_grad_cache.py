@@ -17,9 +17,10 @@ from contrastive_jax.models import MLP, ContrastiveModel, LinearHead
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import grad_cache, loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
-from contrastive_jax.train.step import make_train_step
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import init_state, make_train_step
 from tests.pairwise import only_in_make_test
-from tests.train import runs
+from tests.train import cli_config, runs
 from tests.train.tiny import tiny_config
 
 
@@ -37,9 +38,11 @@ def _vit_config(loss: str):
 
 def _steps(config, micro_batch_size, batch_np, num_steps=1, form="unrolled"):
     mesh = make_mesh(8)
-    graphdef, rest, tx, schedule, state = loop.init_state(
-        config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
-    )
+    spec = parse(config)
+    graphdef, rest, tx, schedule, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=22, global_batch_size=64, total_steps=6)
     state = jax.device_put(state, replicated(mesh))
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
                            mesh, micro_batch_size=micro_batch_size, micro_batch_loop=form)
@@ -79,8 +82,12 @@ def test_micro_batched_step_trains_a_batch_norm_resnet_in_bfloat16_with_lars():
     config.model.head.dtype = "bfloat16"
     config.optimizer.name = "lars"
     config.optimizer.base_learning_rate = 0.3
-    initial = jax.device_get(loop.init_state(
-        config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6)[-1])
+    spec = parse(config)
+    *_, initial = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=22, global_batch_size=64, total_steps=6)
+    initial = jax.device_get(initial)
     state, logged, losses = _steps(config, 4, _batch(config), num_steps=5)
     assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.05, losses
     assert logged["finite"] == 1.0
@@ -183,7 +190,7 @@ def test_bad_micro_batch_size_names_the_field(size, message):
 @pytest.mark.slow
 def test_a_resumed_micro_batched_run_ends_bit_identical(tmp_path, micro_batch_loop):
     """BN and dropout (the tiny conv encoder), 2 micro-batches per device: exact resume."""
-    config = runs.tiny_config(total_steps=4, checkpoint_every=2)
+    config = cli_config.tiny_config(total_steps=4, checkpoint_every=2)
     config.train.micro_batch_size = 2  # 32 examples over 8 devices: 2 micro-batches of 2
     config.train.micro_batch_loop = micro_batch_loop
     reference, resumed = str(tmp_path / "reference"), str(tmp_path / "resumed")

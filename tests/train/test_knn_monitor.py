@@ -17,7 +17,8 @@ from contrastive_jax.eval.knn import knn_scores
 from contrastive_jax.train import loop
 from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.spec import parse
-from tests.train import runs
+from contrastive_jax.train.step import init_state
+from tests.train import cli_config, runs
 from tests.train.tiny import tiny_config
 
 
@@ -34,9 +35,11 @@ def _monitor(config, source):
 
 
 def _state(config):
-    graphdef, rest, _, _, state = loop.init_state(
-        config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
-    )
+    spec = parse(config)
+    graphdef, rest, _, _, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=22, global_batch_size=64, total_steps=6)
     return graphdef, rest, state
 
 
@@ -114,7 +117,7 @@ def test_bad_monitor_config_is_named(train, message):
 
 @pytest.mark.slow
 def test_the_loop_logs_knn_top1_and_its_cost_at_eval_steps(tmp_path):
-    config = runs.tiny_config(total_steps=4, checkpoint_every=4)
+    config = cli_config.tiny_config(total_steps=4, checkpoint_every=4)
     config.train.log_every = 1
     config.train.eval_every = 2
     config.train.online_probe = True

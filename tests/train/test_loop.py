@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 from jax._src.array import ArrayImpl
 
+from contrastive_jax.errors import NonFiniteLoss, Preempted
 from contrastive_jax.parallel import make_mesh
 from contrastive_jax.train import inputs, loop, runtime, verify
 from contrastive_jax.train.metrics_log import CollapseDetector
-from tests.train import runs
+from tests.train import cli_config, runs
 
 TOTAL = 8
 LOG_EVERY = 4
@@ -119,7 +120,7 @@ def _spied(monkeypatch, events: _Events):
 
 
 def _config(total: int = TOTAL, **train):
-    config = runs.tiny_config(total, checkpoint_every=total)
+    config = cli_config.tiny_config(total, checkpoint_every=total)
     config.train.log_every = LOG_EVERY
     config.train.update(train)
     return config
@@ -225,7 +226,7 @@ def test_nonfinite_step_between_log_steps_stops_at_the_next_check(tmp_path, monk
     runs.nan_at(monkeypatch, 3)
     config = _config(TOTAL)
     config.train.checkpoint_every = 2
-    with pytest.raises(loop.NonFiniteLoss, match=r"at step 3 \(.*grad_norm=nan") as info:
+    with pytest.raises(NonFiniteLoss, match=r"at step 3 \(.*grad_norm=nan") as info:
         loop.train(config, workdir)
     assert "last good checkpoint (step 2)" in str(info.value)
     assert runs.checkpoint_steps(workdir) == [2]
@@ -262,7 +263,7 @@ def test_sigterm_agreement_read_one_step_late(tmp_path, monkeypatch):
     config = _config(6)
     config.train.checkpoint_every = 2
     config.train.log_every = 1
-    with pytest.raises(loop.Preempted, match="step 4"):
+    with pytest.raises(Preempted, match="step 4"):
         loop.train(config, workdir)
     assert runs.checkpoint_steps(workdir) == [2, 4]
     monkeypatch.undo()

@@ -30,7 +30,8 @@ from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
 from contrastive_jax.train.config import default_config
-from contrastive_jax.train.step import MIXING_STREAM, make_train_step
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import MIXING_STREAM, init_state, make_train_step
 from tests.train import runs
 
 DEVICES = 8
@@ -69,9 +70,11 @@ def batch():
 def _steps(config, batch, starts=(0,)):
     """Runs the step once from the initial state moved to each step number of ``starts``."""
     mesh = make_mesh(DEVICES)
-    graphdef, rest, tx, schedule, state = loop.init_state(
-        config, 10, steps_per_epoch=10, global_batch_size=64, total_steps=10
-    )
+    spec = parse(config)
+    graphdef, rest, tx, schedule, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=10, global_batch_size=64, total_steps=10)
     initial = jax.device_get(state)
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule, mesh)
     out = []

@@ -19,7 +19,7 @@ from contrastive_jax.errors import ConfigError
 from contrastive_jax.train import flops, loop, metrics_log
 from contrastive_jax.train.metrics_log import METRICS_FILE, MetricLogger, format_line
 from contrastive_jax.train.spec import parse
-from tests.train import runs
+from tests.train import cli_config, runs
 
 #: The line of each log step of the 20-step run (the peak given for its CPU devices).
 LINE = re.compile(
@@ -54,7 +54,7 @@ def test_a_20_step_run_logs_readable_lines_and_the_scalars_and_hparams_to_tensor
     count_jaxpr = flops.count_jaxpr
     monkeypatch.setattr(flops, "count_jaxpr",
                         lambda jaxpr: counted.append(count_jaxpr(jaxpr)) or counted[-1])
-    config = runs.tiny_config(20, checkpoint_every=10)
+    config = cli_config.tiny_config(20, checkpoint_every=10)
     config.train.log_every = 5
     workdir = tmp_path / "run"
     log_file = tmp_path / "run.err"
@@ -151,7 +151,7 @@ def test_a_wandb_project_without_wandb_is_refused_as_a_config_error(monkeypatch)
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "wandb" else find_spec(name, *args))
-    config = runs.tiny_config()
+    config = cli_config.tiny_config()
     config.train.wandb_project = "demo"
     with pytest.raises(ConfigError, match=r"pip install 'contrastive_jax\[wandb\]'"):
         parse(config)

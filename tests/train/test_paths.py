@@ -66,7 +66,7 @@ def test_the_path_layer_keeps_cloud_paths_and_absolutises_local_ones(tmp_path, m
 def test_the_work_directory_config_and_metrics_go_to_the_bucket(bucket):
     workdir = loop._prepare_workdir(f"{bucket}/run")
     assert str(workdir) == "gs://bucket/run"
-    (workdir / loop.CONFIG_FILE).write_text(json.dumps({"seed": 3}))
+    (workdir / pretrained.CONFIG_FILE).write_text(json.dumps({"seed": 3}))
     logger = MetricLogger(str(workdir), total_steps=2, start_step=0, images_per_step=8,
                           num_devices=1, enabled=True)
     logger.write(1, {"loss": 1.5})

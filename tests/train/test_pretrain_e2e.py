@@ -19,7 +19,7 @@ from contrastive_jax import data
 from contrastive_jax.embed import embed_split
 from contrastive_jax.evaluate import PLOT_FILES, evaluate_checkpoint
 from contrastive_jax.train import loop
-from contrastive_jax.train.pretrained import load_pretrained
+from contrastive_jax.train.pretrained import CONFIG_FILE, load_pretrained
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
@@ -53,7 +53,7 @@ def test_training_restarts_from_its_checkpoint_and_writes_logs_config_checkpoint
         assert record["finite"] == 1.0
     assert summary["final_loss"] == records[-1]["loss"]
     assert os.listdir(os.path.join(workdir, "tensorboard"))
-    saved = json.load(open(os.path.join(workdir, loop.CONFIG_FILE)))
+    saved = json.load(open(os.path.join(workdir, CONFIG_FILE)))
     assert saved["model"]["encoder"]["width"] == 0.125
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6"]
 

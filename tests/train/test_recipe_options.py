@@ -14,8 +14,10 @@ from flax import nnx
 from contrastive_jax import data
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import loop, objective, transfer
-from contrastive_jax.train.step import make_train_step
+from contrastive_jax.train import objective, transfer
+from contrastive_jax.train.build import DataFacts, build
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import init_state, make_train_step
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
@@ -72,6 +74,7 @@ def _linear_eval(bn: str):
     config.model.head.num_classes = 10
     config.model.trainable = "head"
     config.model.frozen_encoder_bn = bn
+    config.model.init_from = "unread"  # parse asks for one with trainable="head"; nothing reads it
     config.train.online_probe = False
     config.optimizer.name = "sgd"
     config.optimizer.base_learning_rate = 0.1
@@ -86,8 +89,11 @@ def test_frozen_encoder_bn_normalises_with_the_chosen_statistics_and_keeps_them(
     TF code's stage 2), and the running statistics are the initial ones bit for bit."""
     config = _linear_eval(bn)
     mesh = make_mesh(1)
-    graphdef, rest, tx, schedule, state = loop.init_state(
-        config, 10, steps_per_epoch=10, global_batch_size=64, total_steps=2)
+    spec = parse(config)
+    graphdef, rest, tx, schedule, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=10, global_batch_size=64, total_steps=2)
     initial = jax.device_get(state)
     batch = runs.first_batch(config.data)
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
@@ -109,6 +115,18 @@ def test_frozen_encoder_bn_normalises_with_the_chosen_statistics_and_keeps_them(
             logits, jnp.asarray(batch["label"])).mean())
     assert abs(losses["running"] - losses["batch"]) > 1e-3  # the modes differ here
     assert float(logged["loss/label_cross_entropy"]) == pytest.approx(losses[bn], rel=1e-4)
+
+
+@pytest.mark.parametrize("bn", ["running", "batch"])
+def test_the_built_run_keeps_the_frozen_encoder_bn_asked_for(bn):
+    """``build`` (the trainer's, the dry run's and ``load_pretrained``'s path) hands
+    ``config.model.frozen_encoder_bn`` to the model: "batch" leaves the frozen encoder's batch
+    norm in training mode (each batch's statistics), "running" puts it in inference mode."""
+    config = _linear_eval(bn)
+    run = build(parse(config), make_mesh(1), DataFacts(640, 10, 16))
+    model = nnx.merge(run.graphdef, run.state.params, run.state.batch_stats, run.rest)
+    norms = [m for _, m in nnx.iter_modules(model.network.encoder) if isinstance(m, nnx.BatchNorm)]
+    assert norms and {m.use_running_average for m in norms} == {bn == "running"}
 
 
 def test_frozen_encoder_bn_needs_a_frozen_encoder():

@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 
 from contrastive_jax import data as data_lib
+from contrastive_jax.errors import Preempted
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR, CheckpointError
-from contrastive_jax.train.step import make_train_step
-from tests.train import runs
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import init_state, make_train_step
+from tests.train import cli_config, runs
 
 TOTAL = 6
 
@@ -42,7 +44,7 @@ def fast_runs(tmp_path_factory):
 def reference(tmp_path_factory) -> str:
     """Work directory of an uninterrupted run: checkpoints at steps 2, 4, 6."""
     workdir = str(tmp_path_factory.mktemp("reference"))
-    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    summary = loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 0 and summary["final_step"] == TOTAL
     return workdir
 
@@ -71,15 +73,15 @@ def test_retention_keeps_verified_checkpoints(reference):
 def test_sigterm_saves_current_step_and_resume_is_exact(reference, tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
     sent = _signal_at(monkeypatch, 2, signal.SIGTERM)  # arrives during step 3
-    with pytest.raises(loop.Preempted, match="step 3") as info:
-        loop.train(runs.tiny_config(TOTAL), workdir)
+    with pytest.raises(Preempted, match="step 3") as info:
+        loop.train(cli_config.tiny_config(TOTAL), workdir)
     stopped = time.monotonic()
     assert info.value.step == 3
     assert stopped - sent[0] < 60.0  # one step, one checkpoint write
     assert runs.checkpoint_steps(workdir) == [2, 3]
     monkeypatch.undo()
 
-    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    summary = loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 3
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
     assert runs.losses_by_step(workdir) == runs.losses_by_step(reference)
@@ -92,7 +94,7 @@ def test_damaged_latest_checkpoint_is_skipped(reference, tmp_path, caplog, damag
     shutil.copytree(reference, workdir)
     damage(workdir, TOTAL)
 
-    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    summary = loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 4
     assert f"checkpoint at step {TOTAL}" in caplog.text and "damaged" in caplog.text
     # Moved aside, never deleted; the re-run wrote a good step 6 identical to the reference.
@@ -106,7 +108,7 @@ def test_every_checkpoint_damaged_is_an_error(reference, tmp_path):
     for step in (2, 4, TOTAL):
         runs.truncate_checkpoint(workdir, step)
     with pytest.raises(CheckpointError, match=r"every checkpoint .*\(steps \[2, 4, 6\]\) is damaged"):
-        loop.train(runs.tiny_config(TOTAL), workdir)
+        loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert len(os.listdir(os.path.join(workdir, DAMAGED_DIR))) == 3
 
 
@@ -119,7 +121,7 @@ def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
     partial = os.path.join(folder, f"{TOTAL}.orbax-checkpoint-tmp-1234567890")
     os.rename(os.path.join(folder, str(TOTAL)), partial)
 
-    summary = loop.train(runs.tiny_config(TOTAL), workdir)
+    summary = loop.train(cli_config.tiny_config(TOTAL), workdir)
     assert summary["start_step"] == 4
     assert os.path.isdir(partial)  # ignored, not deleted
     runs.assert_same_state(runs.read_state(workdir, TOTAL), runs.read_state(reference, TOTAL))
@@ -128,10 +130,12 @@ def test_incomplete_checkpoint_of_a_killed_save_is_ignored(reference, tmp_path):
 @pytest.mark.slow
 def test_dropout_masks_follow_seed_and_step_not_call_history():
     mesh = make_mesh()
-    config = runs.tiny_config()
-    graphdef, rest, tx, schedule, state = loop.init_state(
-        config, 10, steps_per_epoch=1437 // 32, global_batch_size=32, total_steps=TOTAL
-    )
+    config = cli_config.tiny_config()
+    spec = parse(config)
+    graphdef, rest, tx, schedule, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=1437 // 32, global_batch_size=32, total_steps=TOTAL)
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule, mesh)
     rng = np.random.default_rng(0)
     batch = data_lib.make_global_batch(

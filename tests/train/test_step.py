@@ -11,16 +11,19 @@ import pytest
 from contrastive_jax import data
 from contrastive_jax.parallel import make_mesh, replicated
 from contrastive_jax.train import loop, objective
-from contrastive_jax.train.step import make_train_step
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import init_state, make_train_step
 from tests.train import runs
 from tests.train.tiny import tiny_config
 
 
 def _one_step(config, num_devices: int, batch_np: dict):
     mesh = make_mesh(num_devices)
-    graphdef, rest, tx, schedule, state = loop.init_state(
-        config, 10, steps_per_epoch=22, global_batch_size=64, total_steps=6
-    )
+    spec = parse(config)
+    graphdef, rest, tx, schedule, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed,
+        probe_classes=10 if spec.train.online_probe else None, transfer=spec.transfer,
+        steps_per_epoch=22, global_batch_size=64, total_steps=6)
     initial = jax.device_get(state)
     state = jax.device_put(state, replicated(mesh))
     step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule, mesh)

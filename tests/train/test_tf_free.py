@@ -50,12 +50,13 @@ def test_a_jitted_train_step_without_tensorflow_or_ml_collections():
         from contrastive_jax.train.objective import parse_terms
         from contrastive_jax.train.step import init_state, make_train_step, nonfinite_record
 
-        config = {"seed": 0, "train": {"online_probe": True},
-                  "optimizer": {"name": "sgd", "base_learning_rate": 0.1, "warmup_steps": 0},
-                  "model": {"encoder": {"name": "small_cnn", "channels": (8,), "strides": (2,)},
-                            "head": {"out_features": 8}}}
+        model = models.model_spec({
+            "encoder": {"name": "small_cnn", "channels": (8,), "strides": (2,)},
+            "head": {"out_features": 8}})
+        optimizer = optim.resolve({"name": "sgd", "base_learning_rate": 0.1, "warmup_steps": 0})
         graphdef, rest, tx, schedule, state = init_state(
-            config, 4, steps_per_epoch=10, global_batch_size=8, total_steps=10)
+            model, optimizer, seed=0, probe_classes=4, steps_per_epoch=10, global_batch_size=8,
+            total_steps=10)
         mesh = make_mesh()
         terms = parse_terms({"name": "supcon"})
         step = make_train_step(graphdef, rest, tx, terms, schedule, mesh)

@@ -26,7 +26,7 @@ from contrastive_jax.data import records
 from contrastive_jax.evaluate import evaluate_checkpoint
 from contrastive_jax.train import loop
 from tests.data.helpers import write_tfds_dataset
-from tests.train import runs
+from tests.train import cli_config, runs
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_pretrain_on_eight_devices_then_linear_evaluation(data_dirs, cache_dir, 
     previous = runs.enable_compilation_cache(cache_dir)
     try:
         with runs.tiny_encoder():
-            config = runs.tiny_config(total_steps=4, checkpoint_every=2)
+            config = cli_config.tiny_config(total_steps=4, checkpoint_every=2)
             config.data.dataset = NAME
             config.data.data_dir = data_dirs[fmt]
             config.data.image_size = 16

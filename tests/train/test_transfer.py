@@ -15,8 +15,10 @@ from flax import nnx
 
 from contrastive_jax import configs
 from contrastive_jax.errors import ConfigError, ExitCode, exit_code
+from contrastive_jax.parallel import make_mesh
 from contrastive_jax.train import loop, spec
-from contrastive_jax.train.pretrained import load_pretrained
+from contrastive_jax.train.build import DataFacts, build
+from contrastive_jax.train.pretrained import CONFIG_FILE, initialise, load_pretrained
 from tests.test_configs import EVALUATION_RECIPES, smoke_overrides
 from tests.train.cli_config import tiny_config
 from tests.train.transfer_config import transfer_config
@@ -66,16 +68,12 @@ def _metrics(workdir) -> list[dict]:
 
 @pytest.mark.slow  # beside the linear evaluation, the fixture's pretraining once
 def test_fine_tuning_starts_from_the_encoder_and_the_heads_first_layer(pretrained):
-    from contrastive_jax.parallel import make_mesh
-    from contrastive_jax.train import transfer
-    from contrastive_jax.train.build import DataFacts, build
-
     config = transfer_config()
     config.model.update(init_from=pretrained, trainable="all", init_head_layers=1)
     config.model.head.update(name="simclr_v2", num_hidden_layers=1, out_features=10)
     run_spec = spec.parse(config)
     run = build(run_spec, make_mesh(), DataFacts(64, 10, 16))
-    state = transfer.initialise(run.state, run_spec)
+    state = initialise(run.state, run_spec)
     model = nnx.merge(run.graphdef, state.params, state.batch_stats, run.rest)
     source = load_pretrained(pretrained).network
     for kind in (nnx.Param, nnx.BatchStat):
@@ -87,7 +85,7 @@ def test_fine_tuning_starts_from_the_encoder_and_the_heads_first_layer(pretraine
     assert model.network.head.out.kernel.shape == (32, 10)  # the new classifier
     config.model.init_head_layers = 2
     with pytest.raises(ConfigError, match="has 1 hidden layers"):
-        transfer.initialise(run.state, spec.parse(config))
+        initialise(run.state, spec.parse(config))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -115,7 +113,7 @@ def test_a_label_fraction_outside_0_1_is_refused_at_parse(fraction):
 def test_a_missing_or_unreadable_init_from_is_refused_before_the_workdir(tmp_path, pretrained):
     empty = tmp_path / "no_checkpoints"
     empty.mkdir()
-    (empty / loop.CONFIG_FILE).write_text(open(os.path.join(pretrained, loop.CONFIG_FILE)).read())
+    (empty / CONFIG_FILE).write_text(open(os.path.join(pretrained, CONFIG_FILE)).read())
     for path, message in ((str(tmp_path / "absent"), "neither a pretraining work directory"),
                           (str(empty), "no checkpoint")):
         config = transfer_config()
