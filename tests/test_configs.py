@@ -131,7 +131,7 @@ def smoke_overrides(config):
 
 #: The recipes `make test` trains: none; each is a ResNet-50 differing in loss, temperature,
 #: batch and optimiser, which the unit tests cover, and all train in `make test-all` (the
-#: small end-to-end training of `make test` is tests/train/test_pretrain_e2e.py's).
+#: small end-to-end training of `make test` is tests/data/test_tf_free_pretrain.py's).
 FAST_RECIPE: tuple[str, ...] = ()
 
 
