@@ -85,7 +85,7 @@ def test_too_few_rows_give_zero():
 
 
 @pytest.mark.parametrize("block_size", [None, 3], ids=["dense", "streamed"])
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_multidevice_matches_single_device(block_size):
     """shard_map (gradient outside and inside, with and without varying-axis checks) and
     pmap on 8 devices, 4 rows (2 examples) each, uneven valid counts."""

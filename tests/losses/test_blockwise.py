@@ -138,7 +138,7 @@ def test_soft_target_infonce_streamed_matches_dense():
 
 @pytest.mark.parametrize("name", only_in_make_test(
     [name for name in STREAMED if name != "nt_xent"], MULTIDEVICE_FAST))
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_streamed_multidevice_matches_single_device(name):
     """Local anchors streamed against the gathered batch on 8 devices = one device."""
     z, second, _ = _labelled_batch(name, seed=22)

@@ -111,7 +111,7 @@ def _sharded_params():
 
 
 @pytest.mark.parametrize(("name", "block_size", "style"), list(_sharded_params()))
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_garbage_padding_equals_zero_padding_sharded(name, block_size, style):
     """Inside ``shard_map`` with ``axis_name`` and under ``jit`` on an Explicit mesh."""
     loss_fn, first, second, valid = case(name)

@@ -404,7 +404,7 @@ def test_lemma1_asymptotics():
     ("global_uniformity", 1),
     ("conditional_uniformity", 2),
 ])
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_multidevice_matches_single_device(name, p):
     rng = np.random.default_rng(19)
     b = 16

@@ -329,7 +329,7 @@ def test_invariances():
 
 
 @pytest.mark.parametrize("l2_weight", [0.0, 1.0])
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_multidevice_matches_single_device(l2_weight):
     rng = np.random.default_rng(14)
     labels = np.concatenate([np.repeat(np.arange(13), 2), [13, 13, 13], [14, 15, 15]])

@@ -421,7 +421,7 @@ def test_jit_with_traced_temperature():
 
 
 @pytest.mark.parametrize("name", ["supcon", "sincere", "nt_xent"])
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_multidevice_matches_single_device(name):
     rng = np.random.default_rng(21)
     n = 32

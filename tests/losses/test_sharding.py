@@ -62,7 +62,7 @@ def _params():
 
 
 @pytest.mark.parametrize(("name", "block_size", "style"), list(_params()))
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_every_style_equals_one_device(name, block_size, style):
     loss_fn, first, second, valid = case(name)
     ref_value, ref_grad = reference(name, block_size)

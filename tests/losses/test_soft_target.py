@@ -701,7 +701,7 @@ def _multidevice_batch():
 
 
 @pytest.mark.parametrize("name", ["sti", "stce"])
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_multidevice_matches_single_device(name):
     logits, targets, valid = _multidevice_batch()
     kwargs = {"class_prior": jnp.asarray(random_prior(31, 5))} if name == "sti" else {}

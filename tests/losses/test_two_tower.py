@@ -307,7 +307,7 @@ def test_pmap_equals_one_device(kind, exchange):
 
 @pytest.mark.parametrize(("kind", "block_size", "mesh_name", "exchange"),
                          all_pairs(KINDS, [None, 4], sorted(MESHES), ["gather", "ring"]))
-@pytest.mark.slow
+@pytest.mark.matrix
 def test_jit_on_sharded_arrays_equals_one_device(kind, block_size, mesh_name, exchange):
     shape, names, _ = MESHES[mesh_name]
     mesh = _mesh(shape, names)
