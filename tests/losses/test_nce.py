@@ -179,7 +179,6 @@ def _logits_and_masks(z, labels, tau):
     return logits, same & ~eye, ~same, ~eye
 
 
-@pytest.mark.slow
 def test_gradient_wrt_anchor_matches_eq13_and_eq14():
     """jax.grad of ℓ_t w.r.t. z_t (others fixed, raw dot products) = Eqs. (13)/(14)."""
     rng = np.random.default_rng(7)
