@@ -54,7 +54,6 @@ def test_nonfinite_loss_stops_naming_step_and_terms(stopped):
     assert all(np.isfinite(a).all() for a in runs.read_state(workdir, 2))
 
 
-@pytest.mark.slow
 def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
     config = cli_config.tiny_config(TOTAL)
