@@ -111,7 +111,6 @@ def test_the_objective_names_come_from_the_one_loss_registry():
 
 @pytest.mark.parametrize("name", ["clip", "siglip"])
 @pytest.mark.parametrize("pairing", [None, "paired_embeddings", "shuffled_pairs"])
-@pytest.mark.slow
 def test_two_tower_losses_pair_the_two_views_of_each_example(name, pairing):
     fields = {"name": name, "temperature": 0.2}
     if pairing is not None:
