@@ -251,7 +251,7 @@ def test_print_config_prints_the_checked_config_and_the_run_sizes_and_writes_not
     done = _print_config(tmp_path, ["contrastive_jax.pretrain", "--config", "supcon_cifar10",
                                     "--devices", "3"])
     assert done.returncode == ExitCode.USAGE, done.stderr
-    assert "global_batch_size=1024 must be divisible by the 3 devices" in done.stderr
+    assert "global_batch_size=1024 must be positive and divisible by the 3 devices" in done.stderr
     assert not any(tmp_path.iterdir()), "--print_config wrote files"
 
 

@@ -15,40 +15,46 @@ def process_position(process_index: int | None, process_count: int | None) -> tu
     """(index, count) of this process; None takes ``jax.process_index()`` / ``jax.process_count()``.
 
     Raises:
-      ConfigError: the index is not in [0, count).
+      ValueError: the index is not in [0, count).
     """
     index = jax.process_index() if process_index is None else process_index
     count = jax.process_count() if process_count is None else process_count
     if not 0 <= index < count:
-        raise ConfigError(f"process_index {index} not in [0, {count})")
+        raise ValueError(f"process_index {index} not in [0, {count})")
     return index, count
 
 
-def per_process(batch_size: int, process_count: int, what: str) -> int:
-    """Rows of a global batch of ``batch_size`` that each of ``process_count`` processes reads.
+def rows_per_part(batch_size: int, parts: int, what: str, among: str = "processes") -> int:
+    """Rows of a global batch of ``batch_size`` that each of ``parts`` processes or devices
+    (``among``) holds: the one check that a batch divides among them.
 
     Raises:
-      ConfigError: ``batch_size`` (the config field ``what``) is not a positive multiple of the
-        process count.
+      ConfigError: ``batch_size`` (the config field ``what``) is not positive or not divisible by
+        ``parts``.
+
+    Examples:
+      >>> rows_per_part(256, 8, "config.data.global_batch_size", "devices")
+      32
     """
-    if batch_size < 1 or batch_size % process_count:
+    if batch_size < 1 or batch_size % parts:
         raise ConfigError(
-            f"{what}={batch_size} must be a positive multiple of the process count {process_count}"
+            f"{what}={batch_size} must be positive and divisible by the {parts} {among}"
         )
-    return batch_size // process_count
+    return batch_size // parts
 
 
 def steps_per_epoch(num_examples: int, global_batch_size: int, dataset: str) -> int:
     """Steps of one epoch, ``num_examples // global_batch_size`` (each epoch's tail is dropped).
 
     Raises:
-      ConfigError: the batch is larger than the training split of ``dataset``.
+      ConfigError: the batch (config.data.global_batch_size) is larger than the training
+        split of ``dataset``.
     """
     steps = num_examples // global_batch_size
     if steps < 1:
         raise ConfigError(
-            f"global_batch_size={global_batch_size} exceeds the {num_examples} training examples "
-            f"of {dataset!r}"
+            f"config.data.global_batch_size={global_batch_size} exceeds the {num_examples} "
+            f"training examples of {dataset!r}"
         )
     return steps
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contrastive_jax._sections import section_fields
@@ -148,6 +148,8 @@ class DataSpec:
                 raise ConfigError(
                     f"config.data.{name} must be one of {choices}, got {getattr(self, name)!r}")
         check_fraction(self.label_fraction)
+        if self.label_fraction is not None and self.label_ids:
+            raise ConfigError("set config.data.label_fraction or config.data.label_ids, not both")
         if (self.mean is None) != (self.std is None):
             raise ConfigError("set both config.data.mean and config.data.std, or neither")
 
@@ -161,6 +163,30 @@ class DataSpec:
 def _check_int(name: str, value: Any, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"config.data.{name} must be an int >= {minimum}, got {value!r}")
+
+
+def check_source_kwargs(kwargs: Mapping[str, Any], taker: str, known: Sequence[str],
+                        counts: Sequence[str] = ()) -> None:
+    """The one check of ``config.data.source_kwargs`` against the arguments a source takes.
+
+    Args:
+      kwargs: the config's ``source_kwargs``.
+      taker: the source, as the message names it (e.g. ``"an image folder"``).
+      known: the arguments it takes.
+      counts: those of them that must be positive ints.
+
+    Raises:
+      ConfigError: an argument it does not take, or a count that is not a positive int.
+    """
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"config.data.source_kwargs {unknown}: {taker} takes {', '.join(known)}")
+    for name in counts:
+        value = kwargs.get(name, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"config.data.source_kwargs.{name} must be a positive int, got {value!r}")
 
 
 def data_spec(fields: Any) -> DataSpec:

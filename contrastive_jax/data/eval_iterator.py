@@ -29,7 +29,7 @@ import numpy as np
 
 from contrastive_jax.data._resolve import resolve_crop_fraction, resolve_image_size
 from contrastive_jax.data.base import Source
-from contrastive_jax.data.batching import per_process, process_position
+from contrastive_jax.data.batching import process_position, rows_per_part
 from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.data.host_pipeline import ExampleReader, default_threads
 from contrastive_jax.data.host_views import eval_view
@@ -69,7 +69,7 @@ class EvalIterator:
         self._read = ExampleReader(self._split)
         self._process_index, process_count = process_position(process_index, process_count)
         self._global_batch = int(batch_size)
-        self.local_batch_size = per_process(self._global_batch, process_count, "batch_size")
+        self.local_batch_size = rows_per_part(self._global_batch, process_count, "batch_size")
         self.image_size = resolve_image_size(config, self.source)
         self.num_examples = self._split.num_examples
         self.num_batches = math.ceil(self.num_examples / self._global_batch)

@@ -43,12 +43,11 @@ import numpy as np
 from contrastive_jax.data._image_folder import read_file
 from contrastive_jax.data._resolve import resolve_augmentation, resolve_image_size
 from contrastive_jax.data.base import Source, Split, symmetric_label_noise
-from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
+from contrastive_jax.data.batching import process_position, rows_per_part, steps_per_epoch
 from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.data.device_augment import make_device_augment
 from contrastive_jax.data.host_views import decode, view_rngs, views_of
 from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
-from contrastive_jax.errors import ConfigError
 
 __all__ = ["ExampleReader", "HostPretrainIterator", "default_threads", "epoch_order",
            "make_pretrain_iterator"]
@@ -130,12 +129,10 @@ class HostPretrainIterator(Iterator[dict[str, np.ndarray]]):
         self.augmentation = resolve_augmentation(config, source, self.image_size)
         self.num_views = int(config.num_views)
         self.global_batch_size = int(config.global_batch_size)
-        self.local_batch_size = per_process(
-            self.global_batch_size, process_count, "global_batch_size")
+        self.local_batch_size = rows_per_part(
+            self.global_batch_size, process_count, "config.data.global_batch_size")
         self.steps_per_epoch = steps_per_epoch(
             train.num_examples, self.global_batch_size, source.name)
-        if start_step < 0:
-            raise ConfigError(f"start_step must be >= 0, got {start_step}")
         threads = config.loader_threads
         self.threads = default_threads() if threads is None else threads
         self._seed = int(seed)
@@ -208,11 +205,13 @@ def make_pretrain_iterator(
       config: data config (``config.data``).
       seed: the run's seed (with the step, it orders the examples and draws every view).
       source: an already loaded source (else ``load_source(config)``).
-      start_step: the step of the first batch.
+      start_step: the step of the first batch (>= 0).
       process_index, process_count: this process's place (None: JAX's).
     """
     from contrastive_jax.data.sources import load_source
 
+    if start_step < 0:
+        raise ValueError(f"start_step must be >= 0, got {start_step}")
     config = as_data_spec(config)
     source = load_source(config) if source is None else source
     if isinstance(source, VectorSource):

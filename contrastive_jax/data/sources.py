@@ -77,7 +77,7 @@ from contrastive_jax.data._tfds_source import (
     tfds_source,
 )
 from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
-from contrastive_jax.data.config import as_data_spec
+from contrastive_jax.data.config import as_data_spec, check_source_kwargs
 from contrastive_jax.errors import ConfigError
 
 __all__ = [
@@ -176,7 +176,7 @@ def load_source(config: ml_collections.ConfigDict) -> Source:
     factory = arrays.registered_source(name)
     folder = None if factory is not None else _image_folder_root(name, data_dir)
     if folder is not None:
-        _check_folder_kwargs(source_kwargs)
+        check_source_kwargs(source_kwargs, "an image folder", FOLDER_KWARGS, FOLDER_KWARGS)
     elif source_kwargs and name != "phantoms":
         raise ConfigError(
             f"config.data.source_kwargs {sorted(source_kwargs)}: dataset {name!r} takes none "
@@ -236,8 +236,6 @@ def _labelled_subset(source: Source, config: ml_collections.ConfigDict) -> Sourc
     fraction, ids_file = config.label_fraction, config.label_ids
     if fraction is None and not ids_file:
         return source
-    if fraction is not None and ids_file:
-        raise ConfigError("set config.data.label_fraction or config.data.label_ids, not both")
     train = source.split("train")
     if train.streamed:
         train.take(np.arange(0))  # raises: a subset needs the labels in memory
@@ -269,17 +267,6 @@ def _image_folder_root(name: str, data_dir: str | None) -> str | None:
             )
         return data_dir
     return data_dir if data_dir is not None and is_image_folder(data_dir) else None
-
-
-def _check_folder_kwargs(kwargs: dict) -> None:
-    unknown = sorted(set(kwargs) - set(FOLDER_KWARGS))
-    if unknown:
-        raise ConfigError(
-            f"config.data.source_kwargs {unknown}: an image folder takes {', '.join(FOLDER_KWARGS)}"
-        )
-    size = kwargs.get("test_subset")
-    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-        raise ConfigError(f"config.data.source_kwargs.test_subset must be a positive int, got {size!r}")
 
 
 def _folder_subset_and_decode(
@@ -329,15 +316,8 @@ def _folder_subset_and_decode(
 
 def _phantom_splits(kwargs: dict) -> dict[str, Split]:
     """:func:`synthetic.phantom_splits` with ``config.source_kwargs``; names a bad argument."""
-    allowed = ("num_train", "num_test_controls", "num_test_patients", "delta_d", "seed")
-    unknown = sorted(set(kwargs) - set(allowed))
-    if unknown:
-        raise ConfigError(
-            f"config.data.source_kwargs {unknown}: phantoms take {', '.join(allowed)}"
-        )
-    for key in ("num_train", "num_test_controls", "num_test_patients"):
-        if key in kwargs and (not isinstance(kwargs[key], int) or kwargs[key] < 1):
-            raise ConfigError(f"config.data.source_kwargs.{key} must be a positive int")
+    counts = ("num_train", "num_test_controls", "num_test_patients")
+    check_source_kwargs(kwargs, "the phantoms source", (*counts, "delta_d", "seed"), counts)
     return synthetic.phantom_splits(**kwargs)
 
 

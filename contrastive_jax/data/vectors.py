@@ -44,7 +44,7 @@ from contrastive_jax.data.base import (
     check_metadata_names,
     symmetric_label_noise,
 )
-from contrastive_jax.data.batching import per_process, process_position, steps_per_epoch
+from contrastive_jax.data.batching import process_position, rows_per_part, steps_per_epoch
 from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.errors import ConfigError
 
@@ -241,14 +241,12 @@ class VectorPretrainIterator(Iterator[Batch]):
         self._train = train
         self.num_views = config.num_views
         self.global_batch_size = int(config.global_batch_size)
-        self.local_batch_size = per_process(
-            self.global_batch_size, process_count, "global_batch_size"
+        self.local_batch_size = rows_per_part(
+            self.global_batch_size, process_count, "config.data.global_batch_size"
         )
         self.steps_per_epoch = steps_per_epoch(
             train.num_examples, self.global_batch_size, source.name
         )
-        if start_step < 0:
-            raise ConfigError(f"start_step must be >= 0, got {start_step}")
         self._seed = int(seed)
         self.step = int(start_step)
         self._order: tuple[int, np.ndarray] | None = None  # (epoch, its permutation)
@@ -292,7 +290,7 @@ class VectorEvalIterator:
         self._split = source.split(split)
         self._process_index, process_count = process_position(process_index, process_count)
         self._global_batch = int(batch_size)
-        self.local_batch_size = per_process(self._global_batch, process_count, "batch_size")
+        self.local_batch_size = rows_per_part(self._global_batch, process_count, "batch_size")
         self.num_examples = self._split.num_examples
         self.num_batches = math.ceil(self.num_examples / self._global_batch)
 

@@ -27,7 +27,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.data import batching
 from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train import grad_cache, runtime
 from contrastive_jax.train.spec import RunSpec
@@ -83,17 +83,10 @@ def plan(spec: RunSpec, facts: DataFacts, devices: int) -> Plan:
     """The sizes of ``spec`` on ``devices`` devices for data of ``facts``; raises ConfigError
     for a batch that the devices or the data do not divide."""
     global_batch = spec.data.global_batch_size
-    if global_batch % devices:
-        raise ConfigError(
-            f"config.data.global_batch_size={global_batch} must be divisible by the "
-            f"{devices} devices"
-        )
-    steps_per_epoch = facts.num_examples // global_batch
-    if steps_per_epoch < 1:
-        raise ConfigError(
-            f"config.data.global_batch_size={global_batch} exceeds the "
-            f"{facts.num_examples} training examples of {spec.data.dataset!r}"
-        )
+    per_device = batching.rows_per_part(global_batch, devices, "config.data.global_batch_size",
+                                        "devices")
+    steps_per_epoch = batching.steps_per_epoch(facts.num_examples, global_batch,
+                                               spec.data.dataset)
     total_steps = spec.train.total_steps or spec.train.epochs * steps_per_epoch
     optimizer = spec.optimizer
     lr_warmup = (int(optimizer.warmup_steps) if optimizer.warmup_steps is not None
@@ -103,7 +96,7 @@ def plan(spec: RunSpec, facts: DataFacts, devices: int) -> Plan:
         devices=devices,
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
-        micro_batches=grad_cache.num_micro_batches(global_batch // devices,
+        micro_batches=grad_cache.num_micro_batches(per_device,
                                                    spec.train.micro_batch_size),
         profile=runtime.profile_range(spec.train.profile_steps, total_steps),
         warmup_steps=max(lr_warmup, spec.loss.temperature_warmup_steps),

@@ -61,6 +61,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
+from contrastive_jax.data import batching
 from contrastive_jax.data.config import KNOWN_DATASETS
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
@@ -139,16 +140,12 @@ def check_divisible(global_batch: int, target: str, devices: list) -> int:
     """The examples per device of ``global_batch`` on ``devices``; a ConfigError naming the
     field when they do not divide it (for a TPU slice, saying how many JAX devices it has)."""
     n = len(devices)
-    if global_batch % n:
-        slice_note = ""
-        if target in TPU_TARGETS and TPU_CHIPS[TPU_TARGETS[target][0]].megacore:
-            slice_note = (f" ({target}'s name counts TensorCores; its {n} chips are {n} JAX "
-                          "devices)")
-        raise ConfigError(
-            f"config.data.global_batch_size={global_batch} must be divisible by the {n} "
-            f"devices of target {target!r}{slice_note}"
-        )
-    return global_batch // n
+    slice_note = ""
+    if target in TPU_TARGETS and TPU_CHIPS[TPU_TARGETS[target][0]].megacore:
+        slice_note = (f" ({target}'s name counts TensorCores; its {n} chips are {n} JAX "
+                      "devices)")
+    return batching.rows_per_part(global_batch, n, "config.data.global_batch_size",
+                                  f"devices of target {target!r}{slice_note}")
 
 
 def _dataset_facts(spec: RunSpec, global_batch: int) -> DataFacts:

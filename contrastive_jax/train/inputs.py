@@ -23,9 +23,9 @@ import jax
 import numpy as np
 
 from contrastive_jax import data as data_lib
+from contrastive_jax.data import batching
 from contrastive_jax.data._resolve import resolve_image_size
-from contrastive_jax.data.config import DataSpec
-from contrastive_jax.errors import ConfigError, check_fields
+from contrastive_jax.data.config import DataSpec, check_source_kwargs
 from contrastive_jax.parallel import batch_sharding
 from contrastive_jax.train.build import DataFacts
 
@@ -112,19 +112,14 @@ def synthetic_input(data: DataSpec, *, seed: int) -> Input:
       ((8, 2, 4, 4, 3), [0, 1, 2, 3, 4, 5, 6, 7])
     """
     kwargs = dict(data.source_kwargs.items())
-    check_fields("config.data.source_kwargs", kwargs, SYNTHETIC_DEFAULTS)
+    check_source_kwargs(kwargs, "the synthetic source", tuple(SYNTHETIC_DEFAULTS),
+                        tuple(SYNTHETIC_DEFAULTS))
     kwargs = {**SYNTHETIC_DEFAULTS, **kwargs}
-    for name, value in kwargs.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"config.data.source_kwargs.{name} must be a positive int, "
-                              f"got {value!r}")
     size = data.image_size or SYNTHETIC_IMAGE_SIZE
     views, global_batch = data.num_views, data.global_batch_size
-    processes, process = jax.process_count(), jax.process_index()
-    if global_batch % processes:
-        raise ConfigError(f"config.data.global_batch_size={global_batch} must be divisible by "
-                          f"the {processes} processes")
-    local = global_batch // processes
+    process = jax.process_index()
+    local = batching.rows_per_part(global_batch, jax.process_count(),
+                                   "config.data.global_batch_size")
 
     def batches(start_step: int) -> Iterator[dict[str, np.ndarray]]:
         for step in itertools.count(start_step):

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import ml_collections
 
+from contrastive_jax.data import batching
 from contrastive_jax.errors import ConfigError, ExitCode
 from contrastive_jax.train import grad_cache, optim
 from contrastive_jax.train.build import DataFacts, plan
@@ -70,9 +71,7 @@ def derived(config: ml_collections.ConfigDict, devices: int) -> dict[str, Any]:
         raise ConfigError(f"--devices must be at least 1, got {devices}")
     examples = train_examples(spec)
     if examples is None:
-        if batch % devices:
-            raise ConfigError(f"config.data.global_batch_size={batch} must be divisible by "
-                              f"the {devices} devices")
+        batching.rows_per_part(batch, devices, "config.data.global_batch_size", "devices")
         warmup = spec.optimizer.warmup_steps
         sizes: dict[str, Any] = {
             "steps_per_epoch": None,

@@ -109,7 +109,7 @@ def test_phantom_source_kwargs():
     assert source.split("train").num_examples == 30
     assert source.split("test").num_examples == 662
     config.source_kwargs.size = 4
-    with pytest.raises(ConfigError, match=r"\['size'\]: phantoms take"):
+    with pytest.raises(ConfigError, match=r"\['size'\]: the phantoms source takes"):
         data.load_source(config)
     digits = digits_config()
     digits.source_kwargs.num_train = 30

@@ -214,7 +214,7 @@ def test_batch_size_errors(digits_source):
         data.make_pretrain_iterator(
             digits_config(global_batch_size=2048), seed=0, source=digits_source
         )
-    with pytest.raises(ValueError, match="multiple of the process count"):
+    with pytest.raises(ValueError, match="divisible by the 2 processes"):
         data.make_pretrain_iterator(
             digits_config(global_batch_size=15),
             seed=0,

@@ -90,7 +90,7 @@ def test_processes_read_their_share_of_the_global_batch(registered):
     ]
     assert parts[0]["views"].shape == (4, 2, 5)
     np.testing.assert_array_equal(np.concatenate([p["index"] for p in parts]), whole["index"])
-    with pytest.raises(ConfigError, match="multiple of the process count"):
+    with pytest.raises(ConfigError, match="divisible by the 2 processes"):
         data.make_pretrain_iterator(_config(global_batch_size=7), seed=0, process_count=2)
     with pytest.raises(ConfigError, match="exceeds the 40 training examples of 'vec'"):
         data.make_pretrain_iterator(_config(global_batch_size=48), seed=0)
