@@ -8,6 +8,7 @@ import pytest
 
 from contrastive_jax import data as data_lib
 from contrastive_jax.data import label_subset
+from contrastive_jax.data.config import DataSpec
 from contrastive_jax.errors import ConfigError
 
 
@@ -54,3 +55,8 @@ def test_the_fraction_picks_the_same_examples_on_any_process_count():
     assert train.ids.tolist() == full.ids[expected].tolist()
     for processes in (1, 2, 4):
         assert _indices(config, processes) == train.ids.tolist()
+
+
+def test_a_fraction_and_an_ids_file_together_are_refused_when_the_config_is_read(tmp_path):
+    with pytest.raises(ConfigError, match="label_fraction or config.data.label_ids, not both"):
+        DataSpec(dataset="digits", label_fraction=0.1, label_ids=str(tmp_path / "ids.txt"))
