@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from contrastive_jax.configs import quickstart as quickstart_config
 from experiments import quickstart_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "experiments" / "records" / "quickstart_seeds"
 README_SEEDS = list(range(30, 40))
+DIGITS_TRAIN_EXAMPLES = 1437  # the cluttered digits' training split
 
 
 def _accuracy(value: float) -> dict:
@@ -69,16 +71,33 @@ def _readme_table() -> str:
     return match.group(0)
 
 
+def _packaged_recipe() -> dict:
+    """The recipe fields of the packaged quickstart config (what ``make quickstart`` runs)."""
+    config = quickstart_config.get_config()
+    return {
+        "dataset": config.data.dataset, "batch_size": config.data.global_batch_size,
+        "encoder": config.model.encoder.name, "width": config.model.encoder.width,
+        "loss": config.loss.name, "weights": list(config.loss.weights),
+        "temperature": config.loss.temperature,
+        "warmup_temperature": config.loss.warmup_temperature,
+        "temperature_warmup_steps": config.loss.temperature_warmup_steps,
+        "epochs": config.train.epochs,
+    }
+
+
 def test_the_readme_seed_table_is_what_the_committed_records_give():
-    """README.md's seed table is --from_records --readme of the committed records, no more."""
+    """README.md's seed table is --from_records --readme of the committed records, no more,
+    and every record is a run of the packaged quickstart config."""
     recorded = sorted(int(p.stem[4:]) for p in RECORDS.glob("seed*.json"))
     assert recorded, f"no records under {RECORDS}"
     assert set(recorded) <= set(README_SEEDS)
     rows = {s: quickstart_seeds.read_record(RECORDS, s) for s in recorded}
+    packaged = _packaged_recipe()
+    steps = packaged["epochs"] * (DIGITS_TRAIN_EXAMPLES // packaged["batch_size"])
     for seed, row in rows.items():
         recipe = json.loads((RECORDS / f"seed{seed}.json").read_text())["recipe"]
-        assert recipe["loss"] == "sincere+global_uniformity" and recipe["width"] == 0.25
-        assert row["final_step"] == 660
+        assert recipe == {**packaged, "seed": seed}
+        assert row["final_step"] == steps
     # The table holds the recorded seeds, all measured on the quickstart's current input path
     # (a sweep still under way lists the seeds it has finished).
     assert _readme_table() == quickstart_seeds.readme_table(rows)
