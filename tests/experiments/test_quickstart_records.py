@@ -101,3 +101,20 @@ def test_the_readme_seed_table_is_what_the_committed_records_give():
     # The table holds the recorded seeds, all measured on the quickstart's current input path
     # (a sweep still under way lists the seeds it has finished).
     assert _readme_table() == quickstart_seeds.readme_table(rows)
+
+
+QUARTER_RECORDS = ROOT / "experiments" / "records" / "quickstart_seeds_width025"
+
+
+def test_the_quarter_width_records_are_the_table_of_the_quickstart_page():
+    """The quarter-width seeds (the default until 2026-11-29): the same recipe at width 0.25,
+    the ten seeds 30-39, and docs/quickstart.md's table is what their records give."""
+    recorded = sorted(int(p.stem[4:]) for p in QUARTER_RECORDS.glob("seed*.json"))
+    assert recorded == README_SEEDS
+    rows = {s: quickstart_seeds.read_record(QUARTER_RECORDS, s) for s in recorded}
+    quarter = {**_packaged_recipe(), "width": 0.25}
+    for seed in recorded:
+        recipe = json.loads((QUARTER_RECORDS / f"seed{seed}.json").read_text())["recipe"]
+        assert recipe == {**quarter, "seed": seed}
+    page = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    assert quickstart_seeds.readme_table(rows) in page
