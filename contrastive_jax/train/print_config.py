@@ -71,14 +71,15 @@ def derived(config: ml_collections.ConfigDict, devices: int) -> dict[str, Any]:
         raise ConfigError(f"--devices must be at least 1, got {devices}")
     examples = train_examples(spec)
     if examples is None:
-        batching.rows_per_part(batch, devices, "config.data.global_batch_size", "devices")
+        per_device = batching.rows_per_part(batch, devices, "config.data.global_batch_size",
+                                            "devices")
         warmup = spec.optimizer.warmup_steps
         sizes: dict[str, Any] = {
             "steps_per_epoch": None,
             "total_steps": spec.train.total_steps or None,
             "warmup_steps": None if warmup is None else max(
                 int(warmup), spec.loss.temperature_warmup_steps),
-            "micro_batches": grad_cache.num_micro_batches(batch // devices,
+            "micro_batches": grad_cache.num_micro_batches(per_device,
                                                           spec.train.micro_batch_size),
         }
     else:
