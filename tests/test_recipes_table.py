@@ -123,5 +123,5 @@ def test_readme_columns_from_a_docstring(monkeypatch):
 
 def test_encoder_names():
     config = configs.get("quickstart")
-    assert table.encoder_name(config.model.encoder) == "ResNet-18 x0.25"
+    assert table.encoder_name(config.model.encoder) == "ResNet-18 x0.125"
     assert table.encoder_name(configs.get("supcon_cifar10").model.encoder) == "ResNet-50"
