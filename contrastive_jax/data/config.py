@@ -182,8 +182,8 @@ def check_source_kwargs(kwargs: Mapping[str, Any], taker: str, known: Sequence[s
     if unknown:
         raise ConfigError(
             f"config.data.source_kwargs {unknown}: {taker} takes {', '.join(known)}")
-    for name in counts:
-        value = kwargs.get(name, 1)
+    for name in (n for n in counts if n in kwargs):
+        value = kwargs[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(
                 f"config.data.source_kwargs.{name} must be a positive int, got {value!r}")
