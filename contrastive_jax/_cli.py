@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from contrastive_jax import configs
 from contrastive_jax.errors import DISK_FULL, ExitCode, Preempted, exit_code
 
 
@@ -94,7 +95,6 @@ def config_argument(value: str) -> str:
       >>> config_argument("my/config.py:small")
       'my/config.py:small'
     """
-    from contrastive_jax import configs
 
     name, colon, arg = value.partition(":")
     return configs.path(name) + colon + arg if name in configs.NAMES else value

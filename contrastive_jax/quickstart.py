@@ -39,6 +39,7 @@ from contrastive_jax import pretrain
 from contrastive_jax.errors import ExitCode
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import loop
+from contrastive_jax.train.print_config import run_cli as print_config
 
 QUICKSTART_CONFIG = Path(__file__).resolve().parent / "configs" / "quickstart.py"
 #: Where the quickstart writes when --workdir is not given.
@@ -63,8 +64,6 @@ def main(argv: list[str]) -> int:
     del argv
     logging.set_verbosity(logging.WARNING)  # JAX reports absent TPU/GPU backends at INFO
     if flags.FLAGS.print_config:
-        from contrastive_jax.train.print_config import run_cli as print_config
-
         return print_config(pretrain.config_flag(), None)
     return run_tool(_quickstart, workdir=pretrain.workdir_flag())
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from contrastive_jax import configs
+from contrastive_jax.configs.__main__ import main as configs_main
 from tests.pairwise import only_in_make_test
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,11 +95,11 @@ def test_unknown_name_lists_the_choices():
 
 
 def test_main_prints_one_path_or_all(capsys):
-    assert configs.main(["quickstart"]) == 0
+    assert configs_main(["quickstart"]) == 0
     assert capsys.readouterr().out.strip() == configs.path("quickstart")
-    assert configs.main([]) == 0
+    assert configs_main([]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(configs.NAMES)
-    assert configs.main(["nope"]) == 2
+    assert configs_main(["nope"]) == 2
     assert "unknown packaged config" in capsys.readouterr().err
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from contrastive_jax import configs
 from contrastive_jax.configs import _table as table
+from contrastive_jax.configs.__main__ import main as configs_main
 from contrastive_jax.train import optim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def test_supcontrast_schedule_difference():
 
 
 def test_the_command_line_prints_the_table(capsys):
-    assert configs.main(["--table"]) == 0
+    assert configs_main(["--table"]) == 0
     assert capsys.readouterr().out == table.markdown()
 
 

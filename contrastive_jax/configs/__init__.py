@@ -50,9 +50,7 @@ From Python::
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import sys
 from pathlib import Path
 
 #: The packaged configs, by name.
@@ -94,31 +92,3 @@ def get(name: str):
     """
     path(name)  # validates the name
     return importlib.import_module(f"contrastive_jax.configs.{name}").get_config()
-
-
-def main(argv: list[str]) -> int:
-    """``python -m contrastive_jax.configs [NAME] [--table]``: print the path of NAME, or of
-    every config; ``--table``: the recipes against their sources (``docs/recipes.md``)."""
-    parser = argparse.ArgumentParser(prog="python -m contrastive_jax.configs")
-    parser.add_argument("name", nargs="?", help="a packaged config; none: every config")
-    parser.add_argument("--table", action="store_true",
-                        help="print docs/recipes.md: each recipe's settings beside its source's")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    if args.table:
-        from contrastive_jax.configs import _table
-
-        sys.stdout.write(_table.markdown())
-        return 0
-    if args.name is not None:
-        try:
-            print(path(args.name))
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        return 0
-    for name in NAMES:
-        print(f"{name:<22} {path(name)}")
-    return 0

@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from contrastive_jax.data.base import KNOWN_STATS, STATS_SAMPLE, Source, Split, channel_stats
+from contrastive_jax.data.host_views import decode
 from contrastive_jax.errors import InputError
 
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")  # those tfds.ImageFolder lists
@@ -57,7 +58,6 @@ def _isdir(path: str) -> bool:
 def decode_image_file(path: str) -> np.ndarray:
     """Decodes one image file (Pillow) to uint8 [H, W, 3]; :class:`CorruptImageError` names a
     bad file."""
-    from contrastive_jax.data.host_views import decode
 
     return np.asarray(decode(read_file(path), f"file {path}"))
 

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contrastive_jax._sections import section_fields
+from contrastive_jax.data.augment_config import PRESET_NAMES
+from contrastive_jax.data.label_subset import check_fraction
 from contrastive_jax.errors import ConfigError, check_fields
 
 #: Values of ``config.data.metadata``.
@@ -123,8 +125,6 @@ class DataSpec:
     loader_threads: int | None = None
 
     def __post_init__(self) -> None:
-        from contrastive_jax.data.augment_config import PRESET_NAMES
-        from contrastive_jax.data.label_subset import check_fraction
 
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError(f"config.data.dataset must be a dataset name, got {self.dataset!r}")

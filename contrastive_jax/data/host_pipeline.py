@@ -47,6 +47,7 @@ from contrastive_jax.data.batching import process_position, rows_per_part, steps
 from contrastive_jax.data.config import as_data_spec
 from contrastive_jax.data.device_augment import make_device_augment
 from contrastive_jax.data.host_views import decode, view_rngs, views_of
+from contrastive_jax.data.sources import load_source
 from contrastive_jax.data.vectors import VectorPretrainIterator, VectorSource
 
 __all__ = ["ExampleReader", "HostPretrainIterator", "default_threads", "epoch_order",
@@ -208,7 +209,6 @@ def make_pretrain_iterator(
       start_step: the step of the first batch (>= 0).
       process_index, process_count: this process's place (None: JAX's).
     """
-    from contrastive_jax.data.sources import load_source
 
     if start_step < 0:
         raise ValueError(f"start_step must be >= 0, got {start_step}")

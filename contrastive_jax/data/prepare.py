@@ -39,6 +39,7 @@ import tempfile
 
 from absl import app, flags
 
+from contrastive_jax._cli import parse_flags
 from contrastive_jax._extras import require
 from contrastive_jax.data import records as records_lib
 from contrastive_jax.data import sources
@@ -228,7 +229,6 @@ def main(argv: list[str]) -> int:
 
 
 def _run() -> None:
-    from contrastive_jax._cli import parse_flags
 
     app.run(main, flags_parser=parse_flags)
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from contrastive_jax.data.host_views import decode
 from contrastive_jax.errors import CorruptImageError, InputError
 
 if TYPE_CHECKING:
@@ -142,8 +143,6 @@ class RecordSet:
           CorruptRecordError: the record cannot be read, parsed or decoded (names its file
             and index).
         """
-        from contrastive_jax.data.host_views import decode
-
         try:
             data, label = self.parse_bytes(self.read([row])[0] if record is None else record)
             return decode(data, f"row {row}"), label
