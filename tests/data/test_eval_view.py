@@ -37,7 +37,7 @@ def test_crop_resize_is_simclr_center_crop():
 
 @pytest.mark.parametrize(("shape", "out"), [((13, 17), (30, 11)), ((37, 53), (24, 24)),
                                             ((300, 211), (224, 224)), ((32, 32), (224, 224))])
-@pytest.mark.matrix
+@pytest.mark.slow  # imports TensorFlow, about 5 s in each worker that runs it
 def test_bicubic_is_tf1_resize_bicubic(shape, out):
     tf = pytest.importorskip("tensorflow")
     x = np.random.default_rng(1).random((*shape, 3)).astype(np.float32)
@@ -56,6 +56,7 @@ def test_crop_resize_clips_the_bicubic_overshoot_and_differs_from_the_default():
 
 
 @pytest.mark.parametrize("shape", [(37, 53), (64, 40), (300, 211), (20, 20)])
+@pytest.mark.slow  # imports TensorFlow
 def test_resize_crop_is_tensorflows_antialiased_resize_and_centre_crop(shape):
     """The default transform against ``tf.image.resize(antialias=True)`` of the shorter side
     to round(S / f) and the centre crop (what torchvision's Resize + CenterCrop do)."""

@@ -153,6 +153,7 @@ def test_geometric_ops(image):
     assert np.array_equal(sheared[:20, 10], image[1:21, 10])
 
 
+@pytest.mark.slow  # imports TensorFlow, about 5 s in each worker that runs it
 def test_geometric_ops_match_tensorflows_projective_transform(image):
     # The kernel the source's `transform` calls: nearest, constant fill, then the
     # wrap / unwrap grey (augment.py:167-176, 527-570).

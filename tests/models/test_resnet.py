@@ -223,17 +223,20 @@ def test_global_batchnorm_under_shard_map_matches_single_device(resnet18):
     assert not np.allclose(l_projections, projections, rtol=1e-2)
 
 
-def test_same_seed_same_params_and_outputs(resnet18):
-    graphdef, state = resnet18
-    again = create_encoder(default_encoder_config(), rngs=rngs(0))
-    other = create_encoder(default_encoder_config(), rngs=rngs(1))
+def test_same_seed_same_params_and_outputs():
+    # A narrow ResNet-18 (8-channel stem): the same code as the full width, a fraction of its
+    # compile.
+    narrow = encoder_config(width=0.125)
+    graphdef, state = nnx.split(create_encoder(narrow, rngs=rngs(0)))
+    again = create_encoder(narrow, rngs=rngs(0))
+    other = create_encoder(narrow, rngs=rngs(1))
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(nnx.state(again)), strict=True):
         np.testing.assert_array_equal(a, b)
     assert not all(
         np.array_equal(a, b)
         for a, b in zip(param_leaves(nnx.merge(graphdef, state)), param_leaves(other), strict=True)
     )
-    x = jax.random.normal(jax.random.key(3), (8, 32, 32, 3))
+    x = jax.random.normal(jax.random.key(3), (8, 16, 16, 3))
     run = forward(graphdef)
     np.testing.assert_array_equal(run(state, x)[0], run(nnx.state(again), x)[0])
 
