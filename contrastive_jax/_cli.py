@@ -95,7 +95,6 @@ def config_argument(value: str) -> str:
       >>> config_argument("my/config.py:small")
       'my/config.py:small'
     """
-
     name, colon, arg = value.partition(":")
     return configs.path(name) + colon + arg if name in configs.NAMES else value
 

@@ -58,7 +58,6 @@ def _isdir(path: str) -> bool:
 def decode_image_file(path: str) -> np.ndarray:
     """Decodes one image file (Pillow) to uint8 [H, W, 3]; :class:`CorruptImageError` names a
     bad file."""
-
     return np.asarray(decode(read_file(path), f"file {path}"))
 
 

@@ -125,7 +125,6 @@ class DataSpec:
     loader_threads: int | None = None
 
     def __post_init__(self) -> None:
-
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError(f"config.data.dataset must be a dataset name, got {self.dataset!r}")
         for name in ("num_views", "global_batch_size"):

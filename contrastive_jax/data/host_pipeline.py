@@ -209,7 +209,6 @@ def make_pretrain_iterator(
       start_step: the step of the first batch (>= 0).
       process_index, process_count: this process's place (None: JAX's).
     """
-
     if start_step < 0:
         raise ValueError(f"start_step must be >= 0, got {start_step}")
     config = as_data_spec(config)

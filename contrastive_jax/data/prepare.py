@@ -229,7 +229,6 @@ def main(argv: list[str]) -> int:
 
 
 def _run() -> None:
-
     app.run(main, flags_parser=parse_flags)
 
 
