@@ -18,6 +18,7 @@ from contrastive_jax.errors import ConfigMismatch, NonFiniteLoss
 from contrastive_jax.train import loop
 from contrastive_jax.train.checkpoint import DAMAGED_DIR
 from tests.train import cli_config, runs
+from tests.train.tiny import SMALL_CNN
 
 TOTAL = 4
 NAN_STEP = 3  # 1-based step whose batch holds a NaN
@@ -57,7 +58,7 @@ def test_nonfinite_loss_stops_naming_step_and_terms(stopped):
 def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
     config = cli_config.tiny_config(TOTAL)
-    config.model.encoder = {"name": "small_cnn", "channels": (8,), "strides": (2,)}  # compiles fast
+    config.model.encoder = dict(SMALL_CNN)
     config.train.skip_nonfinite = True
     runs.nan_at(monkeypatch, NAN_STEP)
     summary = loop.train(config, workdir)

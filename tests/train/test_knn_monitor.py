@@ -19,16 +19,14 @@ from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import init_state
 from tests.train import cli_config, runs
-from tests.train.tiny import tiny_config
+from tests.train.tiny import SMALL_CNN, tiny_config
 
 
 def _config(**train):
-    """The tiny config with a two-layer CNN encoder (the monitor reads any encoder's features
-    the same way; the CNN compiles in a fraction of the ResNet's time)."""
+    """The tiny config with a small CNN encoder (the monitor reads any encoder's features the
+    same way)."""
     config = tiny_config()
-    config.model.encoder.name = "small_cnn"
-    config.model.encoder.channels = (16, 32)
-    config.model.encoder.strides = (2, 2)
+    config.model.encoder = dict(SMALL_CNN)
     config.train.eval_every = 2
     config.train.update(train)
     return config
