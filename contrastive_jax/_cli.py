@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 
 from contrastive_jax import configs
+from contrastive_jax._config_file import load_error
 from contrastive_jax.errors import DISK_FULL, ExitCode, Preempted, exit_code
 
 
@@ -117,12 +118,27 @@ def _with_config_paths(argv: list[str]) -> list[str]:
     return out
 
 
+def _config_values(argv: list[str]) -> list[str]:
+    """The values of ``--config`` (``--config=V`` or ``--config V``) in ``argv``."""
+    values = []
+    args = iter(argv[1:])
+    for arg in args:
+        flag, equals, value = arg.partition("=")
+        if flag.lstrip("-") == "config" and flag.startswith("-"):
+            value = value if equals else next(args, "")
+            if value:
+                values.append(value)
+    return values
+
+
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing for every tool, with the exit codes of :class:`ExitCode`.
 
     ``--help`` (``-h``) prints the tool's docstring and its flags with their help to stdout and
-    exits 0; a flag error (an unknown flag, a bad value, a missing config file) is a usage error:
-    one ``error:`` line on stderr, exit 2. ``--helpfull`` is absl's, with every library's flags.
+    exits 0; a flag error (an unknown flag, a bad value) and a config that does not load (an
+    unknown recipe, a missing file, a syntax error, no ``get_config`` or one that raises:
+    :func:`contrastive_jax._config_file.load_error`) are usage errors: one ``error:`` line on
+    stderr, exit 2. ``--helpfull`` is absl's, with every library's flags.
     ``--config`` takes a packaged recipe's name or a path, each with an optional ``:arg``
     (:func:`config_argument`).
     """
@@ -131,6 +147,11 @@ def parse_flags(argv: list[str]) -> list[str]:
     if HELP_ARGS.intersection(argv[1:]):
         app.usage(shorthelp=True, writeto_stdout=True)
         sys.exit(ExitCode.OK)
+    for value in _config_values(argv):  # a config that does not load: why, in one paragraph
+        problem = load_error(value)
+        if problem is not None:
+            report_error(problem)
+            sys.exit(ExitCode.USAGE)
     try:
         return flags.FLAGS(_with_config_paths(argv))
     except flags.Error as err:

@@ -23,7 +23,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad config, input or environment; the message names the field or file
     NONFINITE = 65  # a non-finite loss or gradient stopped the run (EX_DATAERR)
     CHECKPOINT = 74  # a checkpoint could not be written (full disk?) or none read (EX_IOERR)
-    PREEMPTED = 75  # SIGTERM: the current step was saved; run again to continue (EX_TEMPFAIL)
+    PREEMPTED = 75  # SIGTERM or SIGINT: the step was saved; run again to continue (EX_TEMPFAIL)
 
 
 class ConfigError(ValueError):
@@ -47,10 +47,11 @@ class CheckpointError(RuntimeError):
 
 
 class Preempted(Exception):
-    """SIGTERM arrived; the current step was checkpointed."""
+    """SIGTERM (or SIGINT, Ctrl-C) arrived; the current step was checkpointed."""
 
-    def __init__(self, step: int) -> None:
-        super().__init__(f"preempted by SIGTERM; checkpoint saved at step {step}")
+    def __init__(self, step: int, signal_name: str = "SIGTERM") -> None:
+        verb = "interrupted" if signal_name == "SIGINT" else "preempted"
+        super().__init__(f"{verb} by {signal_name}; checkpoint saved at step {step}")
         self.step = step
 
 

@@ -28,7 +28,9 @@ directory; either may be a ``gs://`` path), the figures (confusion matrix, class
 cosine similarity, within/between-class histograms) beside it.
 
 Exit codes: those of every command-line tool (:class:`~contrastive_jax.errors.ExitCode`,
-docs/cli.md); 2 on a missing or unreadable checkpoint or a bad argument.
+docs/cli.md), as ``pretrain``'s: 2 on a bad flag or config (``--epochs 0``: before any work)
+or a missing run or checkpoint, 74 when none of the checkpoints present can be read. A failed
+evaluation leaves no ``--workdir`` of its own behind.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ import sys
 from absl import app, flags, logging
 
 from contrastive_jax import pretrain
-from contrastive_jax.errors import ExitCode
+from contrastive_jax._sections import describe, in_domain
+from contrastive_jax.errors import ConfigError, ExitCode
 from contrastive_jax.eval.linear import ProbeProtocol
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import paths
@@ -110,11 +113,36 @@ def _protocol(config, argv: list[str]) -> int:
     return pretrain.main(argv)
 
 
+#: The fast probe's flags with a domain, and it (:func:`contrastive_jax._sections.in_domain`).
+PROBE_DOMAINS = {"epochs": "int >= 1", "batch_size": "int >= 1", "warmup_epochs": "int >= 0",
+                 "base_lr": "> 0", "weight_decay": ">= 0", "resamples": "int >= 1"}
+
+
+def _check_probe_flags() -> None:
+    """Raises ConfigError naming the first probe flag outside its domain."""
+    for name, domain in PROBE_DOMAINS.items():
+        value = flags.FLAGS[name].value
+        if not in_domain(value, domain):
+            raise ConfigError(f"--{name} must be {describe(domain)}, got {value!r}")
+
+
 def _probe() -> int:
+    _check_probe_flags()
     pretrained = _PRETRAINED.value
     workdir = paths.as_path(pretrain.workdir_flag() or locate_checkpoint(pretrained)[0])
-    output = workdir / RESULTS_FILE
+    created = not workdir.exists()
     workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write_probe(pretrained, workdir)
+    except BaseException:
+        if created:  # a failed evaluation leaves no directory of its own behind
+            workdir.rmtree(missing_ok=True)
+        raise
+
+
+def _write_probe(pretrained: str, workdir) -> int:
+    """The fast probe of ``pretrained``, its results and figures written to ``workdir``."""
+    output = workdir / RESULTS_FILE
     results = evaluate_checkpoint(
         pretrained,
         epochs=_EPOCHS.value,

@@ -54,6 +54,7 @@ require("contrastive_jax.pretrain", ("ml_collections", "flax", "optax", "grain")
 
 import json
 import logging
+import math
 import sys
 
 from absl import app, flags
@@ -147,6 +148,22 @@ def parse_flags(argv: list[str]) -> list[str]:
         raise
 
 
+def json_safe(tree):
+    """``tree`` (dicts, lists, scalars) with every non-finite float as None: JSON has no NaN.
+
+    Examples:
+      >>> json_safe({"final_loss": float("nan"), "steps": [1, float("inf"), 2.5]})
+      {'final_loss': None, 'steps': [1, None, 2.5]}
+    """
+    if isinstance(tree, dict):
+        return {k: json_safe(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [json_safe(v) for v in tree]
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return None
+    return tree
+
+
 def main(argv: list[str]) -> int:
     del argv
     logging.getLogger("absl").setLevel(logging.WARNING)
@@ -184,7 +201,8 @@ def main(argv: list[str]) -> int:
 
     def pretrain() -> int:
         summary = loop.train(_CONFIG.value, _WORKDIR.value)
-        print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}, indent=2))
+        print(json.dumps(json_safe({k: v for k, v in summary.items() if k != "metrics"}),
+                         indent=2, allow_nan=False))
         return ExitCode.OK
 
     # Errors go through report_error: threads of a failed checkpoint write may still be

@@ -102,6 +102,12 @@ def image_folder_source(
     Returns:
       A source with file-backed splits. ``image_shape`` is the common shape of
       the first 8 training images, or (None, None, 3) if they differ.
+
+    Raises:
+      InputError: ``root`` is missing, has no ``train`` split, or a class folder of a split
+        holds no image file (it would count as a class without examples). A folder of one
+        class is read; the trainer refuses it for a loss that uses the labels
+        (:func:`contrastive_jax.train.loop.check_classes`).
     """
     if not _isdir(root):
         raise InputError(f"image folder {root!r} does not exist or is not a directory")
@@ -113,6 +119,10 @@ def image_folder_source(
         paths, labels = [], []
         for class_dir in _subdirs(split_dir):
             files = [f for f in _listdir(class_dir) if f.lower().endswith(_IMAGE_EXTENSIONS)]
+            if not files:  # it would count as a class (a label id, an output) with no example
+                raise InputError(
+                    f"image folder {root}: the class folder {class_dir} has no image files "
+                    f"({', '.join(_IMAGE_EXTENSIONS)}); remove it or add its images")
             paths += [os.path.join(class_dir, f) for f in files]
             labels += [label_of[os.path.basename(class_dir)]] * len(files)
         if paths:

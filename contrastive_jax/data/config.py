@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contrastive_jax._sections import section_fields
+from contrastive_jax._sections import check_domains, section_fields
 from contrastive_jax.data.augment_config import PRESET_NAMES
 from contrastive_jax.data.label_subset import check_fraction
 from contrastive_jax.errors import ConfigError, check_fields
@@ -151,12 +151,23 @@ class DataSpec:
             raise ConfigError("set config.data.label_fraction or config.data.label_ids, not both")
         if (self.mean is None) != (self.std is None):
             raise ConfigError("set both config.data.mean and config.data.std, or neither")
+        check_domains(self, DATA_DOMAINS, "config.data")
 
     @property
     def known_image_size(self) -> int | None:
         """The side of the images when known before reading them: ``image_size``, else
         :data:`KNOWN_DATASETS`'; None otherwise."""
         return self.image_size or KNOWN_DATASETS.get(self.dataset, (None, None))[1]
+
+
+#: The domain of each numeric field of :class:`DataSpec` (None: unset, where allowed).
+DATA_DOMAINS = {
+    **dict.fromkeys(("image_size", "num_views", "global_batch_size", "train_subset",
+                     "loader_threads"), "int >= 1"),
+    **dict.fromkeys(("randaugment_layers", "data_seed", "prefetch"), "int >= 0"),
+    "randaugment_magnitude": ">= 0", "label_noise": "[0, 1]", "label_fraction": "(0, 1]",
+    "metadata_scale": "any", "mean": "any", "std": "> 0", "eval_crop_fraction": "(0, 1]",
+}
 
 
 def _check_int(name: str, value: Any, *, minimum: int) -> None:

@@ -35,6 +35,7 @@ from PIL import Image
 
 from contrastive_jax.data import image_policies
 from contrastive_jax.data.augment_config import AugmentConfig
+from contrastive_jax.data.image_depth import to_rgb8
 from contrastive_jax.errors import CorruptImageError
 
 __all__ = ["crop_window", "decode", "eval_view", "resize_bicubic_tf1", "tf_crop_window",
@@ -49,13 +50,15 @@ def view_rngs(seed: int, step: int, index: int, num_views: int) -> list[np.rando
 
 
 def decode(data: bytes, name: str) -> Image.Image:
-    """Encoded JPEG / PNG / ... bytes -> an RGB image; :class:`CorruptImageError` names ``name``."""
+    """Encoded JPEG / PNG / ... bytes -> an 8-bit RGB image, read at its real depth (16-bit
+    and float images scaled, :func:`.image_depth.to_rgb8`); :class:`CorruptImageError`
+    names ``name``."""
     try:
         image = Image.open(io.BytesIO(data))
         image.load()
     except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise CorruptImageError(f"cannot decode image {name}: {e}") from e
-    return image if image.mode == "RGB" else image.convert("RGB")
+    return to_rgb8(image, name)
 
 
 def crop_window(

@@ -86,7 +86,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
-from contrastive_jax._sections import section_fields
+from contrastive_jax._sections import check_domains, section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.models.cnn import SmallCNN
 from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead, NormalizedLinearHead
@@ -158,6 +158,7 @@ class EncoderSpec:
                 "encoder config.in_features (the width D of the input vectors) is required "
                 "for the mlp encoder"
             )
+        check_domains(self, ENCODER_DOMAINS, "config.model.encoder")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +185,19 @@ class HeadSpec:
         if self.name == "classifier" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ConfigError(f"head config.num_classes must be a positive integer for the "
                               f"classifier head, got {k!r}")
+        check_domains(self, HEAD_DOMAINS, "config.model.head")
+
+
+#: The domain of each numeric field of :class:`EncoderSpec` and :class:`HeadSpec` (None:
+#: unset, where allowed).
+ENCODER_DOMAINS = {
+    "width": "> 0", "bn_momentum": "[0, 1)", "image_size": "int >= 1",
+    "dropout_rate": "[0, 1)", "attention_dropout_rate": "[0, 1)", "drop_path_rate": "[0, 1)",
+    "channels": "int >= 1", "strides": "int >= 1", "in_features": "int >= 1",
+    "widths": "int >= 1", "init_std": "> 0",
+}
+HEAD_DOMAINS = {"num_hidden_layers": "int >= 0", "hidden_features": "int >= 1",
+                "out_features": "int >= 1", "num_classes": "int >= 1", "bn_momentum": "[0, 1)"}
 
 
 @dataclasses.dataclass(frozen=True)

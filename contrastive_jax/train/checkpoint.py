@@ -36,10 +36,12 @@ and moved to ``<workdir>/damaged_checkpoints`` (never deleted), and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -101,7 +103,8 @@ class Checkpointer:
             enable_async_checkpointing=asynchronous,
             create=True,
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        with quiet_libraries():  # it reads every checkpoint's metadata, damaged ones too
+            self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._verified: set[int] = set()
         self._verifying: verify.Verification | None = None  # the verification under way
         # Orbax's tree metadata per state structure (the sorted checksum keys): the same for
@@ -201,7 +204,8 @@ class Checkpointer:
         """Starts reading back every finished checkpoint not verified yet (:meth:`verify_files`),
         in a thread if ``background``; :meth:`_collect` takes the verdicts."""
         self._collect()
-        self._manager.reload()
+        with quiet_libraries():
+            self._manager.reload()
         pending = [s for s in self.steps() if s not in self._verified]
         self._verifying = verify.Verification(self.verify_files, pending, background=background)
 
@@ -226,20 +230,15 @@ class Checkpointer:
     def _quarantine(self, step: int, err: Exception) -> None:
         """Reports a damaged checkpoint and moves it to ``damaged_checkpoints/``."""
         target = self.damaged_directory / f"{step}-{int(time.time())}"
-        logging.warning(
-            "checkpoint at step %d in %s is damaged (%s: %s); moved to %s",
-            step,
-            self.directory,
-            type(err).__name__,
-            str(err).splitlines()[0] if str(err) else "",
-            target,
-        )
+        logging.warning("checkpoint at step %d in %s is damaged (%s); moved to %s", step,
+                        self.directory, short_error(err), target)
         if jax.process_index() == 0:
             self.damaged_directory.mkdir(parents=True, exist_ok=True)
             (self.directory / str(step)).rename(target)
         if jax.process_count() > 1:
             multihost_utils.sync_global_devices(f"quarantine checkpoint {step}")
-        self._manager.reload()
+        with quiet_libraries():
+            self._manager.reload()
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """Restores the checkpoint at ``step`` into the structure of ``abstract_state``.
@@ -284,14 +283,16 @@ class Checkpointer:
         """
         for step in reversed(self.steps()):
             try:
-                meta = self.restore_meta(step)
+                with quiet_libraries():
+                    meta = self.restore_meta(step)
             except Exception as err:  # noqa: BLE001 - unreadable JSON item: damaged
                 self._quarantine(step, err)
                 continue
             if check_meta is not None:
                 check_meta(meta, step)
             try:
-                state, meta = self.restore(step, abstract_state)
+                with quiet_libraries():
+                    state, meta = self.restore(step, abstract_state)
             except Exception as err:  # noqa: BLE001 - any read failure means "damaged"
                 self._quarantine(step, err)
                 continue
@@ -313,6 +314,37 @@ class Checkpointer:
             self.wait()
         finally:
             self._manager.close()
+
+
+#: The loggers of the libraries under a restore: a damaged checkpoint makes Orbax (through
+#: absl) log each failed read, TensorStore's specs included, and asyncio the event loops it
+#: leaves behind ("Event loop is closed"); the one warning line per checkpoint says it.
+LIBRARY_LOGGERS = ("absl", "asyncio", "orbax", "tensorstore")
+#: The longest cause a warning line quotes of an error.
+CAUSE_CHARS = 240
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Only the errors above ERROR of :data:`LIBRARY_LOGGERS` show while the context is
+    active (a restore that may meet damaged checkpoints); this module's warnings still do."""
+    loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def short_error(err: BaseException) -> str:
+    """``Type: first line`` of ``err``, cut to :data:`CAUSE_CHARS` characters: a warning
+    line's cause (a TensorStore error's first line can hold a whole spec)."""
+    lines = str(err).strip().splitlines()
+    text = f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+    return text if len(text) <= CAUSE_CHARS else text[:CAUSE_CHARS - 3] + "..."
 
 
 def abstract_like(tree: Any) -> Any:

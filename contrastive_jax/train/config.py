@@ -54,13 +54,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
 
 from contrastive_jax import data, models
-from contrastive_jax._sections import section_fields
+from contrastive_jax._sections import check_domains, section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.train import grad_cache, objective, optim, transfer
 
@@ -129,12 +128,7 @@ class TrainSpec:
     wandb_project: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "log_every", "checkpoint_every", "keep_checkpoints", "knn_k",
-                     "collapse_patience"):
-            _check_int(f"train.{name}", getattr(self, name), minimum=1)
-        for name in ("total_steps", "device_prefetch", "micro_batch_size", "eval_every",
-                     "knn_bank_size", "knn_query_size", "validate_every_epochs"):
-            _check_int(f"train.{name}", getattr(self, name), minimum=0)
+        check_domains(self, TRAIN_DOMAINS, "config.train")
         grad_cache.check_loop(self.micro_batch_loop)
         if self.eval_every % self.log_every:
             raise ConfigError(
@@ -165,9 +159,16 @@ class TrainSpec:
             )
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"config.{name} must be an int >= {minimum}, got {value!r}")
+#: The domain of each numeric field of :class:`TrainSpec` (:func:`contrastive_jax._sections.check_domains`).
+TRAIN_DOMAINS = {
+    **dict.fromkeys(("epochs", "log_every", "checkpoint_every", "keep_checkpoints", "knn_k",
+                     "collapse_patience"), "int >= 1"),
+    **dict.fromkeys(("total_steps", "device_prefetch", "micro_batch_size", "eval_every",
+                     "knn_bank_size", "knn_query_size", "validate_every_epochs"), "int >= 0"),
+    "knn_temperature": "> 0",
+    "collapse_threshold": "any",  # <= 0, checked below
+    "profile_steps": "int >= 1",  # (first, last), checked below
+}
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -49,9 +49,15 @@ import jax
 import ml_collections
 from etils import epath
 
-from contrastive_jax.errors import ConfigMismatch, NonFiniteLoss, Preempted
+from contrastive_jax.errors import (
+    ConfigError,
+    ConfigMismatch,
+    InputError,
+    NonFiniteLoss,
+    Preempted,
+)
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import flops, inputs, paths, pretrained, runtime, validation
+from contrastive_jax.train import flops, inputs, paths, pretrained, record, runtime, validation
 from contrastive_jax.train.build import Run, abstract_args, build, check_step
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
@@ -89,15 +95,18 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         spec = parse(config)
         cache_dir = runtime.configure_compilation_cache(spec.train.compilation_cache_dir)
         train_input = inputs.load_input(spec.data, seed=spec.seed)
+        check_classes(spec, train_input.num_classes)
         run = build(spec, make_mesh(), train_input.facts)
         check_step(run)
         run = run._replace(state=pretrained.initialise(run.state, spec))  # config.model.init_from
+        # A resume runs the recorded config: another is refused, an allowed change recorded.
+        changes = _check_resume(paths.as_path(workdir), spec, run.plan.total_steps)
         knn = KnnMonitor(spec.train, spec.data, train_input.source,
                          total_steps=run.plan.total_steps) if (
             spec.train.eval_every) else None  # the online kNN monitor
         validator = validation.Validator(run, spec.data, train_input.source) if (
             spec.train.validate_every_epochs) else None
-        session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm)
+        session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm, changes)
         session.validator = validator
         session.loop(knn)
         return {"workdir": str(session.directory), **session.summary(),
@@ -132,32 +141,42 @@ class _Session:
         self.last: dict[str, float] = {}  # the metrics of the last log step
         self.unlogged: dict[str, float] = {}  # the first step's timing, until logged
         self.pending_stop: jax.Array | None = None  # several processes: the last step's stop
+        self.sigterm: runtime.SigtermFlag | None = None  # the stop signal's flag
         self.validator: validation.Validator | None = None  # config.train.validate_every_epochs
         # The held-out evaluations of the run so far (restored ones: the final and the best).
         self.evaluations: list[validation.Record] = list(evaluations or [])
 
     @classmethod
     def open(cls, run: Run, directory: epath.Path, train_input: inputs.Input,
-             sigterm: runtime.SigtermFlag) -> _Session:
-        """Restores the newest readable checkpoint of ``directory`` (if any) and writes the
-        config beside it."""
+             sigterm: runtime.SigtermFlag, changes: dict[str, list]) -> _Session:
+        """Restores the newest readable checkpoint of ``directory`` (if any) and records the
+        run beside it: a new run's config, a resume's ``changes`` (:mod:`.record`); the
+        metric log keeps the steps up to the restored one."""
         state = jax.device_put(run.state, replicated(run.mesh))
         checkpointer = Checkpointer(directory, max_to_keep=run.spec.train.keep_checkpoints)
         state, meta = _restore(checkpointer, state, run.spec.config, structure_signature(state))
         skipped = int(meta.get("nonfinite_steps", 0))  # older checkpoints have no count
         evaluations = [validation.Record(*r) for r in meta.get("evaluations", [])]
-        if jax.process_index() == 0:
-            (directory / pretrained.CONFIG_FILE).write_text(
-                run.spec.config.to_json_best_effort(indent=2))
         start_step = int(state.step)
+        if jax.process_index() == 0:
+            record.write(directory, run.spec.config, start_step, changes)
         batches = inputs.DevicePrefetch(
             train_input.batches(start_step), run.mesh, lambda: sigterm.raised,
             depth=run.spec.train.device_prefetch, remaining=run.plan.total_steps - start_step,
         )
         session = cls(run, directory, state, checkpointer, skipped, batches, evaluations)
+        session.sigterm = sigterm
         if start_step:
             session.logger.message(f"resumed from the checkpoint at step {start_step} in "
                                    f"{directory}")
+        if start_step and changes:
+            session.logger.message(
+                f"changed from step {start_step} on (recorded in "
+                f"{directory / record.AMENDMENTS_FILE}): " + "; ".join(
+                    f"config.{name} {old!r} -> {new!r}" for name, (old, new) in changes.items()))
+        if start_step and run.plan.total_steps == start_step:
+            session.logger.message(f"the run is complete: step {start_step} of "
+                                   f"{run.plan.total_steps}")
         return session
 
     def loop(self, knn: KnnMonitor | None) -> None:
@@ -232,7 +251,7 @@ class _Session:
                     "evaluations": [list(r) for r in self._kept_evaluations()]})
             if preempted:
                 self.checkpointer.flush()
-                raise Preempted(done)
+                raise Preempted(done, self.sigterm.signal_name if self.sigterm else "SIGTERM")
 
     def _validate(self, done: int, *, skip_log: bool) -> dict[str, float]:
         """Top-1/top-5 on the held-out split after step ``done``; logged (at a step that is
@@ -286,7 +305,7 @@ class _Session:
         return {
             "start_step": self.start_step,
             "final_step": sizes.total_steps,
-            "final_loss": self.last.get("loss", float("nan")),
+            "final_loss": self.last.get("loss"),  # None: no step ran (a complete run)
             "metrics": self.last,
             "skipped_steps": self.guard.reported,
             **self.clock.summary(sizes.total_steps - self.start_step, sizes.global_batch,
@@ -294,6 +313,51 @@ class _Session:
             "collapse_warning": self.collapse.warned,
             "validation": self.validation_report(),
         }
+
+
+#: The targets of the loss terms that read the class labels.
+LABEL_TARGETS = ("label", "soft_label")
+
+
+def check_classes(spec, num_classes: int) -> None:
+    """Data of one class cannot teach a loss that reads the labels: refused (InputError);
+    with a self-supervised loss, a warning that the probes of the labels read 100 %.
+
+    A loss term on labels (SINCERE, SupCon, ...) has no sample of another class to contrast
+    with (its loss is 0 from the first step), and the online probe and linear evaluation of
+    one class are right by construction.
+    """
+    if num_classes >= 2:
+        return
+    where = f"config.data.dataset={spec.data.dataset!r} has {num_classes} class"
+    on_labels = [t.name for t in spec.terms if t.target in LABEL_TARGETS]
+    if on_labels:
+        raise InputError(
+            f"{where}: the loss term {on_labels[0]!r} (config.loss.name) reads the class "
+            "labels and has no other class to contrast with (its loss would be 0); use data "
+            "of at least two classes, or a self-supervised loss such as nt_xent")
+    logging.warning("%s: the online probe and linear evaluation of its labels read 100 %% "
+                    "and say nothing about the embedding", where)
+
+
+def _check_resume(directory: epath.Path, spec, total_steps: int) -> dict[str, list]:
+    """The changes a resume of ``directory`` makes to fields a resume may change
+    (:func:`.record.compare`, which refuses any other change).
+
+    Raises:
+      ConfigError: another config than the run's, or a run length below the newest
+        checkpoint's step (a run of that length ended before it; at it, the run is complete).
+    """
+    changes = record.compare(directory, spec.config)
+    steps = record.checkpoint_steps(directory)
+    if steps and total_steps < steps[-1]:
+        raise ConfigError(
+            f"the run is {total_steps} steps long (config.train.total_steps, or "
+            f"config.train.epochs), below the newest checkpoint in {directory / 'checkpoints'} "
+            f"(step {steps[-1]}): a run cannot be shortened past a step it took; set "
+            f"config.train.total_steps >= {steps[-1]} (= {steps[-1]}: the run is complete) or "
+            "use a new --workdir")
+    return changes
 
 
 def _restore(checkpointer: Checkpointer, state, config: ml_collections.ConfigDict,

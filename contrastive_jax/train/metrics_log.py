@@ -3,7 +3,8 @@
 readable in a SLURM ``.out`` file or ``kubectl logs``, and a progress bar on top when stderr
 is a terminal; TensorBoard event files with the same scalars and the run's hyperparameters;
 a JSON-lines file (``<workdir>/metrics.jsonl``; in a bucket written whole at every
-checkpoint); an optional Weights & Biases run (``config.train.wandb_project``, the ``wandb``
+checkpoint; a resume drops the records after its step, which it logs again, so each step is
+there once); an optional Weights & Biases run (``config.train.wandb_project``, the ``wandb``
 extra). And the collapse detector that reads the logged uniformity."""
 
 from __future__ import annotations
@@ -114,12 +115,14 @@ class MetricLogger:
             # An object store cannot append: through fsspec, "a" starts the object afresh and
             # would drop a resumed run's earlier lines, so they are kept and the object is
             # written whole at every flush (each checkpoint) and at the end. A run killed
-            # with SIGKILL loses the lines after its last checkpoint, and a resumed one
-            # logs those steps again.
+            # with SIGKILL loses the lines after its last checkpoint.
             earlier = (self._metrics.read_text(encoding="utf-8") if self._metrics.exists()
                        else "")
-            self._lines = earlier.splitlines(keepends=True)
+            self._lines = records_up_to(earlier, start_step)
         else:
+            if self._metrics.exists():  # a resume logs the steps after start_step again
+                self._metrics.write_text("".join(records_up_to(
+                    self._metrics.read_text(encoding="utf-8"), start_step)), encoding="utf-8")
             self._jsonl = self._metrics.open("a", encoding="utf-8")
         if wandb_project:
             self._wandb = _wandb_run(wandb_project, directory, hparams or {})
@@ -227,6 +230,21 @@ class MetricLogger:
             self._jsonl.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def records_up_to(text: str, step: int) -> list[str]:
+    """The lines of a ``metrics.jsonl`` text whose record's step is at most ``step`` (a run
+    resumed at ``step`` logs the later ones again, so the log holds each step once); a line
+    cut short by a kill is dropped."""
+    kept = []
+    for line in text.splitlines(keepends=True):
+        try:
+            logged = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if line.endswith("\n") and logged <= step:
+            kept.append(line)
+    return kept
 
 
 def _is_terminal(stream: IO[str]) -> bool:

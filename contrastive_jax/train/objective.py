@@ -94,6 +94,7 @@ import jax
 import jax.numpy as jnp
 
 from contrastive_jax import losses
+from contrastive_jax._sections import check_domains
 from contrastive_jax.errors import ConfigError, check_fields
 
 logger = logging.getLogger(__name__)
@@ -164,6 +165,13 @@ class LossSpec:
         if self.view_reduction not in VIEW_REDUCTIONS:
             raise ConfigError(f"config.loss.view_reduction must be one of {VIEW_REDUCTIONS}, "
                               f"got {self.view_reduction!r}")
+        check_domains(self, LOSS_DOMAINS, "config.loss")
+
+
+#: The domain of each numeric field of :class:`LossSpec` (None: unset, where allowed).
+LOSS_DOMAINS = {"temperature": "> 0", "warmup_temperature": "> 0",
+                "temperature_warmup_steps": "int >= 0", "base_temperature": "> 0",
+                "weights": "any"}
 
 
 def loss_spec(fields: Any) -> LossSpec:

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from contrastive_jax._sections import section_fields
+from contrastive_jax._sections import check_domains, section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 
 OPTIMIZERS = ("lars", "sgd", "adamw", "rmsprop")
@@ -124,7 +124,9 @@ class OptimizerSpec:
                 f"optimizer.grad_clip_norm must be positive, got {self.grad_clip_norm}")
         warmup = self.warmup_steps if self.warmup_steps is not None else self.warmup_epochs
         if warmup < 0:
-            raise ConfigError(f"optimizer: the warm-up must be non-negative, got {warmup}")
+            field = "warmup_steps" if self.warmup_steps is not None else "warmup_epochs"
+            raise ConfigError(
+                f"optimizer.{field}: the warm-up must be non-negative, got {warmup}")
         if self.decay not in DECAYS:
             raise ConfigError(
                 f"optimizer.decay={self.decay!r} is not one of {', '.join(DECAYS)}")
@@ -149,6 +151,18 @@ class OptimizerSpec:
             raise ConfigError(
                 "optimizer.schedule_steps: the schedule must have at least one step, got "
                 f"{self.schedule_steps}")
+        check_domains(self, OPTIMIZER_DOMAINS, "config.optimizer")
+
+
+#: The domain of each numeric field of :class:`OptimizerSpec` (None: unset, where allowed).
+OPTIMIZER_DOMAINS = {
+    "base_learning_rate": "> 0", "weight_decay": ">= 0", "momentum": "[0, 1)",
+    "trust_coefficient": "> 0", "warmup_epochs": ">= 0", "warmup_steps": "int >= 0",
+    "warmup_init": ">= 0", "final_lr_factor": "[0, 1]", "schedule_epochs": "> 0",
+    "schedule_steps": "int >= 1", "grad_clip_norm": "> 0", "decay_epochs": "> 0",
+    "decay_rate": "(0, 1]", "decay_every_epochs": "> 0", "rmsprop_decay": "[0, 1)",
+    "rmsprop_epsilon": "> 0",
+}
 
 
 #: Every optimiser field and its default (those of :class:`OptimizerSpec`, as a dict).

@@ -28,7 +28,14 @@ from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train import optim, paths
 from contrastive_jax.train.build import DataFacts, build
-from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, abstract_like
+from contrastive_jax.train.checkpoint import (
+    CHECKPOINT_DIR,
+    Checkpointer,
+    CheckpointError,
+    abstract_like,
+    quiet_libraries,
+    short_error,
+)
 from contrastive_jax.train.config import rename_saved
 from contrastive_jax.train.spec import RunSpec, parse
 from contrastive_jax.train.step import TrainState
@@ -84,30 +91,39 @@ def load_pretrained(path: str) -> Pretrained:
     Args:
       path: the work directory (its newest readable checkpoint is used) or a
         checkpoint directory ``<workdir>/checkpoints/<step>``.
+
+    Raises:
+      FileNotFoundError: no such run, no checkpoint in it, or none at the step named.
+      CheckpointError: none of the checkpoints tried can be read (one warning line each).
     """
     workdir, step = locate_checkpoint(path)
     config = load_config(workdir)
     checkpointer = Checkpointer(workdir, asynchronous=False)
     try:
-        candidates = [step] if step is not None else list(reversed(checkpointer.steps()))
+        present = checkpointer.steps()
+        if step is not None and step not in present:
+            raise FileNotFoundError(f"no checkpoint at step {step} in {checkpointer.directory} "
+                                    f"(its checkpoints: steps {present})")
+        candidates = [step] if step is not None else list(reversed(present))
         if not candidates:
             raise FileNotFoundError(f"no checkpoint in {checkpointer.directory}")
         failures = []
-        for candidate in candidates:
-            try:
-                meta = checkpointer.restore_meta(candidate)
-                graphdef, rest, state = _abstract_state(config, int(meta["num_classes"]))
-                state, meta = checkpointer.restore(candidate, abstract_like(state))
-                break
-            except Exception as err:  # noqa: BLE001 - a damaged checkpoint: try an older one
-                failures.append(f"step {candidate}: {type(err).__name__}: {err}")
-                logging.warning("the checkpoint at step %d in %s does not restore (%s: %s); "
-                                "trying an older one", candidate, checkpointer.directory,
-                                type(err).__name__, str(err).splitlines()[0] if str(err) else "")
-        else:
-            raise FileNotFoundError(
-                f"no readable checkpoint in {checkpointer.directory}: " + "; ".join(failures)
-            )
+        with quiet_libraries():
+            for position, candidate in enumerate(candidates):
+                try:
+                    meta = checkpointer.restore_meta(candidate)
+                    graphdef, rest, state = _abstract_state(config, int(meta["num_classes"]))
+                    state, meta = checkpointer.restore(candidate, abstract_like(state))
+                    break
+                except Exception as err:  # noqa: BLE001 - a damaged checkpoint: try an older one
+                    failures.append(f"step {candidate}: {short_error(err)}")
+                    older = candidates[position + 1:]
+                    logging.warning("the checkpoint at step %d in %s does not restore (%s)%s",
+                                    candidate, checkpointer.directory, short_error(err),
+                                    f"; trying step {older[0]}" if older else "")
+            else:
+                raise CheckpointError(
+                    f"no readable checkpoint in {checkpointer.directory}: " + "; ".join(failures))
     finally:
         checkpointer.close()
     model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
@@ -141,15 +157,16 @@ def initialise(state: TrainState, spec: RunSpec) -> TrainState:
     checkpoint at ``spec.transfer.init_from``; ``state`` itself without one.
 
     Raises:
-      ConfigError: the checkpoint is missing or unreadable, its encoder config is not this
+      ConfigError: the run or its checkpoint is missing, its encoder config is not this
         run's, or its head has fewer hidden layers (or other widths) than asked for.
+      CheckpointError: none of the checkpoints asked for can be read (damaged).
     """
     transfer = spec.transfer
     if not transfer.init_from:
         return state
     try:
         pretrained = load_pretrained(transfer.init_from)
-    except (FileNotFoundError, OSError, ValueError) as err:
+    except (FileNotFoundError, OSError, ValueError) as err:  # a damaged one: CheckpointError
         raise ConfigError(
             f"config.model.init_from={transfer.init_from!r} cannot be restored: {err}") from err
     saved = dataclasses.asdict(parse(pretrained.config).model.encoder)

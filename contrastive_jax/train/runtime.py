@@ -1,6 +1,6 @@
 """The trainer's host-side machinery: preemption, the compilation cache, timers, the profiler.
 
-* :class:`SigtermFlag` turns SIGTERM into a flag the loop polls; the loop attaches it to
+* :class:`SigtermFlag` turns SIGTERM and SIGINT into a flag the loop polls; the loop attaches it to
   each batch (:class:`contrastive_jax.train.inputs.DevicePrefetch`) and the step's
   collectives tell every process if any process was signalled, so all of them save the
   same step together.
@@ -33,28 +33,41 @@ AUTO_CACHE = ("contrastive_jax", "jax_compilation_cache")
 
 
 class SigtermFlag:
-    """Turns SIGTERM into a flag (``raised``) while the context is active (main thread only).
+    """Turns SIGTERM and SIGINT (Ctrl-C) into a flag (``raised``) while the context is active
+    (main thread only): the run saves the step it reached and stops (exit code 75).
 
+    ``signal_name`` is the signal that arrived first. A second SIGINT does not wait for the
+    save: it raises ``KeyboardInterrupt`` at once (the checkpoints already written are kept).
     Elsewhere than on the main thread signals are left alone and the flag stays False.
     """
 
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
     def __init__(self) -> None:
         self.raised = False
-        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
+        self.signal_name = "SIGTERM"
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> SigtermFlag:
         try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
         except ValueError:  # not the main thread: leave signals alone
-            self._previous = None
+            self._previous = {}
         return self
 
     def _handle(self, signum, frame) -> None:
+        if self.raised and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if not self.raised:
+            self.signal_name = signal.Signals(signum).name
         self.raised = True
 
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            if previous is not None:
+                signal.signal(signum, previous)
+        self._previous = {}
 
 
 def configure_compilation_cache(directory: str) -> str | None:
