@@ -83,7 +83,9 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       Preempted: SIGTERM arrived; the step reached was checkpointed.
       NonFiniteLoss: a step's loss or gradient was NaN/inf (without
         ``config.train.skip_nonfinite``); the last good checkpoint is kept.
-      ConfigMismatch: the work directory's checkpoint has another model/state structure.
+      ConfigMismatch: the work directory's run was started with another config (in a field
+        a resume may not change: :mod:`.record`), or its checkpoint has another model/state
+        structure.
       CheckpointError: a checkpoint could not be written (full disk, ...), or
         none of the checkpoints present could be read.
       OSError: the work directory is not writable.
@@ -345,8 +347,9 @@ def _check_resume(directory: epath.Path, spec, total_steps: int) -> dict[str, li
     (:func:`.record.compare`, which refuses any other change).
 
     Raises:
-      ConfigError: another config than the run's, or a run length below the newest
-        checkpoint's step (a run of that length ended before it; at it, the run is complete).
+      ConfigMismatch: another config than the run's (in a field a resume may not change).
+      ConfigError: a run length below the newest checkpoint's step (a run of that length
+        ended before it; at it, the run is complete).
     """
     changes = record.compare(directory, spec.config)
     steps = record.checkpoint_steps(directory)

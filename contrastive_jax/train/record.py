@@ -10,7 +10,7 @@ computed every step of the run.
 :func:`compare` is called by :func:`contrastive_jax.train.loop.train` before anything is
 written: a resume whose config differs from the recorded one in any other field (the seed,
 the data, the batch, the loss, the augmentation, the schedule, the model, the optimiser)
-is refused with a :class:`~contrastive_jax.errors.ConfigError` that names every such field
+is refused with a :class:`~contrastive_jax.errors.ConfigMismatch` that names every such field
 with both values. The fields of :data:`RESUMABLE` change how the run is watched, logged and
 checkpointed, or how long it runs, not what a step computes; ``docs/cli.md`` lists them.
 """
@@ -25,7 +25,7 @@ from typing import Any
 import ml_collections
 from etils import epath
 
-from contrastive_jax.errors import ConfigError
+from contrastive_jax.errors import ConfigError, ConfigMismatch
 from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 from contrastive_jax.train.config import default_config, rename_saved
 from contrastive_jax.train.pretrained import CONFIG_FILE  # the run's config as it was started
@@ -134,9 +134,10 @@ def compare(workdir: epath.Path, config: ml_collections.ConfigDict) -> dict[str,
     the same config.
 
     Raises:
-      ConfigError: ``workdir`` holds a checkpoint and ``config`` differs from the config it
-        was started with (amendments applied) in a field not in :data:`RESUMABLE`; the
+      ConfigMismatch: ``workdir`` holds a checkpoint and ``config`` differs from the config
+        it was started with (amendments applied) in a field not in :data:`RESUMABLE`; the
         message names each such field with both values.
+      ConfigError: the work directory's config file cannot be read.
     """
     if not checkpoint_steps(workdir):
         return {}
@@ -150,7 +151,7 @@ def compare(workdir: epath.Path, config: ml_collections.ConfigDict) -> dict[str,
     if refused:
         fields = "; ".join(f"config.{name}: {before.get(name)!r} in the run, {now.get(name)!r} "
                            "now" for name in refused)
-        raise ConfigError(
+        raise ConfigMismatch(
             f"{workdir} holds a run started with another config ({fields}); a resume may "
             "change only the fields that docs/cli.md lists under Resume (the run's length, "
             "logging, checkpoints, monitors). Run with the run's config "

@@ -66,7 +66,12 @@ def test_every_numeric_field_of_every_section_has_a_domain():
             assert value is None or in_domain(value, domain), (where, name, value)
 
 
-def outside(domain: str, default) -> list:
+def _is_tuple(annotation) -> bool:
+    return typing.get_origin(annotation) is tuple or any(
+        _is_tuple(a) for a in typing.get_args(annotation))
+
+
+def outside(domain: str, annotation) -> list:
     """Values outside ``domain``: each bound crossed, and NaN and inf for a float."""
     integer, low, low_closed, high, high_closed = _bounds(domain)
     values: list = []
@@ -76,7 +81,7 @@ def outside(domain: str, default) -> list:
     if high is not None:
         values.append(high + 0.5 if high_closed else high)
     values += [] if integer else [math.nan, math.inf]  # (a typed config refuses 1.5 for an int)
-    if isinstance(default, tuple):
+    if _is_tuple(annotation):
         return [(v,) for v in values]
     return values
 
@@ -84,7 +89,7 @@ def outside(domain: str, default) -> list:
 CASES = [(where, name, value)
          for spec_class, where, domains in SECTIONS
          for name, domain in domains.items()
-         for value in outside(domain, getattr(spec_class(), name))]
+         for value in outside(domain, typing.get_type_hints(spec_class)[name])]
 
 
 def _config(where: str, name: str, value):

@@ -72,9 +72,10 @@ def test_skip_nonfinite_counts_skipped_steps(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [
-        ("model.encoder.name", "resnet34", "model config .*encoder.name: checkpoint 'resnet18'"),
-        ("model.encoder.width", 0.25, "encoder.width: checkpoint 0.125 vs config 0.25"),
-        ("optimizer.name", "sgd", "different structure"),
+        ("model.encoder.name", "resnet34", "config.model.encoder.name: 'resnet18' in the run, "
+                                           "'resnet34' now"),
+        ("model.encoder.width", 0.25, "config.model.encoder.width: 0.125 in the run, 0.25 now"),
+        ("optimizer.name", "sgd", "config.optimizer.name: 'adamw' in the run, 'sgd' now"),
     ],
 )
 @pytest.mark.matrix

@@ -74,8 +74,8 @@ def test_changed_encoder_on_resume_exits_with_2(tmp_path, env):
                              "--config.model.encoder.name=resnet34", env=env)
     log = runs.log_text(workdir)
     assert code == 2, log
-    assert "error: the checkpoint at step 2 was written with a different model config" in log
-    assert "encoder.name: checkpoint 'resnet18' vs config 'resnet34'" in log
+    assert "holds a run started with another config" in log
+    assert "config.model.encoder.name: 'resnet18' in the run, 'resnet34' now" in log
     assert runs.checkpoint_steps(workdir) == [2]
 
 

@@ -210,3 +210,15 @@ def test_the_resumable_fields_are_documented():
     section = text[text.index("## Resume"):]
     for name in record.RESUMABLE:
         assert f"`{name}`" in section, name
+
+
+def test_without_a_recorded_config_the_checkpoint_still_refuses_another_model(finished,
+                                                                              tmp_path):
+    """A work directory of a version that wrote no config: the checkpoint's model config and
+    state structure are still compared before any array is read."""
+    workdir = _copy(finished, tmp_path)
+    os.remove(os.path.join(workdir, record.CONFIG_FILE))
+    config = cli_config.tiny_config(TOTAL)
+    config.model.encoder.width = 0.25
+    with pytest.raises(ValueError, match="encoder.width: checkpoint 0.125 vs config 0.25"):
+        loop.train(config, workdir)
