@@ -59,7 +59,7 @@ def test_a_float_image_in_0_1_is_scaled_and_others_are_refused_naming_file_and_m
 
 
 def test_32_bit_integers_outside_the_16_bit_range_are_refused():
-    image = Image.fromarray((GRAY16.astype(np.int32) + 70_000))
+    image = Image.fromarray(GRAY16.astype(np.int32) + 70_000)
     with pytest.raises(CorruptImageError, match=r"i32\.tif: mode I .*outside the 16-bit range"):
         decode(_encoded(image, "TIFF"), "i32.tif")
 
