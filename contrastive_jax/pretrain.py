@@ -10,12 +10,13 @@ to every process (or launch under SLURM / Open MPI / Cloud TPU, whose environmen
 the same --workdir resumes from its newest checkpoint.
 
 Exit codes (:class:`~contrastive_jax.errors.ExitCode`, the table of every command-line
-tool, docs/cli.md): 0 done; 75 preempted by SIGTERM after saving a checkpoint (restart
+tool, docs/cli.md): 0 done; 75 stopped by SIGTERM or SIGINT after saving a checkpoint (restart
 to continue); 65 non-finite loss or gradient; 74 a checkpoint could not be
 written (full disk?) or none could be read; 2 a bad config
 (:class:`~contrastive_jax.errors.ConfigError`, refused before --workdir is created), input
 (e.g. a corrupt image, a dataset that is not prepared) or environment (unwritable
---workdir, a checkpoint of another config); 1 with a traceback for anything else, which
+--workdir, a resume with another config than the run's: docs/cli.md, Resume); 1 with a
+traceback for anything else, which
 is a bug.
 With several processes, when one dies the others abort (SIGABRT) after
 --heartbeat_timeout_seconds.

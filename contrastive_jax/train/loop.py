@@ -2,8 +2,10 @@
 
 ``train(config, workdir)`` resumes from the newest readable checkpoint in
 ``workdir`` without being asked, saves every ``config.train.checkpoint_every``
-steps (asynchronously) and at the end, and on SIGTERM saves the current step and
-raises :class:`Preempted`.
+steps (asynchronously) and at the end, and on SIGTERM or SIGINT saves the current step and
+raises :class:`Preempted`. A resume runs the config the work directory recorded
+(:mod:`.record`: another is refused before anything is written, a change a resume may make
+is recorded with its step).
 
 The host runs ahead of the devices. Between log and checkpoint steps it reads
 nothing back from them: the non-finite guard stays on the devices (a
@@ -80,7 +82,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Pretrains (or resumes) according to ``config`` in ``workdir``; returns a summary.
 
     Raises:
-      Preempted: SIGTERM arrived; the step reached was checkpointed.
+      Preempted: SIGTERM or SIGINT arrived; the step reached was checkpointed.
       NonFiniteLoss: a step's loss or gradient was NaN/inf (without
         ``config.train.skip_nonfinite``); the last good checkpoint is kept.
       ConfigMismatch: the work directory's run was started with another config (in a field
@@ -91,7 +93,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       OSError: the work directory is not writable.
       ValueError: a bad config or input (e.g. a corrupt image file).
     """
-    with runtime.SigtermFlag() as sigterm:  # SIGTERM is a flag the loop polls, from the start
+    with runtime.SigtermFlag() as sigterm:  # SIGTERM/SIGINT: a flag the loop polls, from the start
         # Parse, load, build and check: a run refused for its config or input leaves nothing
         # behind, so all of it happens before the work directory is created.
         spec = parse(config)

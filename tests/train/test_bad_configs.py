@@ -3,10 +3,11 @@
 
 Each case runs the trainer in-process under the command-line tools' error policy
 (:func:`contrastive_jax._cli.run_tool`, what ``pretrain``, ``linear_eval`` and
-``quickstart`` run their work under); one runs the real command line. The first three are
-the configs that used to fail only when step 0 compiled, after the work directory was
-written (issue 42): they are caught now by the abstract evaluation of the step
-(:func:`contrastive_jax.train.build.check_step`) or by :func:`contrastive_jax.train.spec.parse`.
+``quickstart`` run their work under); one runs the real command line. The first three
+(``LATE_CAUGHT``) are configs whose fault shows only in the shapes the step computes, when
+step 0 would compile, after the work directory would be written: the abstract evaluation of
+the step (:func:`contrastive_jax.train.build.check_step`) or
+:func:`contrastive_jax.train.spec.parse` catches them before the work directory is created.
 """
 
 from __future__ import annotations
