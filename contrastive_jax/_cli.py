@@ -16,11 +16,13 @@ import importlib
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 
 from contrastive_jax import configs
 from contrastive_jax._config_file import load_error
-from contrastive_jax.errors import DISK_FULL, ExitCode, Preempted, exit_code
+from contrastive_jax.errors import DISK_FULL, LIBRARY_LOGGERS, ExitCode, Preempted, exit_code
 
 
 def quiet_startup() -> None:
@@ -53,14 +55,32 @@ def report_error(text: str) -> None:
     sys.stderr.flush()
 
 
+#: How long a failed run's error waits for the threads the run started to end.
+SETTLE_SECONDS = 10.0
+
+
+def settle(before: set[threading.Thread], timeout: float = SETTLE_SECONDS) -> None:
+    """Quiets :data:`LIBRARY_LOGGERS` for good and waits (up to ``timeout`` seconds) for the
+    non-daemon threads started since ``before`` to end: the error line that follows is the
+    last thing the tool prints (the writers of a checkpoint that failed on a full disk go on
+    logging their other files)."""
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    deadline = time.monotonic() + timeout
+    for thread in set(threading.enumerate()) - before:
+        if not thread.daemon and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
 def run_tool(body: Callable[[], int], *, workdir: str | None = None) -> int:
     """Runs a tool's ``body`` under the one error policy of the command-line tools.
 
     An error of :data:`contrastive_jax.errors.EXIT_CODES` is reported on one line
-    (:func:`report_error`) and its :class:`~contrastive_jax.errors.ExitCode` returned; any
-    other propagates with its traceback (exit code 1: a bug). ``workdir`` is named in the
-    message of a full disk.
+    (:func:`report_error`, after :func:`settle`: the last line printed) and its
+    :class:`~contrastive_jax.errors.ExitCode` returned; any other propagates with its traceback
+    (exit code 1: a bug). ``workdir`` is named in the message of a full disk.
     """
+    started = set(threading.enumerate())
     try:
         return body()
     except Preempted as err:  # not an error: the run saved and asks to be restarted
@@ -70,6 +90,7 @@ def run_tool(body: Callable[[], int], *, workdir: str | None = None) -> int:
         code = exit_code(err)
         if code is None:
             raise
+        settle(started)
         if isinstance(err, OSError) and err.errno in DISK_FULL:
             report_error(f"writing to {workdir or 'the work directory'} failed ({err}); is the "
                          "disk full? Checkpoints already written are kept; free space and run "

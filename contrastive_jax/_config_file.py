@@ -11,6 +11,7 @@ as a usage error (exit code 2) before absl parses the flags.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import sys
@@ -46,8 +47,6 @@ def load_error(value: str) -> str | None:
     if not os.path.isfile(path):
         if os.sep in name or name.endswith(".py"):
             return f"--config {value}: the config file {name} does not exist"
-        import difflib
-
         near = difflib.get_close_matches(name, configs.NAMES, n=1)
         hint = f"; did you mean {near[0]}?" if near else ""
         return (f"--config {value}: {name!r} is neither a packaged recipe (python -m "

@@ -20,6 +20,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+from contrastive_jax.errors import ConfigError
+
 
 def section_fields(spec_class: type) -> dict[str, Any]:
     """A section dataclass's fields and defaults as ``ConfigDict`` values.
@@ -86,8 +88,6 @@ def check_domains(section: Any, domains: Mapping[str, str], where: str) -> None:
     """Raises ConfigError naming the first field of ``section`` (a section dataclass) whose
     value is not None and not in its domain of ``domains`` (field name -> domain,
     :func:`in_domain`): ``config.loss.temperature must be a finite number > 0, got 0.0``."""
-    from contrastive_jax.errors import ConfigError
-
     for name, domain in domains.items():
         value = getattr(section, name)
         if value is not None and not in_domain(value, domain):

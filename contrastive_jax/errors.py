@@ -59,6 +59,12 @@ class NonFiniteLoss(FloatingPointError):
     """A step produced a NaN or inf loss or gradient."""
 
 
+#: The loggers of the libraries under a run (Orbax through absl, TensorStore, asyncio): a
+#: damaged checkpoint or a failed write makes them log each failed piece, whose one line of
+#: cause the run reports itself; they are quieted there (``contrastive_jax._cli.settle``,
+#: ``contrastive_jax.train.checkpoint.quiet_libraries``).
+LIBRARY_LOGGERS = ("absl", "asyncio", "orbax", "tensorstore")
+
 #: Write errors of a full disk, a quota or a file-size limit: exit like a failed checkpoint.
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 

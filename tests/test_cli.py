@@ -276,3 +276,33 @@ def test_the_tools_import_side_by_side_without_tensorflow():
         cwd=ROOT, env=absent_env(_env()), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "imported" in done.stdout
+
+
+def test_the_error_line_is_the_last_thing_printed(capsys):
+    """The threads a failed run started (a checkpoint's writers on a full disk) end, and the
+    libraries stop logging, before the error line is printed."""
+    import logging
+    import threading
+    import time
+
+    from contrastive_jax.errors import LIBRARY_LOGGERS
+
+    levels = {name: logging.getLogger(name).level for name in LIBRARY_LOGGERS}
+
+    def writer() -> None:
+        time.sleep(0.3)
+        sys.stderr.write("a writer's last words\n")
+        logging.getLogger("absl").error("a library's log after the error")
+
+    def body() -> int:
+        threading.Thread(target=writer).start()
+        raise CheckpointError("writing a checkpoint at step 4 failed")
+
+    try:
+        assert run_tool(body) == ExitCode.CHECKPOINT
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1] == "error: writing a checkpoint at step 4 failed", lines
+    assert "a writer's last words" in lines and not any("library's log" in x for x in lines)

@@ -158,7 +158,7 @@ class EncoderSpec:
                 "encoder config.in_features (the width D of the input vectors) is required "
                 "for the mlp encoder"
             )
-        check_domains(self, ENCODER_DOMAINS, "config.model.encoder")
+        check_domains(self, ENCODER_DOMAINS, "encoder config")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +185,7 @@ class HeadSpec:
         if self.name == "classifier" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ConfigError(f"head config.num_classes must be a positive integer for the "
                               f"classifier head, got {k!r}")
-        check_domains(self, HEAD_DOMAINS, "config.model.head")
+        check_domains(self, HEAD_DOMAINS, "head config")
 
 
 #: The domain of each numeric field of :class:`EncoderSpec` and :class:`HeadSpec` (None:

@@ -50,6 +50,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
+from contrastive_jax.errors import LIBRARY_LOGGERS
 from contrastive_jax.train import paths, verify
 from contrastive_jax.train.verify import (
     CHECKSUM_KEY,
@@ -316,18 +317,17 @@ class Checkpointer:
             self._manager.close()
 
 
-#: The loggers of the libraries under a restore: a damaged checkpoint makes Orbax (through
-#: absl) log each failed read, TensorStore's specs included, and asyncio the event loops it
-#: leaves behind ("Event loop is closed"); the one warning line per checkpoint says it.
-LIBRARY_LOGGERS = ("absl", "asyncio", "orbax", "tensorstore")
 #: The longest cause a warning line quotes of an error.
 CAUSE_CHARS = 240
 
 
 @contextlib.contextmanager
 def quiet_libraries() -> Iterator[None]:
-    """Only the errors above ERROR of :data:`LIBRARY_LOGGERS` show while the context is
-    active (a restore that may meet damaged checkpoints); this module's warnings still do."""
+    """Only the critical records of the libraries' loggers
+    (:data:`contrastive_jax.errors.LIBRARY_LOGGERS`) show while the context is active: a restore
+    that meets a damaged checkpoint makes Orbax (through absl) log each failed read,
+    TensorStore's specs included, and asyncio the event loops it leaves behind ("Event loop
+    is closed"); this module's one warning line per checkpoint says it."""
     loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
     levels = [logger.level for logger in loggers]
     for logger in loggers:

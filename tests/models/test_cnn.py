@@ -72,7 +72,7 @@ def test_cnn_fields_are_refused_for_other_encoders():
     "fields, match",
     [
         ({"channels": ()}, "channels must name at least one"),
-        ({"channels": (8, 0), "strides": (1, 1)}, "channels must be positive"),
+        ({"channels": (8, 0), "strides": (1, 1)}, "channels must be an int >= 1"),
         ({"channels": (8, 16), "strides": (1,)}, "strides must have one entry per"),
     ],
 )
