@@ -31,7 +31,8 @@ from contrastive_jax.train.config import default_config, rename_saved
 from contrastive_jax.train.pretrained import CONFIG_FILE  # the run's config as it was started
 
 #: One JSON line per resume that changed a field of :data:`RESUMABLE`:
-#: ``{"step": N, "changes": {"train.total_steps": [old, new], ...}}``.
+#: ``{"step": N, "changes": {"train.total_steps": [old, new], ...}}``, and ``"schedule"``
+#: (a sentence) when the run's length changed a learning-rate schedule that follows it.
 AMENDMENTS_FILE = "amendments.jsonl"
 
 #: The fields a resume may change (each recorded in :data:`AMENDMENTS_FILE`); a change to
@@ -51,6 +52,9 @@ RESUMABLE = (
     "train.device_prefetch", "train.compilation_cache_dir", "train.profile_steps",
     "data.prefetch", "data.loader_threads", "data.in_memory", "data.download",
 )
+
+#: The fields of :data:`RESUMABLE` that set the run's length (and a schedule that follows it).
+RUN_LENGTH = ("train.epochs", "train.total_steps")
 
 #: The top-level keys that are another name of a nested field (``config.batch_size`` is
 #: ``config.data.global_batch_size``, :mod:`contrastive_jax.train.config`): compared once,
@@ -174,5 +178,9 @@ def write(workdir: epath.Path, config: ml_collections.ConfigDict, step: int,
         (workdir / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
     if changes:
         earlier = amendments_file.read_text() if amendments_file.exists() else ""
-        line = json.dumps({"step": step, "changes": changes})
-        amendments_file.write_text(earlier + line + "\n")
+        amendment: dict[str, Any] = {"step": step, "changes": changes}
+        if set(changes) & set(RUN_LENGTH) and (config.optimizer.schedule_steps is None
+                                                and config.optimizer.schedule_epochs is None):
+            amendment["schedule"] = (f"the learning-rate schedule follows the run's length: "
+                                     f"from step {step} on it is that of the new length")
+        amendments_file.write_text(earlier + json.dumps(amendment) + "\n")

@@ -118,9 +118,10 @@ def test_an_extension_is_recorded_as_an_amendment_and_each_step_logged_once(fini
     assert (summary["start_step"], summary["final_step"]) == (TOTAL, TOTAL + 2)
     saved = json.loads(open(os.path.join(workdir, record.CONFIG_FILE)).read())
     assert saved["train"]["total_steps"] == TOTAL and saved["train"]["log_every"] == 1
-    assert record.amendments(paths.as_path(workdir)) == [
-        {"step": TOTAL, "changes": {"train.log_every": [1, 2],
-                                    "train.total_steps": [TOTAL, TOTAL + 2]}}]
+    [amendment] = record.amendments(paths.as_path(workdir))
+    assert amendment["step"] == TOTAL and amendment["changes"] == {
+        "train.log_every": [1, 2], "train.total_steps": [TOTAL, TOTAL + 2]}
+    assert "schedule follows the run's length: from step 4 on" in amendment["schedule"]
     steps = [r["step"] for r in runs.metrics(workdir)]
     assert steps == [1, 2, 3, 4, 6]  # steps 1-4 logged every step, then every other step
     # The same command again: the run is complete, nothing amended, a summary in valid JSON.
