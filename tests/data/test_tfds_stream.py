@@ -367,3 +367,32 @@ def test_prepare_cli_errors(capsys):
     finally:
         flags.FLAGS.unparse_flags()
     assert sources.is_image_folder("/nonexistent") is False
+
+
+def test_a_dataset_with_a_builder_config_is_read_and_converted_by_its_name(tmp_path):
+    """Written with a builder config (``name/default/1.0.0``, as every ``TfDataBuilder``
+    dataset is), it is found by its name in TFRecord files and in the converter's copy."""
+    import tensorflow_datasets as tfds
+
+    from tests.data.helpers import variable_size_examples
+
+    source_dir, out = str(tmp_path / "tfds"), str(tmp_path / "copy")
+    examples = list(enumerate(variable_size_examples(16, 0)))
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name="shapes_var", version="1.0.0", config="default",
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
+            "label": tfds.features.ClassLabel(num_classes=3),
+        }),
+        split_datasets={"train": examples, "test": examples[:4]},
+        data_dir=source_dir, file_format=records.TFRECORD, disable_shuffling=True,
+    )
+    config = digits_config(dataset="shapes_var", data_dir=source_dir, image_size=16,
+                           global_batch_size=8)
+    direct = data.load_source(config).split("train").records
+    path = prepare.from_tfds("shapes_var", source_dir, out)
+    assert path == os.path.join(out, "shapes_var", "default", "1.0.0")
+    assert os.path.isfile(os.path.join(out, "shapes_var", ".config", "metadata.json"))
+    config.data_dir = out
+    copy = data.load_source(config).split("train").records
+    assert copy.file_format == AR and copy.read(range(16)) == direct.read(range(16))
