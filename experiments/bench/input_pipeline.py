@@ -4,6 +4,7 @@
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset folder:../shared/data/cifar10
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset digits --batches 50
     XLA_FLAGS= python experiments/bench/input_pipeline.py --formats --workdir /tmp/bench_input
+    XLA_FLAGS= python experiments/bench/input_pipeline.py --index_cost --workdir /tmp/bench_input
     XLA_FLAGS= python experiments/bench/input_pipeline.py --presets supcon_autoaugment \
         --workdir /tmp/bench_host
 
@@ -40,8 +41,11 @@ machine's cores in a real run, so the ratio measured here, each stage alone, is 
 bound on the headroom.
 
 ``--formats`` mode (storage formats side by side): the same synthetic JPEG images stored
-two ways - a TFDS dataset in ArrayRecord files (written by
-``contrastive_jax.data.prepare``) and the image folder they were written from - read by
+three ways - a TFDS dataset in ArrayRecord files (written by
+``contrastive_jax.data.prepare``), the same records in TFRecord files (TFDS's default
+format, read directly: each shard indexed once, then one ranged read a record; the frames
+written by tensorboardX's independent writer, the index built in the warm-up batch, from a
+cache folder under ``--workdir``) and the image folder they were written from - read by
 ``make_pretrain_iterator`` (streamed: ``in_memory=False``) at two settings:
 
 * 224: images of variable size (sides 200-500 px, about ImageNet's), SimCLR ImageNet
@@ -54,6 +58,16 @@ the rate one host core sustains, and stays meaningful when other jobs share the 
 the peak resident memory (``VmHWM``) of a fresh process that builds the source and draws
 ``--rss_batches`` batches, for the 32 px dataset at ``--rss_examples`` and 4x as many
 examples: streaming means it does not grow with the dataset.
+
+``--index_cost`` mode (what indexing a TFRecord shard costs): a synthetic shard of
+``--index_records`` records (1,251 by default, an ImageNet train shard's: 1,281,167 images
+in 1,024 shards) of sizes normal about ``--index_kb`` KB (110, ImageNet's mean JPEG), then
+the time to find its frame offsets (:func:`contrastive_jax.data.tfrecord.scan_offsets`)
+from the page cache and with the file's pages dropped from it first
+(``posix_fadvise(DONTNEED)``, as a shard not read since the machine started), for the
+local reader's 4 KiB reads and for 12-byte reads of the headers alone; and the reads and
+bytes the remote reader's 16 MiB pieces make of it (one request a piece, where reading the
+headers alone would be one request a record).
 """
 
 from __future__ import annotations
@@ -118,7 +132,7 @@ def train_step_rate(config, batches: list[dict], steps: int, num_classes: int) -
 
 # --------------------------------------------------------------------------- formats mode
 
-FORMATS = ("array_record", "folder")
+FORMATS = ("array_record", "tfrecord", "folder")
 
 
 def write_folder(root: str, count: int, size: int, seed: int = 0) -> str:
@@ -141,20 +155,58 @@ def write_folder(root: str, count: int, size: int, seed: int = 0) -> str:
     return root
 
 
+def write_tfrecord_copy(array_dir: str, tfrecord_dir: str) -> None:
+    """The ArrayRecord TFDS datasets of ``array_dir`` rewritten in TFRecord files under
+    ``tfrecord_dir``: each shard one for one, the same records in the same order (framed by
+    tensorboardX's ``RecordWriter``, an implementation of the format independent of ours),
+    the metadata copied with ``dataset_info.json`` naming the format."""
+    from array_record.python.array_record_module import ArrayRecordReader
+    from tensorboardX.record_writer import RecordWriter
+
+    for folder, _, files in os.walk(array_dir):
+        if "dataset_info.json" not in files:
+            continue
+        target = os.path.join(tfrecord_dir, os.path.relpath(folder, array_dir))
+        os.makedirs(target, exist_ok=True)
+        for entry in files:
+            source = os.path.join(folder, entry)
+            if ".array_record-" not in entry:
+                shutil.copy2(source, os.path.join(target, entry))
+                continue
+            reader = ArrayRecordReader(source)
+            writer = RecordWriter(os.path.join(target, entry.replace(".array_record-",
+                                                                     ".tfrecord-")))
+            for record in reader.read_all():
+                writer.write(record)
+            writer.close()
+            reader.close()
+        info_path = os.path.join(target, "dataset_info.json")
+        with open(info_path, encoding="utf-8") as f:
+            info = json.load(f)
+        info["fileFormat"] = "tfrecord"
+        info.pop("alternativeFileFormats", None)
+        with open(info_path, "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+
+
 def build_datasets(workdir: str, count: int, size: int) -> dict[str, tuple[str, str | None]]:
-    """The two stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
+    """The three stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
     from contrastive_jax.data import prepare
 
     tag = f"s{size}_n{count}"
     root = os.path.join(workdir, tag)
     folder = os.path.join(root, "folder")
     array_dir = os.path.join(root, "array_record")
+    tfrecord_dir = os.path.join(root, "tfrecord")
     name = f"bench_{tag}"
     if not os.path.isdir(os.path.join(array_dir, name)):
         shutil.rmtree(root, ignore_errors=True)
         write_folder(folder, count, size)
         prepare.from_image_folder(folder, name, array_dir)
-    return {"array_record": (name, array_dir), "folder": (f"folder:{folder}", None)}
+    if not os.path.isdir(os.path.join(tfrecord_dir, name)):
+        write_tfrecord_copy(array_dir, tfrecord_dir)
+    return {"array_record": (name, array_dir), "tfrecord": (name, tfrecord_dir),
+            "folder": (f"folder:{folder}", None)}
 
 
 def format_config(dataset: str, data_dir: str | None, size: int, batch: int):
@@ -208,6 +260,9 @@ def rss_probe(probe: str) -> None:
 
 
 def compare_formats(args) -> None:
+    from contrastive_jax.data import tfrecord
+
+    os.environ[tfrecord.INDEX_DIR_VARIABLE] = os.path.join(args.workdir, "tfrecord_index")
     cores = len(os.sched_getaffinity(0))
     print(f"{cores} host cores, load average {os.getloadavg()[0]:.1f} at start")
     rows = []
@@ -231,6 +286,76 @@ def compare_formats(args) -> None:
         for fmt in FORMATS:
             rss = peak_rss(*stores[fmt], args.rss_batches, args.batch)
             print(f"| {fmt} | {count} | {rss:.0f} |", flush=True)
+
+
+# --------------------------------------------------------------------------- index cost
+
+
+def write_shard(path: str, count: int, kb: float, seed: int = 0) -> list[int]:
+    """A TFRecord file of ``count`` random records of sizes normal about ``kb`` KB (sd a
+    quarter of it, at least 1 KB); returns the sizes."""
+    import struct
+
+    from contrastive_jax.data.tfrecord import masked_crc
+
+    rng = np.random.default_rng(seed)
+    sizes = np.maximum(1000, rng.normal(kb * 1000, kb * 250, count)).astype(int).tolist()
+    block = rng.integers(0, 256, max(sizes), dtype=np.uint8).tobytes()
+    with open(path, "wb") as f:
+        for n in sizes:
+            header = struct.pack("<Q", n)
+            data = block[:n]
+            f.write(header + struct.pack("<I", masked_crc(header)) + data
+                    + struct.pack("<I", masked_crc(data)))
+    return sizes
+
+
+def _timed_scan(path: str, chunk: int, cold: bool) -> tuple[float, int]:
+    """(seconds, reads) of one scan of ``path`` with ``chunk``-byte reads."""
+    from contrastive_jax.data import tfrecord
+
+    if cold:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    read, reads = tfrecord.local_reader(path), [0]
+
+    def counted(offset: int, size: int) -> bytes:
+        reads[0] += 1
+        return read(offset, size)
+
+    start = time.perf_counter()
+    offsets = tfrecord.scan_offsets(counted, os.path.getsize(path), chunk)
+    seconds = time.perf_counter() - start
+    assert offsets[-1] == os.path.getsize(path)
+    return seconds, reads[0]
+
+
+def index_cost(args) -> None:
+    from contrastive_jax.data import tfrecord
+
+    os.makedirs(args.workdir, exist_ok=True)
+    path = os.path.join(args.workdir, f"shard_{args.index_records}x{args.index_kb:g}kb.tfrecord")
+    sizes = write_shard(path, args.index_records, args.index_kb)
+    megabytes = os.path.getsize(path) / 1e6
+    print(f"{len(os.sched_getaffinity(0))} host cores, load average {os.getloadavg()[0]:.1f}; "
+          f"a shard of {len(sizes)} records, mean {np.mean(sizes) / 1000:.1f} KB, "
+          f"{megabytes:.1f} MB")
+    shards = args.index_shards
+    print(f"\n| reads | page cache | seconds a shard (median of {args.index_repeats}) "
+          f"| reads a shard | x {shards} shards, one thread |")
+    print("|---|---|---|---|---|")
+    for chunk in (tfrecord.LOCAL_CHUNK, tfrecord.HEADER_BYTES):
+        for cold in (False, True):
+            runs = [_timed_scan(path, chunk, cold) for _ in range(args.index_repeats)]
+            seconds = statistics.median(r[0] for r in runs)
+            print(f"| {chunk} B | {'dropped' if cold else 'warm'} | {seconds:.4f} | "
+                  f"{runs[0][1]} | {seconds * shards:.1f} s |", flush=True)
+    seconds, reads = _timed_scan(path, tfrecord.REMOTE_CHUNK, cold=False)
+    print(f"\nremote reader ({tfrecord.REMOTE_CHUNK // 2**20} MiB pieces): {reads} reads a "
+          f"shard, {megabytes:.1f} MB read ({seconds:.3f} s from the page cache); headers "
+          f"alone: {len(sizes)} reads a shard. For {shards} shards: {reads * shards} requests "
+          f"and {megabytes * shards / 1000:.0f} GB, or {len(sizes) * shards} requests.")
 
 
 # --------------------------------------------------------------------------- host mode
@@ -391,7 +516,17 @@ def main() -> None:
     parser.add_argument("--profile_images", type=int, default=48,
                         help="--host: images of the per-stage profile")
     parser.add_argument("--formats", action="store_true",
-                        help="compare ArrayRecord and image folder (see the docstring)")
+                        help="compare ArrayRecord, TFRecord and image folder (see the docstring)")
+    parser.add_argument("--index_cost", action="store_true",
+                        help="time the offset index of an ImageNet-sized TFRecord shard")
+    parser.add_argument("--index_records", type=int, default=1251,
+                        help="--index_cost: records in the shard")
+    parser.add_argument("--index_kb", type=float, default=110.0,
+                        help="--index_cost: mean record size, KB")
+    parser.add_argument("--index_shards", type=int, default=1024,
+                        help="--index_cost: shards of the split it extrapolates to")
+    parser.add_argument("--index_repeats", type=int, default=5,
+                        help="--index_cost: scans timed per setting")
     parser.add_argument("--workdir", default="/tmp/contrastive_jax_bench_input",
                         help="--formats: where the synthetic datasets are written (kept)")
     parser.add_argument("--examples_224", type=int, default=512, help="--formats: 224 px images")
@@ -411,6 +546,9 @@ def main() -> None:
         return
     if args.formats:
         compare_formats(args)
+        return
+    if args.index_cost:
+        index_cost(args)
         return
     if args.host:
         host_cost(args)
