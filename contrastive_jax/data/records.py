@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -106,7 +106,7 @@ class RecordSet:
         self.label_key = label_key
         self._ends = list(itertools.accumulate(s.take for s in self.spans))
         self.num_examples = self._ends[-1]
-        self._source = None  # array_record data source, opened on first read
+        self._source: Any = None  # array_record data source, opened on first read
         self._shards: dict[str, tfrecord.Shard] | None = None  # TFRecord, indexed on first read
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None

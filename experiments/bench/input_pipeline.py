@@ -57,7 +57,9 @@ process (user + system time of all its threads, from ``resource.getrusage``): th
 the rate one host core sustains, and stays meaningful when other jobs share the cores. Then
 the peak resident memory (``VmHWM``) of a fresh process that builds the source and draws
 ``--rss_batches`` batches, for the 32 px dataset at ``--rss_examples`` and 4x as many
-examples: streaming means it does not grow with the dataset.
+examples: streaming means it does not grow with the dataset. Between the two, the raw read
+rate of the two record formats alone (:func:`raw_read_rate`: the serialized records of the
+224 px set, one row a call, no decoding).
 
 ``--index_cost`` mode (what indexing a TFRecord shard costs): a synthetic shard of
 ``--index_records`` records (1,251 by default, an ImageNet train shard's: 1,281,167 images
@@ -238,6 +240,25 @@ def format_rate(config, batches: int) -> tuple[float, float]:
     return images / wall, images / cpu
 
 
+def raw_read_rate(dataset: str, data_dir: str, passes: int) -> tuple[float, float, float]:
+    """(records per wall second, per CPU-second, MB per wall second) of reading the serialized
+    records of the train split one row a call (as the host pipeline reads), in a seeded random
+    order, ``passes`` times over, after one untimed pass (the index built, the files in the
+    page cache); one thread, no decoding."""
+    config = format_config(dataset, data_dir, 224, 64)
+    records = data.load_source(config).split("train").records
+    order = np.random.default_rng(0).permutation(records.num_examples).tolist()
+    for row in order:
+        records.read([row])
+    wall, cpu, size = time.perf_counter(), cpu_seconds(), 0
+    for _ in range(passes):
+        for row in order:
+            size += len(records.read([row])[0])
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    count = passes * len(order)
+    return count / wall, count / cpu, size / wall / 1e6
+
+
 def peak_rss(dataset: str, data_dir: str | None, batches: int, batch: int) -> float:
     """Peak RSS (MiB) of a fresh process that loads the source and draws ``batches`` batches."""
     probe = json.dumps([dataset, data_dir, batches, batch])
@@ -279,6 +300,13 @@ def compare_formats(args) -> None:
     print("|---|---|---|---|")
     for size, fmt, wall, per_cpu in rows:
         print(f"| {size} | {fmt} | {wall:.2f} | {per_cpu:.2f} |")
+    stores = build_datasets(args.workdir, args.examples_224, 224)
+    print(f"\nraw reads, {args.examples_224} records of the 224 px set, one row a call, "
+          f"random order, {args.read_passes} passes, one thread:")
+    print("| format | records/s | records per CPU-second | MB/s |\n|---|---|---|---|")
+    for fmt in ("array_record", "tfrecord"):
+        rate, per_cpu, megabytes = raw_read_rate(*stores[fmt], args.read_passes)
+        print(f"| {fmt} | {rate:.0f} | {per_cpu:.0f} | {megabytes:.0f} |", flush=True)
     print(f"\npeak RSS, 32 px, {args.rss_batches} batches of {args.batch}:")
     print("| format | examples | peak RSS MiB |\n|---|---|---|")
     for count in (args.rss_examples, 4 * args.rss_examples):
@@ -534,6 +562,8 @@ def main() -> None:
     parser.add_argument("--rss_examples", type=int, default=4096,
                         help="--formats: 1x dataset size of the memory comparison")
     parser.add_argument("--rss_batches", type=int, default=30, help="--formats: batches drawn")
+    parser.add_argument("--read_passes", type=int, default=5,
+                        help="--formats: timed passes of the raw reads")
     parser.add_argument("--rss_probe", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dataset", default="cifar10", help="data.dataset (default cifar10)")
     parser.add_argument("--batch", type=int, default=256, help="global batch (images)")
