@@ -52,8 +52,10 @@ cache folder under ``--workdir``) and the image folder they were written from - 
   augmentation, 224 x 224 views;
 * 32: 32 x 32 images, SimCLR CIFAR augmentation.
 
-For each it reports two-view images per second of wall time and per CPU-second of this
-process (user + system time of all its threads, from ``resource.getrusage``): the second is
+Each rate is measured in a fresh process (an iterator's grain threads outlive it and would
+slow the next measurement), the formats interleaved, ``--rounds`` processes each, the median
+reported. For each it reports two-view images per second of wall time and per CPU-second of
+the measuring process (user + system time of all its threads, from ``resource.getrusage``): the second is
 the rate one host core sustains, and stays meaningful when other jobs share the cores. Then
 the peak resident memory (``VmHWM``) of a fresh process that builds the source and draws
 ``--rss_batches`` batches, for the 32 px dataset at ``--rss_examples`` and 4x as many
@@ -269,6 +271,28 @@ def peak_rss(dataset: str, data_dir: str | None, batches: int, batch: int) -> fl
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def probe_in_child(probe: list) -> list[float]:
+    """The result of :func:`run_probe` in a fresh process: a measurement unperturbed by the
+    threads an earlier iterator left running."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe", json.dumps(probe)],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"probe {probe} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_probe(probe: str) -> None:
+    """The child of :func:`probe_in_child`: prints ``format_rate`` (``["rate", dataset,
+    data_dir, size, batch, batches]``) or ``raw_read_rate`` (``["raw", dataset, data_dir,
+    passes]``) as JSON."""
+    kind, *rest = json.loads(probe)
+    if kind == "rate":
+        dataset, data_dir, size, batch, batches = rest
+        print(json.dumps(format_rate(format_config(dataset, data_dir, size, batch), batches)))
+    else:
+        print(json.dumps(raw_read_rate(*rest)))
+
+
 def rss_probe(probe: str) -> None:
     """The child of :func:`peak_rss`: prints its VmHWM in MiB."""
     dataset, data_dir, batches, batch = json.loads(probe)
@@ -289,23 +313,33 @@ def compare_formats(args) -> None:
     rows = []
     for size, count in ((224, args.examples_224), (32, args.examples_32)):
         stores = build_datasets(args.workdir, count, size)
+        rates: dict[str, list[tuple[float, float]]] = {fmt: [] for fmt in FORMATS}
+        for _ in range(args.rounds):  # the formats interleaved, each in a fresh process
+            for fmt in FORMATS:
+                rates[fmt].append(tuple(probe_in_child(
+                    ["rate", *stores[fmt], size, args.batch, args.batches])))
         for fmt in FORMATS:
-            dataset, data_dir = stores[fmt]
-            wall, per_cpu = format_rate(format_config(dataset, data_dir, size, args.batch),
-                                        args.batches)
+            wall = statistics.median(r[0] for r in rates[fmt])
+            per_cpu = statistics.median(r[1] for r in rates[fmt])
             rows.append((size, fmt, wall, per_cpu))
-            print(f"{size:>4} px  {fmt:<13} {wall:8.2f} images/s  {per_cpu:8.2f} images/CPU-s",
-                  flush=True)
-    print("\n| size | format | two-view images/s | images per CPU-second (one core) |")
-    print("|---|---|---|---|")
+            print(f"{size:>4} px  {fmt:<13} {wall:8.2f} images/s  {per_cpu:8.2f} images/CPU-s "
+                  f"(per CPU-s of the {args.rounds} runs: "
+                  f"{', '.join(f'{r[1]:.0f}' for r in rates[fmt])})", flush=True)
+    print(f"\n| size | format | two-view images/s | images per CPU-second (one core) |"
+          f"\n|---|---|---|---|")
     for size, fmt, wall, per_cpu in rows:
         print(f"| {size} | {fmt} | {wall:.2f} | {per_cpu:.2f} |")
     stores = build_datasets(args.workdir, args.examples_224, 224)
     print(f"\nraw reads, {args.examples_224} records of the 224 px set, one row a call, "
-          f"random order, {args.read_passes} passes, one thread:")
+          f"random order, {args.read_passes} passes, one thread, median of {args.rounds} "
+          "processes:")
     print("| format | records/s | records per CPU-second | MB/s |\n|---|---|---|---|")
-    for fmt in ("array_record", "tfrecord"):
-        rate, per_cpu, megabytes = raw_read_rate(*stores[fmt], args.read_passes)
+    raw: dict[str, list[list[float]]] = {"array_record": [], "tfrecord": []}
+    for _ in range(args.rounds):
+        for fmt in raw:
+            raw[fmt].append(probe_in_child(["raw", *stores[fmt], args.read_passes]))
+    for fmt, runs in raw.items():
+        rate, per_cpu, megabytes = (statistics.median(r[i] for r in runs) for i in range(3))
         print(f"| {fmt} | {rate:.0f} | {per_cpu:.0f} | {megabytes:.0f} |", flush=True)
     print(f"\npeak RSS, 32 px, {args.rss_batches} batches of {args.batch}:")
     print("| format | examples | peak RSS MiB |\n|---|---|---|")
@@ -565,6 +599,9 @@ def main() -> None:
     parser.add_argument("--read_passes", type=int, default=5,
                         help="--formats: timed passes of the raw reads")
     parser.add_argument("--rss_probe", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="--formats: fresh processes per format and setting (median)")
     parser.add_argument("--dataset", default="cifar10", help="data.dataset (default cifar10)")
     parser.add_argument("--batch", type=int, default=256, help="global batch (images)")
     parser.add_argument("--batches", type=int, default=20, help="pipeline batches timed")
@@ -573,6 +610,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.rss_probe:
         rss_probe(args.rss_probe)
+        return
+    if args.probe:
+        run_probe(args.probe)
         return
     if args.formats:
         compare_formats(args)
