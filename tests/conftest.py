@@ -1,5 +1,5 @@
 """Test-session set-up: 8 simulated CPU devices, cheap XLA:CPU compiles, no accelerator for
-TensorFlow; and the ``matrix`` marker.
+TensorFlow, a temporary TFRecord index cache; and the ``matrix`` marker.
 
 XLA_FLAGS must be set before JAX initialises its backends, so it is set here, at the top of
 the first file pytest imports. A cold suite is dominated by compilation: the tests' programs
@@ -26,6 +26,16 @@ for _flag in ("--xla_force_host_platform_device_count=8",
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tfrecord_index_dir(tmp_path_factory):
+    """The TFRecord index cache of this session's readers and their subprocesses: a temporary
+    folder, not the user's ``~/.cache`` (:func:`contrastive_jax.data.tfrecord.index_dir`)."""
+    folder = str(tmp_path_factory.mktemp("tfrecord_index"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CONTRASTIVE_JAX_INDEX_DIR", folder)
+        yield folder
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -64,7 +64,7 @@ Not run here: ``docs/training.md`` has the dry-run memory and FLOP figures of th
 
     contrastive-jax-pretrain --workdir runs/simclr_imagenet \\
         --config "$(python -m contrastive_jax.configs simclr_imagenet)" \\
-        --config.data.data_dir=DIR        # a TFDS data directory with imagenet2012 prepared
+        --config.data.data_dir=DIR        # after `tfds build imagenet2012 --data_dir=DIR`
     contrastive-jax-pretrain --config "$(python -m contrastive_jax.configs simclr_imagenet)" \\
         --dry_run --target tpu-v4-32      # memory and FLOPs per chip, no data, no TPU needed
 """

@@ -14,7 +14,7 @@ so the SupCon recipe's accuracy is the reference. Not run here.
 
     contrastive-jax-pretrain --workdir runs/sincere_imagenet \\
         --config "$(python -m contrastive_jax.configs sincere_imagenet)" \\
-        --config.data.data_dir=DIR        # a TFDS data directory with imagenet2012 prepared
+        --config.data.data_dir=DIR        # after `tfds build imagenet2012 --data_dir=DIR`
 """
 
 from contrastive_jax.configs import supcon_imagenet

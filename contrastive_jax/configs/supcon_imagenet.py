@@ -52,7 +52,7 @@ Not run here.
 
     contrastive-jax-pretrain --workdir runs/supcon_imagenet \\
         --config "$(python -m contrastive_jax.configs supcon_imagenet)" \\
-        --config.data.data_dir=DIR        # a TFDS data directory with imagenet2012 prepared
+        --config.data.data_dir=DIR        # after `tfds build imagenet2012 --data_dir=DIR`
 """
 
 from contrastive_jax.configs import _sources, simclr_imagenet

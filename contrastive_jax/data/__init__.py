@@ -13,9 +13,10 @@ Quick use::
         ...                                      # {"image", "label", "index", "valid"}
 
 Modules: :mod:`.config` (the data config, :class:`DataSpec`), :mod:`.base` (the source
-interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS ArrayRecord
+interface), :mod:`.sources` (loading digits, phantoms, image folders, TFDS
 datasets), :mod:`.arrays` (in-memory arrays as a source, registered dataset names),
-:mod:`.records` (the ArrayRecord files of a prepared TFDS dataset, read by row),
+:mod:`.records` (the TFRecord or ArrayRecord files of a prepared TFDS dataset, read by
+row; :mod:`.tfrecord` indexes a TFRecord file and reads its frames),
 :mod:`.digits`, :mod:`.synthetic`, :mod:`.augment_config` (the augmentation recipes and
 presets), :mod:`.host_pipeline` (pretraining batches: grain on the host,
 :mod:`.host_views` for the geometry, :mod:`.device_augment` for the appearance on the
@@ -23,8 +24,9 @@ accelerator), :mod:`.eval_iterator` (evaluation batches of a split), :mod:`.batc
 (processes' shares, global arrays), :mod:`.vectors` (sources of feature vectors) and
 :mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
 
-:mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an image folder or a TFRecord
-dataset to ArrayRecord) is the one module that needs TensorFlow (the ``prepare`` extra).
+:mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an optional one-off conversion
+of an image folder or a TFRecord dataset to ArrayRecord) is the one module that needs
+TensorFlow (the ``prepare`` extra).
 
 Importing this package imports no module of it: each name above loads its module on
 first use.
@@ -62,6 +64,7 @@ _EXPORTS = {
 _NEEDS = {
     "base": (), "mixing": (), "config": (), "augment_config": (), "batching": (),
     "device_augment": (), "label_subset": (), "host_views": ("PIL",),
+    "tfrecord": ("google_crc32c", "etils"),
     "prepare": ("tensorflow", "tensorflow_datasets"),
 }
 #: What the modules that read datasets need.

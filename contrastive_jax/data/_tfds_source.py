@@ -1,10 +1,10 @@
 """A prepared (or downloadable) TFDS dataset as a source: in memory or streamed.
 
-:func:`tfds_source` reads the ArrayRecord files of a TFDS dataset's ``train`` and ``test``
-splits (:class:`~contrastive_jax.data.records.RecordSet`), without TensorFlow: decoded
+:func:`tfds_source` reads the TFRecord or ArrayRecord files of a TFDS dataset's ``train``
+and ``test`` splits by row (:class:`~contrastive_jax.data.records.RecordSet`; a TFRecord
+shard is indexed once, :mod:`contrastive_jax.data.tfrecord`), without TensorFlow: decoded
 into memory by Pillow when the images have a fixed size and fit
-:data:`MAX_IN_MEMORY_BYTES`, else streamed. A dataset prepared in TFRecord files is
-refused with the command that converts it (:mod:`contrastive_jax.data.prepare`). :func:`tfds_builder` finds the
+:data:`MAX_IN_MEMORY_BYTES`, else streamed. :func:`tfds_builder` finds the
 dataset's builder and fails fast, with :class:`DatasetNotPreparedError` listing what the
 data directory holds, when it is not prepared and downloads are off.
 :mod:`contrastive_jax.data.sources` reads a data config's TFDS dataset through these and
@@ -49,7 +49,7 @@ def tfds_builder(name: str, data_dir: str | None, download: bool):
         return DatasetNotPreparedError(
             f"TFDS dataset {name!r} is not prepared in {where} ({listing}) and downloads are off "
             "(config.download=False). Prepare it with `tfds build "
-            f"{name} --data_dir=DIR` (or `python -m contrastive_jax.data.prepare`) and set "
+            f"{name} --data_dir=DIR` and set "
             "config.data_dir=DIR, or read a folder of images: config.data_dir=<root>/<split>/"
             f"<class>/<image> (e.g. config.dataset={name!r}, config.data_dir=PATH/TO/FOLDER)."
         )

@@ -46,7 +46,7 @@ class DataSpec:
         data directory; None: TFDS's default data directory.
       download: let TFDS download an unprepared dataset (False: fail fast).
       in_memory: TFDS datasets: True decodes the splits into memory, False
-        reads their ArrayRecord files by row; None (default) loads small fixed-size
+        reads their TFRecord or ArrayRecord files by row; None (default) loads small fixed-size
         datasets (at most ``sources.MAX_IN_MEMORY_BYTES`` decoded) and
         streams the others. Image folders: True decodes the images of every
         split (after ``train_subset`` / ``source_kwargs.test_subset``) into

@@ -1,8 +1,8 @@
 """The pretraining input path: grain on the host, the appearance on the device.
 
-No TensorFlow: examples are read from in-memory arrays, image files or the ArrayRecord
-files of a prepared TFDS dataset (:class:`~.records.RecordSet`, the files
-``tfds.data_source`` reads, parsed without TensorFlow), decoded once by Pillow, and
+No TensorFlow: examples are read from in-memory arrays, image files or the TFRecord or
+ArrayRecord files of a prepared TFDS dataset (:class:`~.records.RecordSet`, by row,
+parsed without TensorFlow), decoded once by Pillow, and
 cropped, resized and flipped per view (:mod:`.host_views`) by a ``grain.MapDataset``
 whose threads overlap the training step (Pillow releases the GIL while it decodes and
 resamples). A batch is::
@@ -23,9 +23,6 @@ The host draws a view's crop and flip from ``(seed, step, id, view)``, the devic
 appearance from a key folded from the same four numbers. So a run resumed at step ``k``
 sees exactly the batches of the uninterrupted run from step ``k`` (no iterator state to
 checkpoint), whatever the process or device count.
-
-TFRecord datasets (read in order only) are converted once to ArrayRecord with
-``python -m contrastive_jax.data.prepare`` (:mod:`.sources` refuses them, naming it).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prepare a dataset as TFDS ArrayRecord files, the format with exact resume.
+"""Convert a dataset to TFDS ArrayRecord files, once; optional.
 
     # a folder of images <root>/<split>/<class>/<image>.{jpg,jpeg,png}
     python -m contrastive_jax.data.prepare --image_folder /data/ILSVRC --name imagenet_folder \
@@ -9,20 +9,24 @@
 
 then pretrain with ``--config.data.dataset=NAME --config.data.data_dir=OUTPUT_DIR``.
 
-ArrayRecord files give random access to every record, so the input pipeline
-makes every batch a pure function of (seed, step) and reads on each process
-only the records of its share of the batch (:mod:`contrastive_jax.data.host_pipeline`);
-it reads no other format.
+Pretraining and evaluation read a TFDS dataset's TFRecord files directly, by row (each
+shard indexed once, :mod:`contrastive_jax.data.tfrecord`), and an image folder as it is:
+neither needs this converter. It serves where an ArrayRecord copy is wanted (a folder of
+many small files made into a few large ones, or a team's ArrayRecord bucket); the copy holds
+the same records in the same order, so it gives the same batches as the original.
 
-This is the one module of the package that imports TensorFlow (to read TFRecord files
-and, through TFDS, to write a dataset): install the ``prepare`` extra
-(``pip install 'contrastive_jax[prepare]'``). TensorFlow is kept off every accelerator.
+This is the one module of the package that imports TensorFlow (TFDS writes a dataset from
+an image folder through it; TFRecord shards are read by :mod:`contrastive_jax.data.tfrecord`):
+install the ``prepare`` extra (``pip install 'contrastive_jax[prepare]'``). TensorFlow is
+kept off every accelerator.
 
 * From an image folder: one example per image, its file's bytes stored as they
   are (no re-encoding: JPEGs stay JPEGs), ``label`` the index of its class folder in sorted order (as
   ``tfds.ImageFolder``); one split per split folder; records shuffled by TFDS.
 * From a TFDS dataset: its TFRecord shards are rewritten one for one as
-  ArrayRecord shards (``tfds convert_format``), with its ``dataset_info.json``.
+  ArrayRecord shards (as ``tfds convert_format`` does), with its ``dataset_info.json`` and,
+  for a dataset with builder configs, TFDS's record of the default one
+  (``<name>/.config/metadata.json``), so the copy is found by the dataset's name.
 
 The result is written in a hidden temporary folder of ``--output_dir`` and
 moved into place (``<output_dir>/<name>/[<config>/]<version>``) only when
@@ -42,7 +46,7 @@ from absl import app, flags
 from contrastive_jax._cli import parse_flags
 from contrastive_jax._extras import require
 from contrastive_jax.data import records as records_lib
-from contrastive_jax.data import sources
+from contrastive_jax.data import sources, tfrecord
 from contrastive_jax.data._tfds_source import tfds_builder
 
 require("contrastive_jax.data.prepare", ("tensorflow", "tensorflow_datasets"), extra="prepare")
@@ -90,6 +94,7 @@ def from_image_folder(root: str, name: str, output_dir: str, *, shards: int | No
     """
     import tensorflow_datasets as tfds
 
+    _tensorflow()  # TFDS encodes the examples through it
     target = os.path.join(output_dir, name, FOLDER_VERSION)
     if os.path.exists(target):
         raise PrepareError(f"{target} already exists; remove it or choose another --output_dir")
@@ -130,8 +135,9 @@ def from_tfds(name: str, data_dir: str, output_dir: str) -> str:
     """Rewrites the prepared TFRecord TFDS dataset ``name`` of ``data_dir`` as ArrayRecord.
 
     Every TFRecord shard becomes one ArrayRecord shard holding the same
-    records in the same order (so every example keeps its row); the metadata
-    files are copied, with ``dataset_info.json`` naming the new format.
+    records in the same order (so every example keeps its row; their CRC-32Cs are checked);
+    the metadata files are copied, with ``dataset_info.json`` naming the new format, and so
+    is the default-config marker of a dataset with builder configs.
 
     Args:
       name: TFDS name, optionally ``name/config`` or ``name/config:version``.
@@ -149,7 +155,6 @@ def from_tfds(name: str, data_dir: str, output_dir: str) -> str:
 
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    tf = _tensorflow()
     if os.path.abspath(output_dir) == os.path.abspath(data_dir):
         raise PrepareError("--output_dir must differ from --data_dir (the copy is written beside)")
     builder = tfds_builder(name, data_dir, download=False)
@@ -173,14 +178,13 @@ def from_tfds(name: str, data_dir: str, output_dir: str) -> str:
                 continue
             out = os.path.join(built, entry.replace(suffix, f".{records_lib.ARRAY_RECORD}-"))
             writer = ArrayRecordWriter(out, "group_size:1")
-            index = 0
             try:
-                for record in tf.data.TFRecordDataset(source_path).as_numpy_iterator():
-                    writer.write(record)
-                    index += 1
-            except tf.errors.OpError as e:
+                shard = tfrecord.open_shard(source_path)
+                for index in range(len(shard)):
+                    writer.write(shard.record(index))
+            except tfrecord.FrameError as e:
                 raise PrepareError(
-                    f"record {index} of {entry} ({source_path}) cannot be read: {e.message}"
+                    f"record {e.index} of {entry} ({source_path}) cannot be read: {e}"
                 ) from e
             finally:
                 writer.close()
@@ -191,7 +195,33 @@ def from_tfds(name: str, data_dir: str, output_dir: str) -> str:
         info.pop("alternativeFileFormats", None)
         with open(info_path, "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)
-        return _move_into_place(built, target)
+        marker = _default_config_marker(data_dir, version_dir)
+        moved = _move_into_place(built, target)
+    if marker is not None:
+        _copy_marker(marker, os.path.join(output_dir, os.path.relpath(marker, data_dir)))
+    return moved
+
+
+def _default_config_marker(data_dir: str, version_dir: str) -> str | None:
+    """TFDS's record of a dataset's default builder config, ``<name>/.config/metadata.json``,
+    when ``version_dir`` is ``<data_dir>/<name>/<config>/<version>`` and it exists: without it
+    the dataset is found only as ``name/config``, not by its name."""
+    parts = os.path.relpath(version_dir, data_dir).split(os.sep)
+    if len(parts) != 3:
+        return None
+    marker = os.path.join(data_dir, parts[0], ".config", "metadata.json")
+    return marker if os.path.isfile(marker) else None
+
+
+def _copy_marker(source: str, target: str) -> None:
+    """Copies the default-config marker unless the output already has one (written by an
+    earlier conversion of another config of the same dataset, which names the same default)."""
+    if os.path.exists(target):
+        return
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    temporary = f"{target}.{os.getpid()}.incomplete"
+    shutil.copyfile(source, temporary)
+    os.replace(temporary, target)
 
 
 _FOLDER = flags.DEFINE_string("image_folder", None, "Image folder <root>/<split>/<class>/<image>.")

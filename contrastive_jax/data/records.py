@@ -1,22 +1,25 @@
-"""The records of a prepared TFDS dataset, read without loading the dataset into memory.
+"""The records of a prepared TFDS dataset, read by row without loading the dataset into memory.
 
 TFDS writes a prepared split as shards of serialized ``tf.train.Example``
-records in one of two formats:
+records in one of two formats, and both are read by row:
 
-* **ArrayRecord** (``file_format="array_record"``): every record is
-  addressable by its position, so the pipeline reads exactly the rows a step
-  needs (:meth:`RecordSet.read`) and a batch is a pure function of
-  (seed, step), as for in-memory data and image folders.
-* **TFRecord** (``file_format="tfrecord"``, TFDS's default): records can only
-  be read in order, which exact resume and per-process reads cannot use; such a
-  dataset is converted once to ArrayRecord by :mod:`contrastive_jax.data.prepare`.
+* **TFRecord** (``file_format="tfrecord"``, TFDS's default, what ``tfds build`` writes):
+  each shard's record offsets are found once by reading its frame headers and cached
+  outside the data directory (:mod:`contrastive_jax.data.tfrecord`); then every record is
+  one ranged read, its CRC-32Cs checked.
+* **ArrayRecord** (``file_format="array_record"``): every record is addressable by its
+  position in the file; read through ``array_record``'s data source.
+
+So the pipeline reads exactly the rows a step needs (:meth:`RecordSet.read`) and a batch is
+a pure function of (seed, step), as for in-memory data and image folders; a TFRecord
+dataset and its ArrayRecord copy (:mod:`contrastive_jax.data.prepare`) give the same batches.
 
 A :class:`RecordSet` names every record by its row: its position in the split
 (the shards in TFDS's order, the records of a shard in file order). That row
 is the example id the pipeline yields as ``"index"``. Records are parsed without
 TensorFlow (:meth:`RecordSet.parse_bytes`) and decoded by Pillow; a record that cannot
 be read, parsed or decoded raises :class:`CorruptRecordError` naming the shard file and
-the record's index in it (:meth:`RecordSet.decode`).
+the record's index in it (:meth:`RecordSet.read`, :meth:`RecordSet.decode`).
 """
 
 from __future__ import annotations
@@ -24,22 +27,31 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import logging
 import os
+import threading
+import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from contrastive_jax.data import tfrecord
 from contrastive_jax.data.host_views import decode
 from contrastive_jax.errors import CorruptImageError, InputError
 
 if TYPE_CHECKING:
     from PIL import Image
 
-#: TFDS's names of its two file formats: the one this module reads, and the one
-#: :mod:`contrastive_jax.data.prepare` converts from.
+log = logging.getLogger(__name__)
+
+#: TFDS's names of the two file formats this module reads.
 ARRAY_RECORD = "array_record"
 TFRECORD = "tfrecord"
+#: Threads that index a split's TFRecord shards, or read the records of one call to
+#: :meth:`RecordSet.read`, in parallel.
+READ_THREADS = 16
 
 
 class CorruptRecordError(CorruptImageError):
@@ -65,8 +77,8 @@ class RecordSet:
 
     Attributes:
       dataset: ``name/split`` (for messages).
-      file_format: :data:`ARRAY_RECORD` (another format raises :class:`InputError`; a
-        TFRecord dataset's message names the converter).
+      file_format: :data:`TFRECORD` or :data:`ARRAY_RECORD` (another format raises
+        :class:`InputError`).
       spans: the shard files in row order.
       num_examples: N, the split's size.
       image_key, label_key: the features holding the encoded image and the
@@ -82,14 +94,9 @@ class RecordSet:
         image_key: str = "image",
         label_key: str = "label",
     ) -> None:
-        if file_format != ARRAY_RECORD:
-            raise InputError(
-                f"{dataset} is stored as {file_format!r} files, which cannot be read by row "
-                "(exact resume and per-process reads need that): convert it once to ArrayRecord "
-                "with `python -m contrastive_jax.data.prepare --dataset NAME --data_dir DIR "
-                "--output_dir NEW_DIR` (needs the 'prepare' extra) and read it from NEW_DIR"
-                if file_format == TFRECORD else
-                f"{dataset}: cannot read files of format {file_format!r}, only {ARRAY_RECORD!r}")
+        if file_format not in (TFRECORD, ARRAY_RECORD):
+            raise InputError(f"{dataset}: cannot read files of format {file_format!r}, only "
+                             f"{TFRECORD!r} and {ARRAY_RECORD!r}")
         if not spans:
             raise InputError(f"{dataset}: the split has no files")
         self.dataset = dataset
@@ -99,33 +106,94 @@ class RecordSet:
         self.label_key = label_key
         self._ends = list(itertools.accumulate(s.take for s in self.spans))
         self.num_examples = self._ends[-1]
-        self._source = None  # array_record data source, opened on first read
+        self._source: Any = None  # array_record data source, opened on first read
+        self._shards: dict[str, tfrecord.Shard] | None = None  # TFRecord, indexed on first read
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
-    def locate(self, row: int) -> tuple[str, int]:
-        """(shard file, index of the record in that file) of ``row``."""
+    def _position(self, row: int) -> tuple[Span, int]:
         if not 0 <= row < self.num_examples:
             raise IndexError(f"{self.dataset}: row {row} not in [0, {self.num_examples})")
         i = bisect.bisect_right(self._ends, row)
         start = self._ends[i - 1] if i else 0
-        return self.spans[i].filename, self.spans[i].skip + row - start
+        return self.spans[i], self.spans[i].skip + row - start
+
+    def locate(self, row: int) -> tuple[str, int]:
+        """(shard file, index of the record in that file) of ``row``."""
+        span, index = self._position(row)
+        return span.filename, index
 
     # ------------------------------------------------------------------ reading
 
     def read(self, rows: Sequence[int] | np.ndarray) -> list[bytes]:
-        """The serialized records at ``rows``, read in parallel."""
-        if self._source is None:
-            from array_record.python.array_record_data_source import ArrayRecordDataSource
+        """The serialized records at ``rows``, read in parallel.
 
-            self._source = ArrayRecordDataSource(list(self.spans))
-        return self._source.__getitems__([int(r) for r in rows])
+        Raises:
+          CorruptRecordError: a TFRecord frame that fails its CRC or length checks, or a
+            shard cut short (names the shard file and the record's index in it).
+        """
+        rows = [int(r) for r in rows]
+        if self.file_format == ARRAY_RECORD:
+            if self._source is None:
+                from array_record.python.array_record_data_source import ArrayRecordDataSource
 
-    def corrupt(self, row: int, error: Exception) -> CorruptRecordError:
-        """The error naming the shard file and index of ``row``, which failed with ``error``."""
-        filename, index = self.locate(row)
+                self._source = ArrayRecordDataSource(list(self.spans))
+            return self._source.__getitems__(rows)
+        shards = self._indexed()
+        if len(rows) <= 1:
+            return [self._record(shards, row) for row in rows]
+        return list(self._threads().map(lambda row: self._record(shards, row), rows))
+
+    def _record(self, shards: dict[str, tfrecord.Shard], row: int) -> bytes:
+        span, index = self._position(row)
+        try:
+            return shards[span.filename].record(index)
+        except tfrecord.FrameError as e:
+            raise self._corrupt_at(span.filename, e.index, e) from e
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="records")
+            return self._pool
+
+    def _indexed(self) -> dict[str, tfrecord.Shard]:
+        """The TFRecord shards of the split, each with its offsets (cached, else scanned now:
+        all shards in parallel, once)."""
+        with self._lock:
+            if self._shards is not None:
+                return self._shards
+            files = {span.filename: span.examples_in_shard for span in self.spans}
+            started = time.perf_counter()
+
+            def index(filename: str) -> tfrecord.Shard:
+                try:
+                    shard = tfrecord.open_shard(filename)
+                except tfrecord.FrameError as e:
+                    raise self._corrupt_at(filename, e.index, e) from e
+                if len(shard) != files[filename]:
+                    raise self._corrupt_at(
+                        filename, min(len(shard), files[filename]),
+                        f"the file holds {len(shard)} records, its dataset_info.json "
+                        f"{files[filename]}")
+                return shard
+
+            with ThreadPoolExecutor(min(READ_THREADS, len(files))) as pool:
+                shards = dict(zip(files, pool.map(index, files), strict=True))
+            log.info("%s: %d TFRecord files indexed in %.2f s (index cache %s)", self.dataset,
+                     len(shards), time.perf_counter() - started, tfrecord.index_dir())
+            self._shards = shards
+            return shards
+
+    def _corrupt_at(self, filename: str, index: int, error: Exception | str) -> CorruptRecordError:
         return CorruptRecordError(
             f"{self.dataset}: record {index} of {os.path.basename(filename)} ({filename}) "
             f"cannot be read or decoded: {error}"
         )
+
+    def corrupt(self, row: int, error: Exception) -> CorruptRecordError:
+        """The error naming the shard file and index of ``row``, which failed with ``error``."""
+        return self._corrupt_at(*self.locate(row), error)
 
     def parse_bytes(self, serialized: bytes) -> tuple[bytes, int]:
         """One serialized example -> (encoded image, label), without TensorFlow."""
@@ -146,6 +214,8 @@ class RecordSet:
         try:
             data, label = self.parse_bytes(self.read([row])[0] if record is None else record)
             return decode(data, f"row {row}"), label
+        except CorruptRecordError:
+            raise  # names its file and index already
         except (CorruptImageError, IndexError, ValueError, RuntimeError) as e:
             raise self.corrupt(int(row), e) from e
 

@@ -77,14 +77,12 @@ RENAMED = {
 #: Removed field -> (the value a saved config may hold, which reads as before; why it went).
 REMOVED = {
     "data.loader": ("grain", "the tf.data input path was removed: every dataset is read by "
-                    "the grain path (no TensorFlow); a TFRecord dataset is converted once to "
-                    "ArrayRecord with `python -m contrastive_jax.data.prepare`"),
+                    "the grain path (no TensorFlow), TFRecord and ArrayRecord files by row"),
     "data.stream_lanes": (None, "TFRecord streams were removed with the tf.data input path: "
-                          "convert the dataset to ArrayRecord with "
-                          "`python -m contrastive_jax.data.prepare`"),
+                          "TFRecord files are read by row (no shuffle buffer, no lanes)"),
     "data.shuffle_buffer": (10_000, "TFRecord streams were removed with the tf.data input "
-                            "path: convert the dataset to ArrayRecord with "
-                            "`python -m contrastive_jax.data.prepare`"),
+                            "path: TFRecord files are read by row, each epoch a permutation "
+                            "of the whole split"),
 }
 
 

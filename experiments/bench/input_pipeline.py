@@ -4,6 +4,7 @@
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset folder:../shared/data/cifar10
     XLA_FLAGS= python experiments/bench/input_pipeline.py --dataset digits --batches 50
     XLA_FLAGS= python experiments/bench/input_pipeline.py --formats --workdir /tmp/bench_input
+    XLA_FLAGS= python experiments/bench/input_pipeline.py --index_cost --workdir /tmp/bench_input
     XLA_FLAGS= python experiments/bench/input_pipeline.py --presets supcon_autoaugment \
         --workdir /tmp/bench_host
 
@@ -40,20 +41,37 @@ machine's cores in a real run, so the ratio measured here, each stage alone, is 
 bound on the headroom.
 
 ``--formats`` mode (storage formats side by side): the same synthetic JPEG images stored
-two ways - a TFDS dataset in ArrayRecord files (written by
-``contrastive_jax.data.prepare``) and the image folder they were written from - read by
+three ways - a TFDS dataset in ArrayRecord files (written by
+``contrastive_jax.data.prepare``), the same records in TFRecord files (TFDS's default
+format, read directly: each shard indexed once, then one ranged read a record; the frames
+written by tensorboardX's independent writer, the index built in the warm-up batch, from a
+cache folder under ``--workdir``) and the image folder they were written from - read by
 ``make_pretrain_iterator`` (streamed: ``in_memory=False``) at two settings:
 
 * 224: images of variable size (sides 200-500 px, about ImageNet's), SimCLR ImageNet
   augmentation, 224 x 224 views;
 * 32: 32 x 32 images, SimCLR CIFAR augmentation.
 
-For each it reports two-view images per second of wall time and per CPU-second of this
-process (user + system time of all its threads, from ``resource.getrusage``): the second is
+Each rate is measured in a fresh process (an iterator's grain threads outlive it and would
+slow the next measurement), the formats interleaved, ``--rounds`` processes each, the median
+reported. For each it reports two-view images per second of wall time and per CPU-second of
+the measuring process (user + system time of all its threads, from ``resource.getrusage``): the second is
 the rate one host core sustains, and stays meaningful when other jobs share the cores. Then
 the peak resident memory (``VmHWM``) of a fresh process that builds the source and draws
 ``--rss_batches`` batches, for the 32 px dataset at ``--rss_examples`` and 4x as many
-examples: streaming means it does not grow with the dataset.
+examples: streaming means it does not grow with the dataset. Between the two, the raw read
+rate of the two record formats alone (:func:`raw_read_rate`: the serialized records of the
+224 px set, one row a call, no decoding).
+
+``--index_cost`` mode (what indexing a TFRecord shard costs): a synthetic shard of
+``--index_records`` records (1,251 by default, an ImageNet train shard's: 1,281,167 images
+in 1,024 shards) of sizes normal about ``--index_kb`` KB (110, ImageNet's mean JPEG), then
+the time to find its frame offsets (:func:`contrastive_jax.data.tfrecord.scan_offsets`)
+from the page cache and with the file's pages dropped from it first
+(``posix_fadvise(DONTNEED)``, as a shard not read since the machine started), for the
+local reader's 4 KiB reads and for 12-byte reads of the headers alone; and the reads and
+bytes the remote reader's 16 MiB pieces make of it (one request a piece, where reading the
+headers alone would be one request a record).
 """
 
 from __future__ import annotations
@@ -118,7 +136,7 @@ def train_step_rate(config, batches: list[dict], steps: int, num_classes: int) -
 
 # --------------------------------------------------------------------------- formats mode
 
-FORMATS = ("array_record", "folder")
+FORMATS = ("array_record", "tfrecord", "folder")
 
 
 def write_folder(root: str, count: int, size: int, seed: int = 0) -> str:
@@ -141,20 +159,58 @@ def write_folder(root: str, count: int, size: int, seed: int = 0) -> str:
     return root
 
 
+def write_tfrecord_copy(array_dir: str, tfrecord_dir: str) -> None:
+    """The ArrayRecord TFDS datasets of ``array_dir`` rewritten in TFRecord files under
+    ``tfrecord_dir``: each shard one for one, the same records in the same order (framed by
+    tensorboardX's ``RecordWriter``, an implementation of the format independent of ours),
+    the metadata copied with ``dataset_info.json`` naming the format."""
+    from array_record.python.array_record_module import ArrayRecordReader
+    from tensorboardX.record_writer import RecordWriter
+
+    for folder, _, files in os.walk(array_dir):
+        if "dataset_info.json" not in files:
+            continue
+        target = os.path.join(tfrecord_dir, os.path.relpath(folder, array_dir))
+        os.makedirs(target, exist_ok=True)
+        for entry in files:
+            source = os.path.join(folder, entry)
+            if ".array_record-" not in entry:
+                shutil.copy2(source, os.path.join(target, entry))
+                continue
+            reader = ArrayRecordReader(source)
+            writer = RecordWriter(os.path.join(target, entry.replace(".array_record-",
+                                                                     ".tfrecord-")))
+            for record in reader.read_all():
+                writer.write(record)
+            writer.close()
+            reader.close()
+        info_path = os.path.join(target, "dataset_info.json")
+        with open(info_path, encoding="utf-8") as f:
+            info = json.load(f)
+        info["fileFormat"] = "tfrecord"
+        info.pop("alternativeFileFormats", None)
+        with open(info_path, "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+
+
 def build_datasets(workdir: str, count: int, size: int) -> dict[str, tuple[str, str | None]]:
-    """The two stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
+    """The three stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
     from contrastive_jax.data import prepare
 
     tag = f"s{size}_n{count}"
     root = os.path.join(workdir, tag)
     folder = os.path.join(root, "folder")
     array_dir = os.path.join(root, "array_record")
+    tfrecord_dir = os.path.join(root, "tfrecord")
     name = f"bench_{tag}"
     if not os.path.isdir(os.path.join(array_dir, name)):
         shutil.rmtree(root, ignore_errors=True)
         write_folder(folder, count, size)
         prepare.from_image_folder(folder, name, array_dir)
-    return {"array_record": (name, array_dir), "folder": (f"folder:{folder}", None)}
+    if not os.path.isdir(os.path.join(tfrecord_dir, name)):
+        write_tfrecord_copy(array_dir, tfrecord_dir)
+    return {"array_record": (name, array_dir), "tfrecord": (name, tfrecord_dir),
+            "folder": (f"folder:{folder}", None)}
 
 
 def format_config(dataset: str, data_dir: str | None, size: int, batch: int):
@@ -186,6 +242,25 @@ def format_rate(config, batches: int) -> tuple[float, float]:
     return images / wall, images / cpu
 
 
+def raw_read_rate(dataset: str, data_dir: str, passes: int) -> tuple[float, float, float]:
+    """(records per wall second, per CPU-second, MB per wall second) of reading the serialized
+    records of the train split one row a call (as the host pipeline reads), in a seeded random
+    order, ``passes`` times over, after one untimed pass (the index built, the files in the
+    page cache); one thread, no decoding."""
+    config = format_config(dataset, data_dir, 224, 64)
+    records = data.load_source(config).split("train").records
+    order = np.random.default_rng(0).permutation(records.num_examples).tolist()
+    for row in order:
+        records.read([row])
+    wall, cpu, size = time.perf_counter(), cpu_seconds(), 0
+    for _ in range(passes):
+        for row in order:
+            size += len(records.read([row])[0])
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    count = passes * len(order)
+    return count / wall, count / cpu, size / wall / 1e6
+
+
 def peak_rss(dataset: str, data_dir: str | None, batches: int, batch: int) -> float:
     """Peak RSS (MiB) of a fresh process that loads the source and draws ``batches`` batches."""
     probe = json.dumps([dataset, data_dir, batches, batch])
@@ -194,6 +269,28 @@ def peak_rss(dataset: str, data_dir: str | None, batches: int, batch: int) -> fl
     if out.returncode:
         raise RuntimeError(f"memory probe {probe} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe_in_child(probe: list) -> list[float]:
+    """The result of :func:`run_probe` in a fresh process: a measurement unperturbed by the
+    threads an earlier iterator left running."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe", json.dumps(probe)],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"probe {probe} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_probe(probe: str) -> None:
+    """The child of :func:`probe_in_child`: prints ``format_rate`` (``["rate", dataset,
+    data_dir, size, batch, batches]``) or ``raw_read_rate`` (``["raw", dataset, data_dir,
+    passes]``) as JSON."""
+    kind, *rest = json.loads(probe)
+    if kind == "rate":
+        dataset, data_dir, size, batch, batches = rest
+        print(json.dumps(format_rate(format_config(dataset, data_dir, size, batch), batches)))
+    else:
+        print(json.dumps(raw_read_rate(*rest)))
 
 
 def rss_probe(probe: str) -> None:
@@ -208,22 +305,42 @@ def rss_probe(probe: str) -> None:
 
 
 def compare_formats(args) -> None:
+    from contrastive_jax.data import tfrecord
+
+    os.environ[tfrecord.INDEX_DIR_VARIABLE] = os.path.join(args.workdir, "tfrecord_index")
     cores = len(os.sched_getaffinity(0))
     print(f"{cores} host cores, load average {os.getloadavg()[0]:.1f} at start")
     rows = []
     for size, count in ((224, args.examples_224), (32, args.examples_32)):
         stores = build_datasets(args.workdir, count, size)
+        rates: dict[str, list[tuple[float, float]]] = {fmt: [] for fmt in FORMATS}
+        for _ in range(args.rounds):  # the formats interleaved, each in a fresh process
+            for fmt in FORMATS:
+                rates[fmt].append(tuple(probe_in_child(
+                    ["rate", *stores[fmt], size, args.batch, args.batches])))
         for fmt in FORMATS:
-            dataset, data_dir = stores[fmt]
-            wall, per_cpu = format_rate(format_config(dataset, data_dir, size, args.batch),
-                                        args.batches)
+            wall = statistics.median(r[0] for r in rates[fmt])
+            per_cpu = statistics.median(r[1] for r in rates[fmt])
             rows.append((size, fmt, wall, per_cpu))
-            print(f"{size:>4} px  {fmt:<13} {wall:8.2f} images/s  {per_cpu:8.2f} images/CPU-s",
-                  flush=True)
-    print("\n| size | format | two-view images/s | images per CPU-second (one core) |")
-    print("|---|---|---|---|")
+            print(f"{size:>4} px  {fmt:<13} {wall:8.2f} images/s  {per_cpu:8.2f} images/CPU-s "
+                  f"(per CPU-s of the {args.rounds} runs: "
+                  f"{', '.join(f'{r[1]:.0f}' for r in rates[fmt])})", flush=True)
+    print(f"\n| size | format | two-view images/s | images per CPU-second (one core) |"
+          f"\n|---|---|---|---|")
     for size, fmt, wall, per_cpu in rows:
         print(f"| {size} | {fmt} | {wall:.2f} | {per_cpu:.2f} |")
+    stores = build_datasets(args.workdir, args.examples_224, 224)
+    print(f"\nraw reads, {args.examples_224} records of the 224 px set, one row a call, "
+          f"random order, {args.read_passes} passes, one thread, median of {args.rounds} "
+          "processes:")
+    print("| format | records/s | records per CPU-second | MB/s |\n|---|---|---|---|")
+    raw: dict[str, list[list[float]]] = {"array_record": [], "tfrecord": []}
+    for _ in range(args.rounds):
+        for fmt in raw:
+            raw[fmt].append(probe_in_child(["raw", *stores[fmt], args.read_passes]))
+    for fmt, runs in raw.items():
+        rate, per_cpu, megabytes = (statistics.median(r[i] for r in runs) for i in range(3))
+        print(f"| {fmt} | {rate:.0f} | {per_cpu:.0f} | {megabytes:.0f} |", flush=True)
     print(f"\npeak RSS, 32 px, {args.rss_batches} batches of {args.batch}:")
     print("| format | examples | peak RSS MiB |\n|---|---|---|")
     for count in (args.rss_examples, 4 * args.rss_examples):
@@ -231,6 +348,76 @@ def compare_formats(args) -> None:
         for fmt in FORMATS:
             rss = peak_rss(*stores[fmt], args.rss_batches, args.batch)
             print(f"| {fmt} | {count} | {rss:.0f} |", flush=True)
+
+
+# --------------------------------------------------------------------------- index cost
+
+
+def write_shard(path: str, count: int, kb: float, seed: int = 0) -> list[int]:
+    """A TFRecord file of ``count`` random records of sizes normal about ``kb`` KB (sd a
+    quarter of it, at least 1 KB); returns the sizes."""
+    import struct
+
+    from contrastive_jax.data.tfrecord import masked_crc
+
+    rng = np.random.default_rng(seed)
+    sizes = np.maximum(1000, rng.normal(kb * 1000, kb * 250, count)).astype(int).tolist()
+    block = rng.integers(0, 256, max(sizes), dtype=np.uint8).tobytes()
+    with open(path, "wb") as f:
+        for n in sizes:
+            header = struct.pack("<Q", n)
+            data = block[:n]
+            f.write(header + struct.pack("<I", masked_crc(header)) + data
+                    + struct.pack("<I", masked_crc(data)))
+    return sizes
+
+
+def _timed_scan(path: str, chunk: int, cold: bool) -> tuple[float, int]:
+    """(seconds, reads) of one scan of ``path`` with ``chunk``-byte reads."""
+    from contrastive_jax.data import tfrecord
+
+    if cold:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    read, reads = tfrecord.local_reader(path), [0]
+
+    def counted(offset: int, size: int) -> bytes:
+        reads[0] += 1
+        return read(offset, size)
+
+    start = time.perf_counter()
+    offsets = tfrecord.scan_offsets(counted, os.path.getsize(path), chunk)
+    seconds = time.perf_counter() - start
+    assert offsets[-1] == os.path.getsize(path)
+    return seconds, reads[0]
+
+
+def index_cost(args) -> None:
+    from contrastive_jax.data import tfrecord
+
+    os.makedirs(args.workdir, exist_ok=True)
+    path = os.path.join(args.workdir, f"shard_{args.index_records}x{args.index_kb:g}kb.tfrecord")
+    sizes = write_shard(path, args.index_records, args.index_kb)
+    megabytes = os.path.getsize(path) / 1e6
+    print(f"{len(os.sched_getaffinity(0))} host cores, load average {os.getloadavg()[0]:.1f}; "
+          f"a shard of {len(sizes)} records, mean {np.mean(sizes) / 1000:.1f} KB, "
+          f"{megabytes:.1f} MB")
+    shards = args.index_shards
+    print(f"\n| reads | page cache | seconds a shard (median of {args.index_repeats}) "
+          f"| reads a shard | x {shards} shards, one thread |")
+    print("|---|---|---|---|---|")
+    for chunk in (tfrecord.LOCAL_CHUNK, tfrecord.HEADER_BYTES):
+        for cold in (False, True):
+            runs = [_timed_scan(path, chunk, cold) for _ in range(args.index_repeats)]
+            seconds = statistics.median(r[0] for r in runs)
+            print(f"| {chunk} B | {'dropped' if cold else 'warm'} | {seconds:.4f} | "
+                  f"{runs[0][1]} | {seconds * shards:.1f} s |", flush=True)
+    seconds, reads = _timed_scan(path, tfrecord.REMOTE_CHUNK, cold=False)
+    print(f"\nremote reader ({tfrecord.REMOTE_CHUNK // 2**20} MiB pieces): {reads} reads a "
+          f"shard, {megabytes:.1f} MB read ({seconds:.3f} s from the page cache); headers "
+          f"alone: {len(sizes)} reads a shard. For {shards} shards: {reads * shards} requests "
+          f"and {megabytes * shards / 1000:.0f} GB, or {len(sizes) * shards} requests.")
 
 
 # --------------------------------------------------------------------------- host mode
@@ -391,7 +578,17 @@ def main() -> None:
     parser.add_argument("--profile_images", type=int, default=48,
                         help="--host: images of the per-stage profile")
     parser.add_argument("--formats", action="store_true",
-                        help="compare ArrayRecord and image folder (see the docstring)")
+                        help="compare ArrayRecord, TFRecord and image folder (see the docstring)")
+    parser.add_argument("--index_cost", action="store_true",
+                        help="time the offset index of an ImageNet-sized TFRecord shard")
+    parser.add_argument("--index_records", type=int, default=1251,
+                        help="--index_cost: records in the shard")
+    parser.add_argument("--index_kb", type=float, default=110.0,
+                        help="--index_cost: mean record size, KB")
+    parser.add_argument("--index_shards", type=int, default=1024,
+                        help="--index_cost: shards of the split it extrapolates to")
+    parser.add_argument("--index_repeats", type=int, default=5,
+                        help="--index_cost: scans timed per setting")
     parser.add_argument("--workdir", default="/tmp/contrastive_jax_bench_input",
                         help="--formats: where the synthetic datasets are written (kept)")
     parser.add_argument("--examples_224", type=int, default=512, help="--formats: 224 px images")
@@ -399,7 +596,12 @@ def main() -> None:
     parser.add_argument("--rss_examples", type=int, default=4096,
                         help="--formats: 1x dataset size of the memory comparison")
     parser.add_argument("--rss_batches", type=int, default=30, help="--formats: batches drawn")
+    parser.add_argument("--read_passes", type=int, default=5,
+                        help="--formats: timed passes of the raw reads")
     parser.add_argument("--rss_probe", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="--formats: fresh processes per format and setting (median)")
     parser.add_argument("--dataset", default="cifar10", help="data.dataset (default cifar10)")
     parser.add_argument("--batch", type=int, default=256, help="global batch (images)")
     parser.add_argument("--batches", type=int, default=20, help="pipeline batches timed")
@@ -409,8 +611,14 @@ def main() -> None:
     if args.rss_probe:
         rss_probe(args.rss_probe)
         return
+    if args.probe:
+        run_probe(args.probe)
+        return
     if args.formats:
         compare_formats(args)
+        return
+    if args.index_cost:
+        index_cost(args)
         return
     if args.host:
         host_cost(args)

@@ -1,5 +1,5 @@
-"""The input path: batches a pure function of (seed, step), the host's crop distribution
-against torchvision's, and TFRecord refused with a way out."""
+"""The input path: batches a pure function of (seed, step) and the host's crop distribution
+against torchvision's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from contrastive_jax import data
 from contrastive_jax.data import host_views
 from contrastive_jax.data.augment_config import AugmentConfig
 from contrastive_jax.data.host_pipeline import HostPretrainIterator, epoch_order
-from contrastive_jax.errors import InputError
 from tests.data.helpers import digits_config, write_tfds_dataset
 
 
@@ -118,14 +117,6 @@ def test_shift_and_flip_of_an_array():
             np.array_equal(view, np.pad(flipped, 1)[1 + dy : 5 + dy, 1 + dx : 5 + dx, 1:4])
             for dy in (-1, 0, 1) for dx in (-1, 0, 1)
         )
-
-
-def test_a_tfrecord_dataset_is_refused_naming_the_way_out(tmp_path):
-    data_dir = write_tfds_dataset(str(tmp_path), "varimg", "tfrecord", train=16, test=4)
-    config = digits_config(dataset="varimg", data_dir=data_dir, image_size=16,
-                           global_batch_size=8)
-    with pytest.raises(InputError, match="python -m contrastive_jax.data.prepare"):
-        data.load_source(config)
 
 
 @pytest.mark.slow

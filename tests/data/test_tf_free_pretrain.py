@@ -1,5 +1,5 @@
-"""Pretraining, the kNN monitor, linear evaluation and an evaluation recipe with TensorFlow
-absent, as on the JAX CUDA images.
+"""Pretraining (from an image folder, ArrayRecord and TFRecord files), the kNN monitor,
+linear evaluation and an evaluation recipe with TensorFlow absent, as on the JAX CUDA images.
 
 TensorFlow is made absent by :mod:`tests.no_tensorflow`: in the subprocesses
 ``importlib.util.find_spec("tensorflow")`` is None and ``import tensorflow`` raises
@@ -125,8 +125,8 @@ def cli_env_without_tensorflow(tmp_path, num_devices: int, cache_dir: str) -> di
     return absent_env(runs.cli_env(num_devices, cache_dir))
 
 
-#: The two kinds of image data the input path reads from disk.
-KINDS = ("image_folder", "array_record")
+#: The kinds of image data the input path reads from disk.
+KINDS = ("image_folder", "array_record", "tfrecord")
 
 
 def data_flags(data: tuple[str, str], total: int) -> tuple[str, ...]:
@@ -139,12 +139,16 @@ def data_flags(data: tuple[str, str], total: int) -> tuple[str, ...]:
 
 def write_datasets(root: str) -> dict[str, tuple[str, str]]:
     """kind -> (config.data.dataset, config.data.data_dir) of a small dataset of each kind
-    under ``root`` (``folder/`` and ``tfds/``; TFDS writes with TensorFlow)."""
+    under ``root`` (``folder/``, ``tfds/`` and ``tfds_tfrecord/``; TFDS writes with
+    TensorFlow)."""
     folder = write_image_folder(os.path.join(root, "folder"), shape=(20, 24, 3),
                                 per_class=(24, 4))
     records = write_tfds_dataset(os.path.join(root, "tfds"), "varimg", "array_record",
                                  train=48, test=8, shards=2)
-    return {"image_folder": ("image_folder", folder), "array_record": ("varimg", records)}
+    tfrecords = write_tfds_dataset(os.path.join(root, "tfds_tfrecord"), "varimg", "tfrecord",
+                                   train=48, test=8, shards=2)
+    return {"image_folder": ("image_folder", folder), "array_record": ("varimg", records),
+            "tfrecord": ("varimg", tfrecords)}
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +219,22 @@ def test_sigkill_then_resume_without_tensorflow_is_bit_identical(datasets, cache
     assert "resumed from the checkpoint at step" in runs.log_text(workdir)
     runs.assert_same_state(runs.read_state(workdir, total), runs.read_state(reference, total))
     assert runs.losses_by_step(workdir) == runs.losses_by_step(reference)
+
+
+@pytest.mark.slow
+def test_tfrecord_pretrains_with_the_losses_of_its_array_record_copy(datasets, tmp_path):
+    """A TFRecord TFDS dataset, read directly with TensorFlow absent, on 8 devices: step for
+    step the losses of its ArrayRecord copy (``prepare``, run here, where TensorFlow is)."""
+    from contrastive_jax.data import prepare
+    from tests.train import runs
+
+    name, tfrecords = datasets["tfrecord"]
+    copy = prepare.from_tfds(name, tfrecords, str(tmp_path / "copy"))
+    losses = {}
+    for kind, data_dir in (("tfrecord", tfrecords), ("copy", str(tmp_path / "copy"))):
+        workdir = str(tmp_path / kind)
+        out = _train_without_tensorflow(name, data_dir, workdir)
+        assert "tensorflow modules: []" in out, out
+        losses[kind] = runs.losses_by_step(workdir)
+    assert os.path.isdir(copy) and sorted(losses["tfrecord"]) == [1, 2, 3]
+    assert losses["tfrecord"] == losses["copy"]

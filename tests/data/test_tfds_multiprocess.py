@@ -1,7 +1,7 @@
 """Per-process reading of streamed TFDS datasets across real processes (gloo on CPU).
 
 2 processes x 4 simulated devices read their shares of every global batch of
-a TFDS dataset (ArrayRecord) and build global arrays with ``make_global_batch`` (views
+a TFDS dataset (TFRecord and ArrayRecord) and build global arrays with ``make_global_batch`` (views
 finished on the devices); the global batches and a loss computed on them equal
 those of 1 process x 8 devices. The training loop's own 2-process test on the
 same datasets is in ``tests/train/test_tfds_pretrain.py``.
@@ -38,7 +38,7 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("fmt", [records.ARRAY_RECORD])
+@pytest.mark.parametrize("fmt", [records.TFRECORD, records.ARRAY_RECORD])
 def test_two_processes_read_their_shares_of_the_same_global_batches(tmp_path, fmt):
     data_dir = write_tfds_dataset(str(tmp_path / "tfds"), "varimg", fmt, train=96, shards=2)
     worker = [sys.executable, "-m", "tests.data.multiprocess_worker", "varimg", data_dir]

@@ -1,9 +1,10 @@
-"""Prepared TFDS datasets read by row (ArrayRecord), the converter from TFRecord and image
-folders, and their errors.
+"""Prepared TFDS datasets read by row (TFRecord and ArrayRecord), the optional converter from
+TFRecord and image folders, and their errors.
 
 Small datasets of variable-size JPEG images are prepared in a temporary data directory in
 both formats (3 shards per split, records in example order, so row ``r`` of a split has
-label ``r % 3``): ArrayRecord is read, TFRecord is what the converter reads.
+label ``r % 3``); the TFRecord one is also converted to ArrayRecord by
+:mod:`contrastive_jax.data.prepare` (its ArrayRecord copy), which must give the same batches.
 """
 
 from __future__ import annotations
@@ -40,10 +41,19 @@ def _config(data_dir: str, **overrides):
 
 @pytest.fixture(scope="module")
 def loaded(data_dirs) -> dict[str, data.Source]:
-    return {AR: data.load_source(_config(data_dirs[AR]))}
+    return {fmt: data.load_source(_config(data_dirs[fmt])) for fmt in FORMATS}
 
 
-@pytest.mark.parametrize("fmt", [AR])
+@pytest.fixture(scope="module")
+def array_record_copy(data_dirs, tmp_path_factory) -> str:
+    """The TFRecord dataset converted to ArrayRecord by ``prepare`` (the same records in the
+    same order)."""
+    out = str(tmp_path_factory.mktemp("copy"))
+    prepare.from_tfds(NAME, data_dirs[records.TFRECORD], out)
+    return out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_variable_size_dataset_is_streamed(loaded, fmt):
     source = loaded[fmt]
     train = source.split("train")
@@ -55,7 +65,7 @@ def test_variable_size_dataset_is_streamed(loaded, fmt):
     assert all(0.3 < m < 0.7 for m in source.mean)  # uniform random pixels
 
 
-@pytest.mark.parametrize("fmt", [AR])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_eval_reads_every_row_once_with_its_label(loaded, data_dirs, fmt):
     config = _config(data_dirs[fmt])
     batches = list(data.make_eval_iterator(config, "test", 8, source=loaded[fmt]))
@@ -84,7 +94,7 @@ def test_eval_default_crop_fraction_for_variable_size(loaded, data_dirs):
     assert it._crop_fraction == 1.0
 
 
-@pytest.mark.parametrize("fmt", [AR])
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.slow
 def test_pretrain_batches_resume_exactly_and_split_over_processes(loaded, data_dirs, fmt):
     config = _config(data_dirs[fmt])
@@ -112,6 +122,52 @@ def test_pretrain_batches_resume_exactly_and_split_over_processes(loaded, data_d
     assert not set(parts[0]["index"].tolist()) & set(parts[1]["index"].tolist())
     other = next(data.make_pretrain_iterator(config, seed=4, start_step=0, source=source))
     assert not np.array_equal(other["views"], batches[0]["views"])
+
+
+def test_tfrecord_and_its_array_record_copy_give_the_same_batches(loaded, data_dirs,
+                                                                 array_record_copy):
+    tf_records = loaded[records.TFRECORD]
+    copy = data.load_source(_config(array_record_copy))
+    assert copy.split("train").records.file_format == AR
+    assert tf_records.split("train").records.file_format == records.TFRECORD
+    assert copy.mean == tf_records.mean and copy.std == tf_records.std
+    config = _config(data_dirs[records.TFRECORD])
+    for start, process in ((0, None), (5, 0), (5, 1)):  # across the epoch's end (6 steps)
+        split = {} if process is None else {"process_index": process, "process_count": 2}
+        a, b = (data.make_pretrain_iterator(config, seed=7, start_step=start, source=source,
+                                            **split) for source in (tf_records, copy))
+        for _ in range(2):
+            x, y = next(a), next(b)
+            assert x.keys() == y.keys()
+            for key in x:
+                np.testing.assert_array_equal(x[key], y[key])
+    for x, y in zip(data.make_eval_iterator(config, "test", 8, source=tf_records),
+                    data.make_eval_iterator(config, "test", 8, source=copy), strict=True):
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key])
+
+
+def test_reading_a_tfrecord_dataset_writes_nothing_in_its_data_directory(data_dirs, tmp_path,
+                                                                           monkeypatch):
+    import shutil
+
+    root = str(tmp_path / "data")
+    shutil.copytree(data_dirs[records.TFRECORD], root)
+    cache = str(tmp_path / "cache")
+    monkeypatch.setenv("CONTRASTIVE_JAX_INDEX_DIR", cache)
+
+    def tree() -> list[tuple[str, int, int]]:
+        paths = [os.path.join(d, f) for d, _, files in os.walk(root) for f in files]
+        return sorted((p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths)
+
+    before = tree()
+    source = data.load_source(_config(root))
+    assert len(source.split("train").records.read(range(48))) == 48
+    assert tree() == before  # the data directory may be read-only
+    shards = sorted(os.path.basename(span.filename)
+                    for span in source.split("train").records.spans)
+    assert sorted(name.split(".npy")[0].rsplit(".", 1)[0]
+                  for name in os.listdir(cache)) == shards  # one index a train shard
 
 
 # --------------------------------------------------------------------------- memory or stream
@@ -160,7 +216,7 @@ def test_unprepared_dataset_lists_what_data_dir_holds(data_dirs, tmp_path):
         data.load_source(_config(data_dirs[records.TFRECORD], dataset="imagenet2012"))
     message = str(info.value)
     assert "'imagenet2012'" in message and "it holds: varimg/1.0.0" in message
-    assert "contrastive_jax.data.prepare" in message
+    assert "tfds build imagenet2012 --data_dir=DIR" in message
     with pytest.raises(data.DatasetNotPreparedError, match="it does not exist"):
         data.load_source(_config(str(tmp_path / "nowhere")))
     with pytest.raises(data.DatasetNotPreparedError, match="holds no prepared TFDS dataset"):
@@ -199,7 +255,8 @@ def test_label_noise_and_subsets_need_labels_in_memory(loaded, data_dirs):
 
 @pytest.fixture(scope="module")
 def corrupt_dirs(tmp_path_factory) -> dict[str, str]:
-    """``broken`` (ArrayRecord), one shard per split, whose train row 5 is not an image."""
+    """``format -> data_dir`` of ``broken``, one shard per split, whose train row 5 is not an
+    image."""
     import tensorflow_datasets as tfds
 
     from tests.data.helpers import variable_size_examples
@@ -207,7 +264,7 @@ def corrupt_dirs(tmp_path_factory) -> dict[str, str]:
     examples = variable_size_examples(16, 0)
     examples[5]["image"] = b"\xff\xd8 not a jpeg"  # stored as given
     out = {}
-    for fmt in (AR,):
+    for fmt in FORMATS:
         root = str(tmp_path_factory.mktemp(f"corrupt_{fmt}"))
         tfds.dataset_builders.store_as_tfds_dataset(
             name="broken",
@@ -225,7 +282,7 @@ def corrupt_dirs(tmp_path_factory) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("fmt", [AR])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_corrupt_record_names_file_and_index(corrupt_dirs, fmt):
     config = digits_config(dataset="broken", data_dir=corrupt_dirs[fmt], image_size=16,
                            global_batch_size=16, mean=(0.5,) * 3, std=(0.25,) * 3)
@@ -271,19 +328,16 @@ def _tfrecords(data_dir: str, split: str) -> list[bytes]:
     return [r for f in files for r in tf.data.TFRecordDataset(f).as_numpy_iterator()]
 
 
-def test_a_tfrecord_dataset_is_refused_naming_prepare(data_dirs):
-    with pytest.raises(ValueError, match=r"'tfrecord' files.*python -m contrastive_jax\.data"
-                                         r"\.prepare --dataset NAME"):
-        data.load_source(_config(data_dirs[records.TFRECORD]))
-
-
 def test_prepare_tfrecord_dataset_as_array_record(data_dirs, tmp_path):
     out = str(tmp_path / "converted")
     path = prepare.from_tfds(NAME, data_dirs[records.TFRECORD], out)
     assert path == os.path.join(out, NAME, "1.0.0") and os.listdir(out) == [NAME]
     converted = data.load_source(_config(out)).split("train").records
     assert converted.file_format == AR and converted.num_examples == 48
-    assert converted.read(range(48)) == _tfrecords(data_dirs[records.TFRECORD], "train")
+    by_tensorflow = _tfrecords(data_dirs[records.TFRECORD], "train")
+    assert converted.read(range(48)) == by_tensorflow
+    direct = data.load_source(_config(data_dirs[records.TFRECORD])).split("train").records
+    assert direct.read(range(48)) == by_tensorflow  # our reader, TensorFlow's writer
     with pytest.raises(prepare.PrepareError, match="not TFRecord"):
         prepare.from_tfds(NAME, out, str(tmp_path / "again"))
 
@@ -313,3 +367,32 @@ def test_prepare_cli_errors(capsys):
     finally:
         flags.FLAGS.unparse_flags()
     assert sources.is_image_folder("/nonexistent") is False
+
+
+def test_a_dataset_with_a_builder_config_is_read_and_converted_by_its_name(tmp_path):
+    """Written with a builder config (``name/default/1.0.0``, as every ``TfDataBuilder``
+    dataset is), it is found by its name in TFRecord files and in the converter's copy."""
+    import tensorflow_datasets as tfds
+
+    from tests.data.helpers import variable_size_examples
+
+    source_dir, out = str(tmp_path / "tfds"), str(tmp_path / "copy")
+    examples = list(enumerate(variable_size_examples(16, 0)))
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name="shapes_var", version="1.0.0", config="default",
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
+            "label": tfds.features.ClassLabel(num_classes=3),
+        }),
+        split_datasets={"train": examples, "test": examples[:4]},
+        data_dir=source_dir, file_format=records.TFRECORD, disable_shuffling=True,
+    )
+    config = digits_config(dataset="shapes_var", data_dir=source_dir, image_size=16,
+                           global_batch_size=8)
+    direct = data.load_source(config).split("train").records
+    path = prepare.from_tfds("shapes_var", source_dir, out)
+    assert path == os.path.join(out, "shapes_var", "default", "1.0.0")
+    assert os.path.isfile(os.path.join(out, "shapes_var", ".config", "metadata.json"))
+    config.data_dir = out
+    copy = data.load_source(config).split("train").records
+    assert copy.file_format == AR and copy.read(range(16)) == direct.read(range(16))

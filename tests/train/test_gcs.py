@@ -5,8 +5,9 @@ the config, the metric log and the TensorBoard events all write to over HTTP.
 A run killed with SIGKILL and started again with the same command resumes from its last
 checkpoint in the bucket and ends bit-identical to an uninterrupted run; the evaluation
 restores the network from the bucket. With TensorFlow blocked, the default input path
-pretrains from an image folder and from an ArrayRecord TFDS dataset in the bucket, with the
-losses of the same run on a local copy.
+pretrains from an image folder and from an ArrayRecord and a TFRecord TFDS dataset in the
+bucket (the TFRecord shards indexed and read by ranged requests), with the losses of the same
+run on a local copy.
 """
 
 from __future__ import annotations

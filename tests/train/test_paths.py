@@ -7,7 +7,8 @@ checkpoint bookkeeping (directory, listing, moving a damaged checkpoint aside) a
 evaluation write or read. It does not exercise Orbax's array writes: TensorStore opens
 ``gs://`` with its own GCS driver, which no in-memory filesystem stands in for;
 ``test_gcs.py`` runs the trainer against a local GCS emulator for that. An image folder in
-the bucket is listed and read by the default input path as its local copy is.
+the bucket is listed and read by the default input path as its local copy is, and a TFRecord
+shard there is indexed in 16 MiB pieces and read one ranged request a record.
 """
 
 from __future__ import annotations
@@ -119,3 +120,32 @@ def test_an_image_folder_in_the_bucket_reads_as_its_local_copy(bucket, tmp_path)
     assert batches[1].keys() == batches[0].keys()
     for key in batches[0]:
         np.testing.assert_array_equal(batches[1][key], batches[0][key])
+
+
+def test_tfrecord_shards_in_the_bucket_are_indexed_in_pieces_and_read_by_range(bucket, tmp_path,
+                                                                              monkeypatch):
+    from tensorboardX.record_writer import RecordWriter
+
+    from contrastive_jax.data import records, tfrecord
+
+    local = str(tmp_path / "toy-train.tfrecord-00000-of-00001")
+    payloads = [bytes([i]) * (1000 * i + 1) for i in range(12)]
+    writer = RecordWriter(local)
+    for payload in payloads:
+        writer.write(payload)
+    writer.close()
+    remote = f"{bucket}/data/toy-train.tfrecord-00000-of-00001"
+    gpath.backend_lib.fsspec_backend.fs(remote).put(local, remote)
+    requests = []
+    fetch = _FakeGCS.cat_file
+    monkeypatch.setattr(_FakeGCS, "cat_file",
+                        lambda self, path, start=None, end=None, **kw:
+                        requests.append((start, end)) or fetch(self, path, start, end, **kw))
+    shard = tfrecord.open_shard(remote)
+    assert requests == [(0, tfrecord.REMOTE_CHUNK)]  # the whole shard in one piece
+    rows = records.RecordSet("toy/train", records.TFRECORD, [records.Span(remote, 0, 12, 12)])
+    order = [7, 0, 11, 3]
+    requests.clear()
+    assert rows.read(order) == [payloads[i] for i in order]
+    assert sorted(requests) == sorted((int(shard.offsets[i]), int(shard.offsets[i + 1]))
+                                      for i in order)  # one ranged request a record
