@@ -37,7 +37,7 @@ with a traceback for anything else, which is a bug. Also installed as the consol
 
 from __future__ import annotations
 
-from contrastive_jax._cli import parse_flags, quiet_startup, run_tool
+from contrastive_jax._cli import parse_flags, quiet_startup, report_error, run_tool
 
 quiet_startup()  # before JAX loads
 
@@ -45,9 +45,14 @@ from contrastive_jax._extras import require
 
 require("contrastive_jax.export", ("ml_collections", "flax", "safetensors"))
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from contrastive_jax.errors import ConfigError, ExitCode
+from contrastive_jax.models import weights
+from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
+from contrastive_jax.train.paths import as_path
+from contrastive_jax.train.pretrained import load_pretrained
+from contrastive_jax.train.spec import parse
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "The pretraining work directory to export from.", required=True)
@@ -77,12 +82,6 @@ def export(workdir: str, output: str, *, format: str, step: int | None = None,
       FileNotFoundError: no such work directory or checkpoint.
       ConfigError: an encoder or head the format does not express.
     """
-    from contrastive_jax.models import weights
-    from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
-    from contrastive_jax.train.paths import as_path
-    from contrastive_jax.train.pretrained import load_pretrained
-    from contrastive_jax.train.spec import parse
-
     if format not in weights.FORMATS:  # before the checkpoint is read
         raise ConfigError(f"--format must be one of {weights.FORMATS}, got {format!r}")
     source = workdir if step is None else str(as_path(workdir) / CHECKPOINT_DIR / str(step))
@@ -97,9 +96,8 @@ def export(workdir: str, output: str, *, format: str, step: int | None = None,
 
 
 def main(argv: list[str]) -> int:
+    logging.set_verbosity(logging.WARNING)  # Orbax reports every restore at INFO
     if len(argv) > 1:
-        from contrastive_jax._cli import report_error
-
         report_error(f"unexpected arguments {argv[1:]} (--help lists the flags)")
         return ExitCode.USAGE
 

@@ -20,6 +20,7 @@ docs/using-elsewhere.md):
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import struct
 from collections.abc import Callable, Mapping
@@ -183,8 +184,6 @@ def _read_torch(path: str, data: bytes) -> dict[str, np.ndarray]:
             f"reading {path} (a PyTorch .pth/.pt file) needs torch, which is not installed: "
             "pip install torch (or convert it to .safetensors with safetensors.torch.save_file "
             "where torch is)", name="torch") from err
-    import io
-
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch's unpickler raises many types
