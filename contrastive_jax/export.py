@@ -45,6 +45,8 @@ from contrastive_jax._extras import require
 
 require("contrastive_jax.export", ("ml_collections", "flax", "safetensors"))
 
+from typing import Any
+
 from absl import app, flags, logging
 
 from contrastive_jax.errors import ConfigError, ExitCode
@@ -87,7 +89,7 @@ def export(workdir: str, output: str, *, format: str, step: int | None = None,
     source = workdir if step is None else str(as_path(workdir) / CHECKPOINT_DIR / str(step))
     run = load_pretrained(source)
     model = parse(run.config).model
-    network = run.network
+    network: Any = run.network  # a ContrastiveModel
     tensors, metadata = weights.export_weights(
         network.encoder, model.encoder, format=format,
         head=network.head if with_head else None, head_config=model.head, step=run.step)

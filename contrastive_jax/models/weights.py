@@ -113,7 +113,7 @@ def export_weights(encoder: nnx.Module, spec: EncoderSpec, *, format: str,
     tensors = tv.to_torchvision(flat_weights(encoder), spec, num_batches_tracked=step)
     metadata[FORMAT_KEY] = TORCHVISION
     metadata["torchvision"] = torchvision_recipe(spec)
-    if head is not None:
+    if head is not None and head_config is not None:
         arrays = flat_weights(head)
         head_tensors = tv.head_to_torch(arrays, head_config, num_batches_tracked=step)
         tensors.update({f"head.{k}": v for k, v in head_tensors.items()})
@@ -207,11 +207,11 @@ def assemble(create: Callable[[], nnx.Module], arrays: Mapping[str, np.ndarray],
         module's (``source`` names the file).
     """
     abstract = nnx.eval_shape(create)
-    graphdef, weights, rest = nnx.split(abstract, WEIGHTS, ...)
+    graphdef, weights, rest = nnx.split(abstract, WEIGHTS, ...)  # type: ignore[misc]
     expected = expected_shapes(weights)
     check_tensors(arrays, expected, source)
     if jax.tree.leaves(rest):  # RNG streams: drawn by a compiled create() that returns them only
-        rest = jax.jit(lambda: nnx.split(create(), WEIGHTS, ...)[2])()
+        rest = jax.jit(lambda: nnx.split(create(), WEIGHTS, ...)[2])()  # type: ignore[misc]
     pure = nnx.traversals.unflatten_mapping(
         {tuple(int(p) if p.isdigit() else p for p in name.split(".")): np.asarray(value)
          for name, value in arrays.items()})
@@ -269,7 +269,7 @@ def load_network(path: str, encoder: Any = None) -> tuple[nnx.Module, nnx.Module
         if stray:
             raise ConfigError(f"{path} has a tensor {stray[0]!r} outside encoder. and head.")
         spec = _checked_spec(_spec_from_json(metadata["encoder"], EncoderSpec), encoder, path)
-        model = assemble(lambda: create_encoder(spec, rngs=nnx.Rngs(0)),
+        model: Any = assemble(lambda: create_encoder(spec, rngs=nnx.Rngs(0)),
                          _under(tensors, "encoder."), path)
         head = None
         if "head" in metadata:

@@ -139,7 +139,8 @@ def _abstract_state(config: ml_collections.ConfigDict, num_classes: int):
 
 def initialise(state: TrainState, spec: RunSpec) -> TrainState:
     """``state`` (host arrays) with the encoder (and ``init_head_layers`` hidden layers of the head) of the pretraining
-    checkpoint at ``spec.transfer.init_from``; ``state`` itself without one.
+    checkpoint at ``spec.transfer.init_from``, or of the weights file there
+    (:func:`contrastive_jax.models.weights.is_weights_file`); ``state`` itself without one.
 
     Raises:
       ConfigError: the checkpoint is missing or unreadable, its encoder config is not this
@@ -178,7 +179,7 @@ def _initialise_from_file(state: TrainState, spec: RunSpec) -> TrainState:
     transfer = spec.transfer
     try:
         encoder, head = weights.load_network(transfer.init_from, spec.model.encoder)
-    except (FileNotFoundError, OSError, ValueError) as err:
+    except (FileNotFoundError, OSError, ValueError, ModuleNotFoundError) as err:  # torch for .pth
         raise ConfigError(
             f"config.model.init_from={transfer.init_from!r} cannot be read: {err}") from err
     params = _replace(state.params, ENCODER_PATH, nnx.state(encoder, nnx.Param))

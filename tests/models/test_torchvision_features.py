@@ -12,7 +12,6 @@ relative error (Frobenius norm of the difference over that of torch's features) 
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 
@@ -206,7 +205,7 @@ def test_a_weights_file_starts_a_linear_evaluation(source, torchvision_weights, 
         loop.train(config, str(tmp_path / "pretrain"))
         path = str(tmp_path / "encoder.safetensors")
         assert _export(str(tmp_path / "pretrain"), path, "--format=flax").returncode == 0
-        encoder_config = dataclasses.asdict(models.encoder_spec(config.model.encoder))
+        encoder_config = {**_encoder("resnet18", "cifar"), "width": 0.125}
     config = transfer_config(total_steps=2, checkpoint_every=2)
     config.model.encoder.update(encoder_config)
     config.model.init_from = path
