@@ -20,6 +20,11 @@ the one of ``--step``. ``--format``:
   file's metadata ``torchvision`` has the lines). Refused (exit 2): other encoders, a width
   other than 1, and ``pool_padding="same"``, which torchvision's classes do not compute.
 
+* ``timm``: a ViT with ``pool="cls"`` as the ``state_dict`` of timm's ``VisionTransformer``
+  with ``num_classes=0`` (``vit_ti16``, ``vit_s16``, ``vit_b16``: ``timm.create_model(
+  "vit_tiny_patch16_224", num_classes=0)``, ``vit_small_...``, ``vit_base_...``; the metadata
+  ``timm`` has the line). ``pool="mean"`` is refused (timm normalises after the pooling).
+
 ``--with_head`` adds the projection head: under ``head.`` with its Flax paths (``flax``) or as
 the ``state_dict`` of a ``torch.nn.Sequential`` (``torchvision``: keys ``head.0.weight``, ...;
 the metadata ``head_layout`` gives the Sequential, e.g. ``Sequential(Linear(512, 512,
@@ -61,10 +66,11 @@ _WORKDIR = flags.DEFINE_string(
 _STEP = flags.DEFINE_integer(
     "step", None, "The checkpoint's step (default: the newest readable checkpoint).")
 _FORMAT = flags.DEFINE_enum(
-    "format", None, ["flax", "torchvision"],
+    "format", None, ["flax", "torchvision", "timm"],
     "flax: Flax paths and the config in the metadata (any encoder); torchvision: "
     "torchvision's ResNet state_dict (ResNet-18/34/50 of width 1; CIFAR stem: conv1 = "
-    "Conv2d(3, 64, 3, 1, 1, bias=False), maxpool = Identity()).", required=True)
+    "Conv2d(3, 64, 3, 1, 1, bias=False), maxpool = Identity()); timm: timm's "
+    "VisionTransformer state_dict (a ViT with pool='cls', num_classes=0).", required=True)
 _OUTPUT = flags.DEFINE_string(
     "output", None, "The safetensors file to write (local or gs://).", required=True)
 _WITH_HEAD = flags.DEFINE_bool(
@@ -78,7 +84,7 @@ def export(workdir: str, output: str, *, format: str, step: int | None = None,
            with_head: bool = False) -> dict[str, str]:
     """Writes the encoder (and, ``with_head``, the head) of the pretraining run in
     ``workdir`` (checkpoint ``step``, default the newest readable) to ``output`` in
-    ``format`` (``"flax"`` or ``"torchvision"``); returns the file's metadata.
+    ``format`` (``"flax"``, ``"torchvision"`` or ``"timm"``); returns the file's metadata.
 
     Raises:
       FileNotFoundError: no such work directory or checkpoint.
@@ -107,8 +113,8 @@ def main(argv: list[str]) -> int:
         metadata = export(_WORKDIR.value, _OUTPUT.value, format=_FORMAT.value,
                           step=_STEP.value, with_head=_WITH_HEAD.value)
         print(f"wrote {_OUTPUT.value} ({_FORMAT.value}, step {metadata['step']})")
-        if _FORMAT.value == "torchvision":
-            print(f"loads into: {metadata['torchvision']}")
+        if _FORMAT.value != "flax":
+            print(f"loads into: {metadata[_FORMAT.value]}")
             if "head_layout" in metadata:
                 print(f"the head (keys head.*) into: {metadata['head_layout']}")
         return ExitCode.OK

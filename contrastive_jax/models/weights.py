@@ -11,6 +11,8 @@ docs/using-elsewhere.md):
   (:mod:`contrastive_jax.models.torchvision`), the head's under ``head.`` as a
   ``torch.nn.Sequential``'s; a ``.safetensors`` file, or a ``.pth`` / ``.pt`` file of
   tensors written by ``torch.save`` (reading one needs torch).
+* ``timm`` (export only): a ViT's ``state_dict`` in timm's names and layouts
+  (:mod:`contrastive_jax.models.timm`), the head as for ``torchvision``.
 
 :func:`load_encoder` reads either, and so ``config.model.init_from``
 (:func:`contrastive_jax.train.pretrained.initialise`). Paths are local or ``gs://``
@@ -33,6 +35,7 @@ from flax import nnx
 
 from contrastive_jax._extras import require
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.models import timm as timm_lib
 from contrastive_jax.models import torchvision as tv
 from contrastive_jax.models.factory import (
     EncoderSpec,
@@ -42,10 +45,11 @@ from contrastive_jax.models.factory import (
     encoder_spec,
 )
 
-#: The metadata key of the file's format: :data:`FLAX` or :data:`TORCHVISION`.
+#: The metadata key of the file's format: :data:`FLAX`, :data:`TORCHVISION` or :data:`TIMM`.
 FORMAT_KEY = "format"
 FLAX = "contrastive_jax.flax"
 TORCHVISION = "contrastive_jax.torchvision"
+TIMM = "contrastive_jax.timm"
 #: The suffixes of the weight files ``config.model.init_from`` accepts beside work directories.
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt")
 #: The variables a file holds: parameters and batch-norm statistics (no RNG state).
@@ -86,7 +90,7 @@ def flax_tensors(encoder: nnx.Module, head: nnx.Module | None = None) -> dict[st
 
 
 #: ``python -m contrastive_jax.export --format``: the files :func:`export_weights` makes.
-FORMATS = ("flax", "torchvision")
+FORMATS = ("flax", "torchvision", "timm")
 
 
 def export_weights(encoder: nnx.Module, spec: EncoderSpec, *, format: str,
@@ -110,9 +114,14 @@ def export_weights(encoder: nnx.Module, spec: EncoderSpec, *, format: str,
         metadata["head"] = spec_json(head_config)
     if format == "flax":
         return flax_tensors(encoder, head), {FORMAT_KEY: FLAX, **metadata}
-    tensors = tv.to_torchvision(flat_weights(encoder), spec, num_batches_tracked=step)
-    metadata[FORMAT_KEY] = TORCHVISION
-    metadata["torchvision"] = torchvision_recipe(spec)
+    if format == "timm":
+        tensors = timm_lib.to_timm(flat_weights(encoder), spec)
+        metadata[FORMAT_KEY] = TIMM
+        metadata["timm"] = timm_lib.timm_recipe(spec)
+    else:
+        tensors = tv.to_torchvision(flat_weights(encoder), spec, num_batches_tracked=step)
+        metadata[FORMAT_KEY] = TORCHVISION
+        metadata["torchvision"] = torchvision_recipe(spec)
     if head is not None and head_config is not None:
         arrays = flat_weights(head)
         head_tensors = tv.head_to_torch(arrays, head_config, num_batches_tracked=step)
@@ -278,6 +287,9 @@ def load_network(path: str, encoder: Any = None) -> tuple[nnx.Module, nnx.Module
             head = assemble(lambda: create_head(hspec, width, rngs=nnx.Rngs(0)),
                             _under(tensors, "head."), path)
         return model, head
+    if kind == TIMM:
+        raise ConfigError(f"{path} is a timm export, which load_encoder does not read: export "
+                          "the run with --format flax")
     if kind == TORCHVISION and encoder is None:
         spec = _spec_from_json(metadata["encoder"], EncoderSpec)
     elif encoder is None:

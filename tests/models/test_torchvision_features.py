@@ -1,5 +1,5 @@
 """torchvision computes our features from an export, and ours torchvision's from its weights
-(``make test-all``; needs torch and torchvision, the ``torchvision`` extra, else skipped).
+(``make test-all``; needs torch and torchvision, the ``pytorch`` extra, else skipped).
 
 A ResNet-18 (CIFAR stem) and a ResNet-50 (ImageNet stem) of width 1 pretrain three steps on the
 built-in digits through the trainer (``loop.train``), so their batch-norm statistics are no

@@ -20,11 +20,15 @@ from flax import nnx
 
 from contrastive_jax import models
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.models import timm as timm_lib
 from contrastive_jax.models import torchvision as tv
 from contrastive_jax.models import weights
 from contrastive_jax.models.factory import encoder_spec, head_spec
 
 KEYS = json.loads((Path(__file__).parent / "torchvision_resnet_keys.json").read_text())
+#: timm's vit_tiny/small_patch16_224 (num_classes=0), written as KEYS (the command above with
+#: ``timm``: ``python -m tests.models.make_torchvision_keys timm > tests/models/timm_vit_keys.json``).
+TIMM_KEYS = json.loads((Path(__file__).parent / "timm_vit_keys.json").read_text())
 
 
 def _abstract_weights(spec) -> dict[str, np.ndarray]:
@@ -46,6 +50,34 @@ def test_the_torchvision_export_has_torchvisions_names_shapes_and_dtypes(name, s
     assert sorted(set(ours) ^ set(theirs)) == []  # no name missing, none added
     assert ours == theirs
     assert all(int(v) == 5 for k, v in exported.items() if k.endswith("num_batches_tracked"))
+
+
+@pytest.mark.parametrize("name", ["vit_ti16", "vit_s16"])
+def test_the_timm_export_has_timms_names_shapes_and_dtypes(name):
+    spec = encoder_spec({"name": name})
+    exported = timm_lib.to_timm(_abstract_weights(spec), spec)
+    ours = {k: [list(v.shape), str(v.dtype)] for k, v in exported.items()}
+    assert ours == TIMM_KEYS[timm_lib.TIMM_NAMES[name]]
+    assert timm_lib.timm_recipe(spec) == (
+        f'net = timm.create_model("{timm_lib.TIMM_NAMES[name]}", num_classes=0)')
+
+
+def test_the_timm_export_stacks_query_key_and_value_as_timms_qkv():
+    spec = encoder_spec({"name": "vit_ti4", "image_size": 8})
+    arrays = {k: np.random.default_rng(len(k)).normal(size=v.shape).astype(np.float32)
+              for k, v in _abstract_weights(spec).items()}
+    qkv = timm_lib.to_timm(arrays, spec)["blocks.3.attn.qkv.weight"]  # [3D, D]: rows q, k, v
+    key = arrays["blocks.3.attn.key.kernel"]  # [D, heads, head_dim]
+    np.testing.assert_array_equal(qkv[192 + 64 + 5], key[:, 1, 5])  # head 1, channel 5 of k
+
+
+@pytest.mark.parametrize("encoder, message", [
+    ({"name": "vit_s16", "pool": "mean"}, "config.pool='mean'"),
+    ({"name": "resnet50"}, "config.name='resnet50': timm's layout"),
+])
+def test_what_timm_cannot_compute_is_refused(encoder, message):
+    with pytest.raises(ConfigError, match=message):
+        timm_lib.to_timm({}, encoder_spec(encoder))
 
 
 def _trained_looking(module: nnx.Module, seed: int) -> nnx.Module:
