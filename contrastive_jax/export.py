@@ -16,9 +16,12 @@ the one of ``--step``. ``--format``:
   kernels; BN ``weight``, ``bias``, ``running_mean``, ``running_var``,
   ``num_batches_tracked``), which loads with ``strict=True`` once ``net.fc =
   torch.nn.Identity()``. The CIFAR stem is the PyTorch ports': also ``net.conv1 =
-  torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)`` and ``net.maxpool = torch.nn.Identity()`` (the
-  file's metadata ``torchvision`` has the lines). Refused (exit 2): other encoders, a width
-  other than 1, and ``pool_padding="same"``, which torchvision's classes do not compute.
+  torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)`` and ``net.maxpool = torch.nn.Identity()``; TF's
+  "SAME" max-pool (``pool_padding="same"``, the packaged ImageNet recipes') ``net.maxpool =
+  torch.nn.Sequential(torch.nn.ZeroPad2d((0, 1, 0, 1)), torch.nn.MaxPool2d(3, 2))``, exact for
+  an input side of 4k or 4k - 1 (224, 32). The file's metadata ``torchvision`` has the lines.
+  Refused (exit 2): other encoders and a width other than 1, which torchvision's classes do
+  not compute.
 
 * ``timm``: a ViT with ``pool="cls"`` as the ``state_dict`` of timm's ``VisionTransformer``
   with ``num_classes=0`` (``vit_ti16``, ``vit_s16``, ``vit_b16``: ``timm.create_model(
@@ -69,7 +72,8 @@ _FORMAT = flags.DEFINE_enum(
     "format", None, ["flax", "torchvision", "timm"],
     "flax: Flax paths and the config in the metadata (any encoder); torchvision: "
     "torchvision's ResNet state_dict (ResNet-18/34/50 of width 1; CIFAR stem: conv1 = "
-    "Conv2d(3, 64, 3, 1, 1, bias=False), maxpool = Identity()); timm: timm's "
+    "Conv2d(3, 64, 3, 1, 1, bias=False), maxpool = Identity(); pool_padding='same': maxpool = "
+    "Sequential(ZeroPad2d((0, 1, 0, 1)), MaxPool2d(3, 2))); timm: timm's "
     "VisionTransformer state_dict (a ViT with pool='cls', num_classes=0).", required=True)
 _OUTPUT = flags.DEFINE_string(
     "output", None, "The safetensors file to write (local or gs://).", required=True)

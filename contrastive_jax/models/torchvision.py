@@ -26,9 +26,10 @@ torchvision puts its ``downsample`` (a stride or a change of width), BN epsilon 
 the ImageNet stem's max-pool padded one pixel each side (``pool_padding="symmetric"``). The
 CIFAR stem (3x3 stride-1 convolution, no max-pool) is torchvision's class with the two lines
 of the PyTorch ports: ``net.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)`` and
-``net.maxpool = nn.Identity()``. torchvision's classes cannot express a width multiplier
-other than 1 (its ``width_per_group`` widens the bottleneck's middle only) nor TF's "SAME"
-max-pool (``pool_padding="same"``): :func:`check_resnet` refuses both.
+``net.maxpool = nn.Identity()``; TF's "SAME" max-pool (``pool_padding="same"``, the packaged
+ImageNet recipes') is one line, :data:`SAME_POOL` (:func:`torchvision_recipe` gives a
+network's lines). torchvision's classes cannot express a width multiplier other than 1 (its
+``width_per_group`` widens the bottleneck's middle only): :func:`check_resnet` refuses it.
 ``zero_init_residual`` and ``conv_init`` only initialise, and ``bn_momentum`` is a training
 setting (PyTorch's ``momentum`` is ``1 - bn_momentum``; torchvision's default 0.1 is ours,
 0.9): none of them changes the function.
@@ -53,9 +54,10 @@ _BN_NAMES = {"scale": "weight", "bias": "bias", "mean": "running_mean", "var": "
 CLASSIFIER_KEYS = ("fc.weight", "fc.bias")
 
 
-def check_resnet(spec: EncoderSpec) -> None:
+def check_resnet(spec: EncoderSpec, *, reading: bool = False) -> None:
     """Raises ConfigError unless ``spec`` is a ResNet that torchvision's classes express: a
-    ResNet-18/34/50 of width 1 whose ImageNet stem pools with ``pool_padding="symmetric"``."""
+    ResNet-18/34/50 of width 1. ``reading`` (torchvision's weights into ``spec``): its
+    ImageNet stem must also pool as torchvision's does, ``pool_padding="symmetric"``."""
     if spec.name not in RESNET_DEPTHS:
         raise ConfigError(
             f"encoder config.name={spec.name!r}: torchvision's layout is that of its ResNets "
@@ -65,11 +67,35 @@ def check_resnet(spec: EncoderSpec) -> None:
             f"encoder config.width={spec.width!r}: torchvision's ResNet classes have every "
             "channel count at width 1 (width_per_group widens the bottleneck's middle only); "
             "export this encoder with --format flax")
-    if spec.stem == "imagenet" and spec.pool_padding != "symmetric":
+    if reading and spec.stem == "imagenet" and spec.pool_padding != "symmetric":
         raise ConfigError(
             f"encoder config.pool_padding={spec.pool_padding!r}: torchvision's max-pool pads "
-            "one pixel each side (pool_padding='symmetric'), TF's 'SAME' pads an even side "
-            "after only, so the features would differ; export this encoder with --format flax")
+            "one pixel each side, TF's 'SAME' pads an even side after only, so torchvision's "
+            "weights would give other features; set config.model.encoder.pool_padding="
+            "'symmetric'")
+
+
+#: torchvision's ``maxpool`` replaced by TF's "SAME" max-pool (``pool_padding="same"``):
+#: one row and column after an even side. The padded zeros never win against the inputs,
+#: which follow a ReLU, so they are TF's padding; exact when the stem's convolution leaves an
+#: even side, ``ceil(side / 2)``: an input side of 4k or 4k - 1 (224, 32, ...). On another side
+#: TF's "SAME" pads both sides and this Sequential does not: a grid one row and column short.
+SAME_POOL = ("net.maxpool = torch.nn.Sequential(torch.nn.ZeroPad2d((0, 1, 0, 1)), "
+             "torch.nn.MaxPool2d(3, 2))")
+
+
+def torchvision_recipe(spec: EncoderSpec) -> str:
+    """The torchvision network the export of ``spec`` loads into, as Python lines joined by
+    ``"; "``: ``net = torchvision.models.resnetNN()``, ``fc`` an ``Identity``, and the CIFAR
+    stem's two lines or :data:`SAME_POOL` where ``spec`` needs them."""
+    check_resnet(spec)
+    lines = [f"net = torchvision.models.{spec.name}()", "net.fc = torch.nn.Identity()"]
+    if spec.stem == "cifar":
+        lines += ["net.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)",
+                  "net.maxpool = torch.nn.Identity()"]
+    elif spec.pool_padding == "same":
+        lines.append(SAME_POOL)
+    return "; ".join(lines)
 
 
 def _block_names(spec: EncoderSpec) -> list[str]:
@@ -135,7 +161,9 @@ def from_torchvision(state_dict: Mapping[str, np.ndarray], spec: EncoderSpec,
     """A torchvision ResNet ``state_dict`` as the variables (Flax name -> float32 array) of
     the ResNet ``spec``, whose variables and shapes are ``expected``.
 
-    ``num_batches_tracked`` and the classifier (:data:`CLASSIFIER_KEYS`) are not read.
+    ``num_batches_tracked`` and the classifier (:data:`CLASSIFIER_KEYS`) are not read. The
+    pooling is the caller's to check (``check_resnet(spec, reading=True)`` for torchvision's
+    own weights).
 
     Raises:
       ConfigError: naming the key (and ``source``, the file) of a missing or unexpected

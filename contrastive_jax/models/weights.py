@@ -121,22 +121,13 @@ def export_weights(encoder: nnx.Module, spec: EncoderSpec, *, format: str,
     else:
         tensors = tv.to_torchvision(flat_weights(encoder), spec, num_batches_tracked=step)
         metadata[FORMAT_KEY] = TORCHVISION
-        metadata["torchvision"] = torchvision_recipe(spec)
+        metadata["torchvision"] = tv.torchvision_recipe(spec)
     if head is not None and head_config is not None:
         arrays = flat_weights(head)
         head_tensors = tv.head_to_torch(arrays, head_config, num_batches_tracked=step)
         tensors.update({f"head.{k}": v for k, v in head_tensors.items()})
         metadata["head_layout"] = "torch.nn." + tv.torch_head_layout(arrays, head_config)
     return tensors, metadata
-
-
-def torchvision_recipe(spec: EncoderSpec) -> str:
-    """The torchvision network a ``torchvision`` export of ``spec`` loads into, as Python."""
-    lines = [f"net = torchvision.models.{spec.name}()", "net.fc = torch.nn.Identity()"]
-    if spec.stem == "cifar":
-        lines += ["net.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)",
-                  "net.maxpool = torch.nn.Identity()"]
-    return "; ".join(lines)
 
 
 def save(path: str, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> None:
@@ -290,8 +281,9 @@ def load_network(path: str, encoder: Any = None) -> tuple[nnx.Module, nnx.Module
     if kind == TIMM:
         raise ConfigError(f"{path} is a timm export, which load_encoder does not read: export "
                           "the run with --format flax")
-    if kind == TORCHVISION and encoder is None:
-        spec = _spec_from_json(metadata["encoder"], EncoderSpec)
+    saved = _spec_from_json(metadata["encoder"], EncoderSpec) if kind == TORCHVISION else None
+    if saved is not None and encoder is None:
+        spec = saved
     elif encoder is None:
         raise ConfigError(
             f"{path} holds no contrastive_jax encoder config (a torchvision state_dict?): pass "
@@ -299,7 +291,11 @@ def load_network(path: str, encoder: Any = None) -> tuple[nnx.Module, nnx.Module
             "'stem': 'imagenet'}) or config.model.encoder")
     else:
         spec = encoder_spec(encoder)
-    tv.check_resnet(spec)
+    if saved is not None and saved.pool_padding != spec.pool_padding and spec.stem == "imagenet":
+        raise ConfigError(f"config.model.encoder.pool_padding={spec.pool_padding!r}, but {path} "
+                          f"was trained with {saved.pool_padding!r}")
+    # Our own export keeps its pooling; torchvision's own weights need torchvision's.
+    tv.check_resnet(spec, reading=saved is None)
     create = lambda: create_encoder(spec, rngs=nnx.Rngs(0))  # noqa: E731
     expected = expected_shapes(nnx.state(nnx.eval_shape(create), WEIGHTS))
     encoder_tensors = {k: v for k, v in tensors.items() if not k.startswith("head.")}

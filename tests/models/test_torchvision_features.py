@@ -21,8 +21,10 @@ import pytest
 from flax import nnx
 
 from contrastive_jax import models
+from contrastive_jax.models import weights
 from contrastive_jax.train import loop
 from contrastive_jax.train.pretrained import load_pretrained
+from tests.models.test_weights import _trained_looking
 from tests.train.cli_config import tiny_config
 from tests.train.runs import ROOT, cli_env
 from tests.train.transfer_config import transfer_config
@@ -121,6 +123,27 @@ def test_torchvision_gives_our_features_from_the_export(pretrained, tmp_path):
     error = _relative_error(np.asarray(network.head(network.encoder(x))), projections)
     print(f"{name} head: projection relative error {error:.2e}")
     assert error <= TOLERANCE
+
+
+def test_tfs_same_pool_is_the_recipes_one_line_in_torchvision(tmp_path):
+    """``pool_padding="same"`` (the packaged ImageNet recipes'): the metadata's lines, with
+    ``SAME_POOL``, give our features on sides of 4k and 4k - 1."""
+    spec = models.encoder_spec({**_encoder("resnet18", "imagenet"), "pool_padding": "same"})
+    encoder = _trained_looking(models.create_encoder(spec, rngs=nnx.Rngs(0)), 7)
+    tensors, metadata = weights.export_weights(encoder, spec, format="torchvision")
+    path = str(tmp_path / "same.safetensors")
+    weights.save(path, tensors, metadata)
+    scope = {"torch": torch, "torchvision": torchvision}
+    exec(metadata["torchvision"].replace("; ", "\n"), scope)  # the lines users are given
+    net = scope["net"]
+    net.load_state_dict(safetensors_torch.load_file(path), strict=True)
+    net.eval()
+    for side in (32, 31, 64):
+        x = _images(side)
+        error = _relative_error(np.asarray(encoder(x)), _torch_features(net, x))
+        print(f"resnet18 imagenet stem, pool_padding='same', {side}x{side}: feature relative "
+              f"error {error:.2e}")
+        assert error <= TOLERANCE
 
 
 def test_the_flax_export_loads_with_load_encoder_alone(pretrained, tmp_path):

@@ -203,14 +203,39 @@ def test_a_prefixed_state_dict_is_refused_with_the_prefix_named(tmp_path):
 
 @pytest.mark.parametrize("encoder, message", [
     ({"name": "resnet18", "width": 0.5}, "config.width=0.5: torchvision's ResNet classes"),
-    ({"name": "resnet50", "stem": "imagenet", "pool_padding": "same"},
-     "config.pool_padding='same'"),
     ({"name": "vit_ti4", "image_size": 8}, "config.name='vit_ti4'"),
 ])
 def test_what_torchvision_cannot_compute_is_refused(encoder, message):
     spec = encoder_spec(encoder)
     with pytest.raises(ConfigError, match=message):
         tv.to_torchvision({}, spec)
+
+
+@pytest.mark.parametrize("encoder, extra", [
+    ({"name": "resnet50", "stem": "imagenet"}, []),
+    ({"name": "resnet18", "stem": "cifar"}, ["net.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)",
+                                             "net.maxpool = torch.nn.Identity()"]),
+    ({"name": "resnet50", "stem": "imagenet", "pool_padding": "same"}, [tv.SAME_POOL]),
+])
+def test_the_recipe_names_the_lines_each_network_needs(encoder, extra):
+    spec = encoder_spec(encoder)
+    assert tv.torchvision_recipe(spec).split("; ") == [
+        f"net = torchvision.models.{spec.name}()", "net.fc = torch.nn.Identity()", *extra]
+
+
+def test_torchvisions_weights_are_refused_for_tfs_same_pool_but_our_own_export_is_not(tmp_path):
+    same = {"name": "resnet18", "stem": "imagenet", "pool_padding": "same"}
+    spec = encoder_spec(same)
+    encoder = _trained_looking(models.create_encoder(spec, rngs=nnx.Rngs(0)), 6)
+    tensors, metadata = weights.export_weights(encoder, spec, format="torchvision")
+    ours, foreign = str(tmp_path / "ours.safetensors"), str(tmp_path / "foreign.safetensors")
+    weights.save(ours, tensors, metadata)
+    weights.save(foreign, tensors, {})
+    _assert_same(encoder, models.load_encoder(ours))
+    with pytest.raises(ConfigError, match="pool_padding='symmetric', but .* was trained with 'same'"):
+        models.load_encoder(ours, encoder={**same, "pool_padding": "symmetric"})
+    with pytest.raises(ConfigError, match="config.pool_padding='same': torchvision's max-pool"):
+        models.load_encoder(foreign, encoder=same)
 
 
 def test_a_head_without_a_sequential_is_refused_for_torchvision():
