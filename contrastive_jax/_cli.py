@@ -1,12 +1,13 @@
 """Console-script entry points, and what the command-line tools share: the quiet start-up
 and one error policy (:func:`run_tool`, the exit codes of :class:`contrastive_jax.errors.ExitCode`).
 
-``pip install 'contrastive_jax[train]'`` installs three commands beside ``python -m``:
+``pip install 'contrastive_jax[train]'`` installs four commands beside ``python -m``:
 
 ==============================  ===========================================
 ``contrastive-jax-pretrain``    ``python -m contrastive_jax.pretrain``
 ``contrastive-jax-linear-eval`` ``python -m contrastive_jax.linear_eval``
 ``contrastive-jax-quickstart``  ``python -m contrastive_jax.quickstart``
+``contrastive-jax-export``      ``python -m contrastive_jax.export``
 ==============================  ===========================================
 """
 
@@ -209,3 +210,8 @@ def linear_eval() -> None:
 def quickstart() -> None:
     """``contrastive-jax-quickstart``: see :mod:`contrastive_jax.quickstart`."""
     _run("contrastive_jax.quickstart")
+
+
+def export() -> None:
+    """``contrastive-jax-export``: see :mod:`contrastive_jax.export`."""
+    _run("contrastive_jax.export")

@@ -1,7 +1,8 @@
 """The errors of a run and the exit code of each: one table for every command-line tool.
 
-``python -m contrastive_jax.pretrain``, ``python -m contrastive_jax.linear_eval`` and
-``python -m contrastive_jax.quickstart`` (and their console scripts) exit with
+``python -m contrastive_jax.pretrain``, ``python -m contrastive_jax.linear_eval``,
+``python -m contrastive_jax.quickstart`` and ``python -m contrastive_jax.export`` (and their
+console scripts) exit with
 :class:`ExitCode`; :func:`exit_code` says which for an error (docs/cli.md has the table).
 The usage errors subclass :class:`ValueError`, so ``except ValueError`` still catches them;
 any other ``ValueError`` reaching a command-line tool is a bug and is shown with its

@@ -136,6 +136,7 @@ TOOLS = (
     ("contrastive_jax.pretrain", "contrastive-jax-pretrain", "--dry_run"),
     ("contrastive_jax.linear_eval", "contrastive-jax-linear-eval", "--epochs"),
     ("contrastive_jax.quickstart", "contrastive-jax-quickstart", "--workdir"),
+    ("contrastive_jax.export", "contrastive-jax-export", "--format"),
 )
 
 

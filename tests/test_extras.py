@@ -68,6 +68,7 @@ TRAIN_PARTS = [
     "contrastive_jax.pretrain",
     "contrastive_jax.quickstart",
     "contrastive_jax.linear_eval",
+    "contrastive_jax.export",
     "contrastive_jax.evaluate",
     "contrastive_jax.embed",
 ]

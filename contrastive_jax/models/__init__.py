@@ -29,6 +29,7 @@ from contrastive_jax.models.mlp import MLP
 from contrastive_jax.models.model import ContrastiveModel
 from contrastive_jax.models.resnet import BasicBlock, Bottleneck, ResNet
 from contrastive_jax.models.vit import VIT_VARIANTS, EncoderBlock, VisionTransformer, ViTVariant
+from contrastive_jax.models.weights import export_weights, load_encoder, load_network
 
 __all__ = [
     "DTYPES",
@@ -57,6 +58,9 @@ __all__ = [
     "default_encoder_config",
     "default_head_config",
     "encoder_spec",
+    "export_weights",
     "head_spec",
+    "load_encoder",
+    "load_network",
     "model_spec",
 ]

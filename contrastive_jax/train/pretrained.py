@@ -25,6 +25,7 @@ from flax import nnx
 from jax.sharding import AxisType, Mesh
 
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.models import weights
 from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train import optim, paths
 from contrastive_jax.train.build import DataFacts, build
@@ -154,7 +155,8 @@ def _abstract_state(config: ml_collections.ConfigDict, num_classes: int):
 
 def initialise(state: TrainState, spec: RunSpec) -> TrainState:
     """``state`` (host arrays) with the encoder (and ``init_head_layers`` hidden layers of the head) of the pretraining
-    checkpoint at ``spec.transfer.init_from``; ``state`` itself without one.
+    checkpoint at ``spec.transfer.init_from``, or of the weights file there
+    (:func:`contrastive_jax.models.weights.is_weights_file`); ``state`` itself without one.
 
     Raises:
       ConfigError: the run or its checkpoint is missing, its encoder config is not this
@@ -164,6 +166,8 @@ def initialise(state: TrainState, spec: RunSpec) -> TrainState:
     transfer = spec.transfer
     if not transfer.init_from:
         return state
+    if weights.is_weights_file(transfer.init_from):
+        return _initialise_from_file(state, spec)
     try:
         pretrained = load_pretrained(transfer.init_from)
     except (FileNotFoundError, OSError, ValueError) as err:  # a damaged one: CheckpointError
@@ -183,6 +187,27 @@ def initialise(state: TrainState, spec: RunSpec) -> TrainState:
     stats = _replace(state.batch_stats, ENCODER_PATH, nnx.state(network.encoder, nnx.BatchStat))
     for layer in range(transfer.init_head_layers):
         params, stats = _copy_head_layer(params, stats, network.head, layer, transfer)
+    return state._replace(params=params, batch_stats=stats)
+
+
+def _initialise_from_file(state: TrainState, spec: RunSpec) -> TrainState:
+    """:func:`initialise` from a weights file (:mod:`contrastive_jax.models.weights`: a
+    ``flax`` export, or a torchvision ResNet ``state_dict`` read into ``config.model.encoder``)."""
+    transfer = spec.transfer
+    try:
+        encoder, head = weights.load_network(transfer.init_from, spec.model.encoder)
+    except (FileNotFoundError, OSError, ValueError, ModuleNotFoundError) as err:  # torch for .pth
+        raise ConfigError(
+            f"config.model.init_from={transfer.init_from!r} cannot be read: {err}") from err
+    params = _replace(state.params, ENCODER_PATH, nnx.state(encoder, nnx.Param))
+    stats = _replace(state.batch_stats, ENCODER_PATH, nnx.state(encoder, nnx.BatchStat))
+    if transfer.init_head_layers and head is None:
+        raise ConfigError(
+            f"config.model.init_head_layers={transfer.init_head_layers}, but "
+            f"{transfer.init_from} holds no projection head (export it with --with_head "
+            "--format flax)")
+    for layer in range(transfer.init_head_layers):
+        params, stats = _copy_head_layer(params, stats, head, layer, transfer)
     return state._replace(params=params, batch_stats=stats)
 
 

@@ -4,10 +4,12 @@ A linear evaluation or a fine-tuning is a training run (:func:`contrastive_jax.t
 whose model starts from a pretraining checkpoint. Four fields of ``config.model``
 (:class:`TransferSpec`) say how:
 
-* ``init_from``: a pretraining work directory (its newest readable checkpoint) or a checkpoint
-  directory ``<workdir>/checkpoints/<step>``; the encoder's parameters and batch-norm
-  statistics are restored from it (:func:`contrastive_jax.train.pretrained.initialise`).
-  Empty: no initialisation;
+* ``init_from``: a pretraining work directory (its newest readable checkpoint), a checkpoint
+  directory ``<workdir>/checkpoints/<step>``, or a weights file (``.safetensors``, ``.pth``,
+  ``.pt``: a ``flax`` export, or a torchvision ResNet ``state_dict`` read into
+  ``config.model.encoder``; :mod:`contrastive_jax.models.weights`); the encoder's parameters
+  and batch-norm statistics are restored from it
+  (:func:`contrastive_jax.train.pretrained.initialise`). Empty: no initialisation;
 * ``trainable``: ``"all"`` (fine-tuning) or ``"head"`` (linear evaluation): the encoder is
   frozen: its features are ``stop_gradient``-ed (no gradient flows into it), its parameters
   are left out of the optimiser (``optax.set_to_zero``, no optimiser state) and kept as they
@@ -56,7 +58,7 @@ class TransferSpec:
     """``config.model.init_from``, ``trainable`` and ``init_head_layers``: where the model
     starts from and what trains (module docstring)."""
 
-    init_from: str = ""  # a pretraining workdir or <workdir>/checkpoints/<step>; "": none
+    init_from: str = ""  # a pretraining workdir, <workdir>/checkpoints/<step> or weights file; "": none
     trainable: str = "all"  # "all" | "head" (the encoder frozen: linear evaluation)
     init_head_layers: int = 0  # hidden layers of the pretrained head copied into the new head
     # The frozen encoder's batch norm: "running" (the checkpoint's statistics) or "batch" (each
