@@ -41,8 +41,12 @@ augmentation                       App. A: random resized crop (area 0.08-1, asp
                                    (``tf.image.random_brightness``): the
                                    ``simclr_v1_imagenet`` preset
 224 x 224 views, two per image     App. A; Sec. 2.1 (two views)
-online linear probe                the authors' code trains a linear classifier on
-                                   stop-gradient features during pretraining
+online linear probe                a linear classifier on stop-gradient features during
+                                   pretraining, as the authors' later TF2 code trains it
+                                   (``tf2/run.py``, ``lineareval_while_pretraining``); the
+                                   v1 code this recipe follows trains none (``model.py``:
+                                   ``logits_sup = tf.zeros``). The stop-gradient keeps the
+                                   encoder's training what it is without it
 =================================  ==========================================================
 
 Different here (``docs/recipes.md`` has every setting beside the source's, with the line of
@@ -191,6 +195,10 @@ SOURCE = (
     Row("precision", ("model.encoder.dtype", "model.head.dtype"), "not stated",
         "paper (no statement)", why="float32 chosen here"),
     Row("online linear probe", ("train.online_probe",),
-        "a linear classifier on stop-gradient features during pretraining", "paper App. B.6",
-        (True,)),
+        "tf2/: a linear classifier on stop-gradient features during pretraining "
+        "(lineareval_while_pretraining, default True); be133b3: none",
+        f"paper App. B.6; {_sources.SIMCLR_TF2}run.py (lineareval_while_pretraining); "
+        f"{_V1} model.py (train_mode 'pretrain': logits_sup = tf.zeros)",
+        why="on, as tf2/'s code; the v1 code the recipe follows has no probe. The probe "
+            "reads stop-gradient features, so the encoder trains as without it"),
 )

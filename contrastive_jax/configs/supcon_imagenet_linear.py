@@ -98,11 +98,12 @@ SOURCE = (
         "AutoAugment (the run's --augmentation_type), one view",
         f"{_SCRIPT} (--augmentation_type=AUTOAUGMENT)", ("supcon_autoaugment", 1)),
     Row("evaluation transform", ("data.eval_transform", "data.eval_crop_fraction"),
-        "resize the shorter side to 256 (bilinear), centre crop 224",
-        f"{_TF}preprocessing.py (the evaluation path of preprocess_image)",
-        why="the same geometry (resize_crop at 224 / 256 = 0.875); ours resizes with an "
-            "antialiased bilinear filter where the source's tf.image.resize does not "
-            "antialias"),
+        "the shorter side to 224 + 32 = 256 (tf.compat.v1 bilinear resize: legacy pixel "
+        "centres, not antialiased; truncating casts to int32 sides and uint8 pixels), then "
+        "the centre 224 (eval_crop_method=RESIZE_THEN_CROP, crop_padding=32)",
+        f"{_TF}preprocessing.py (_preprocess_image_for_eval, _crop_to_square, "
+        f"_resize_to_min_dim, _resize_image, _center_crop_window); {_DEFAULTS} "
+        "(eval_crop_method, crop_padding)", ("tf_resize_crop", 224 / 256)),
     Row("precision", ("model.encoder.dtype", "model.head.dtype"), "bfloat16",
         f"{_FLAGS} (TPU_FLAGS: --allow_mixed_precision=True)", ("bfloat16", "bfloat16")),
 )
