@@ -34,7 +34,15 @@ class Row(NamedTuple):
 
 
 SIMCLR_V1 = "google-research/simclr@be133b3"
-SUPCON_TF = "google-research/google-research supcon/"
+#: The SupCon paper's TF code, pinned: files of ``supcon/`` have several versions.
+SUPCON_TF = "google-research/google-research@0c1bbe5 supcon/"
+#: SimCLR's README at HEAD (the commands added after be133b3: linear evaluation and
+#: whole-network fine-tuning on ImageNet).
+SIMCLR_README = "google-research/simclr@dec99a8 README.md"
+#: SimCLR's TF2 code (``tf2/``), which trains the online linear probe.
+SIMCLR_TF2 = "google-research/simclr@b7c8fc9 tf2/"
+#: The SINCERE authors' fork of SupContrast.
+TUFTS_SUPCONTRAST = "tufts-ml/SupContrast"
 #: The AutoAugment / RandAugment module SupCon's code imports (lines as in the
 #: tf-models-official 2.4.0 wheel).
 TF_MODELS_AUGMENT = "tensorflow/models official/vision/image_classification/augment.py"

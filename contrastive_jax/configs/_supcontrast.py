@@ -6,7 +6,8 @@ with SGD (momentum 0.9, weight decay 1e-4 on every parameter), a cosine schedule
 README's learning rate down to ``lr x 0.1^3`` and, above batch 256, 10 warm-up epochs from
 0.01; its augmentation is ``RandomResizedCrop(32, scale=(0.2, 1))``, a flip, colour jitter
 (0.4, 0.4, 0.4, 0.1) with p = 0.8 and grayscale with p = 0.2 (the ``supcon_cifar`` preset);
-its ``mlp`` head is Linear(2048, 2048) -> ReLU -> Linear(2048, 128). Its ``SupConLoss``
+its ``mlp`` head is Linear(2048, 2048) -> ReLU -> Linear(2048, 128), initialised as PyTorch's
+``nn.Linear`` (``head.kernel_init = "torch_linear"``). Its ``SupConLoss``
 (``losses.py``) multiplies the loss by ``temperature / base_temperature`` with
 ``base_temperature = 0.07``: x 1.43 at tau = 0.1, x 7.14 at tau = 0.5, which with SGD scales
 the step as the learning rate would; ``loss.base_temperature = 0.07`` states it here (the
@@ -21,6 +22,9 @@ Not expressed by the trainer's config, and therefore different here:
   the cosine runs per step over the remaining epochs. Evaluated per step at batch 1024
   (48 steps per epoch), the two differ by at most 1.06 % of the peak, near epoch 373
   (``tests/test_recipes_table.py::test_supcontrast_schedule_difference``);
+* last partial batch: the reference's ``DataLoader`` keeps it (49 steps an epoch at batch
+  1,024), the trainer drops it (48: 2.0 % fewer updates over the run, the schedule's epochs
+  the same);
 * batch norm: ``--syncBN`` has no effect in the reference (``DataParallel``, its README), so
   each GPU normalises over its own share of the batch; here too each device does
   (``bn_axis_name`` unset), so the batch-norm statistics depend on the device count
@@ -59,6 +63,7 @@ def supcontrast_cifar10(
     config.model.head.num_hidden_layers = 1
     config.model.head.hidden_features = 2048
     config.model.head.out_features = 128
+    config.model.head.kernel_init = "torch_linear"  # nn.Linear's default (resnet_big.py)
     config.loss.name = loss
     config.loss.temperature = temperature
     config.loss.base_temperature = base_temperature
@@ -91,6 +96,11 @@ def supcontrast_source(*, readme: str, linear_lr: int) -> tuple[Row, ...]:
             "Linear 2048 (bias) -> ReLU -> Linear 128 (bias)",
             f"{ref} networks/resnet_big.py:174-178",
             why="the simclr_v2 head has batch norm and no biases (the nearest head built)"),
+        Row("head initialisation", ("model.head.kernel_init",),
+            "PyTorch's nn.Linear default: weights kaiming_uniform_(a=sqrt(5)), i.e. "
+            "U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases U(-1/sqrt(fan_in), 1/sqrt(fan_in))",
+            f"{ref} networks/resnet_big.py:172-178 (nn.Linear; the init loop at 89-94 "
+            "covers the encoder's Conv2d and BatchNorm only)", ("torch_linear",)),
         Row("loss scale", ("loss.base_temperature",), "loss x tau / 0.07",
             f"{ref} losses.py:15, 103", (0.07,)),
         Row("batch", ("data.global_batch_size",), "1024", f"{ref} README.md:{readme}", (1024,)),
@@ -112,6 +122,17 @@ def supcontrast_source(*, readme: str, linear_lr: int) -> tuple[Row, ...]:
         Row("batch norm", ("model.encoder.bn_axis_name", "model.head.bn_axis_name"),
             "per GPU (--syncBN has no effect: DataParallel)", f"{ref} README.md:81",
             (None, None)),
+        Row("last partial batch", ("data.global_batch_size",),
+            "kept (DataLoader's drop_last=False): ceil(50,000 / 1,024) = 49 steps an epoch, "
+            "the last of 848 images; the warm-up's fraction counts over 49 x 10 steps",
+            f"{ref} main_supcon.py:172-174 (DataLoader); util.py:68-72 "
+            "(warmup_learning_rate: len(train_loader))",
+            why="dropped: 48 steps of 1,024 an epoch (49,152 images, a different 848 left out "
+                "each epoch), 48,000 steps in all where the source takes 49,000 (2.0 % fewer "
+                "updates, each of a full batch); the warm-up and the per-epoch cosine span "
+                "the same epochs. A last batch of another shape would need a second "
+                "compiled step and a batch that need not split over the devices (848 does "
+                "not over 32); not built"),
         Row("image side, augmentation", ("data.image_size", "data.augmentation"),
             "32; crop 0.2-1, flip, jitter (0.4, 0.4, 0.4, 0.1) p 0.8, grayscale p 0.2",
             f"{ref} main_supcon.py:60, 146-155", (32, "supcon_cifar")),

@@ -33,10 +33,11 @@ where the source states it: a file and line of the authors' code, or a paper sec
 `tests/test_recipes_table.py` fails when a config and this page disagree. A row marked
 "match" holds exactly the source's value; every other row says why not. Sources:
 
-* SimCLR: `google-research/simclr` at be133b3 (the v1 paper's code) and arXiv:2002.05709;
-* SupCon on ImageNet: `google-research/google-research`, `supcon/` (the paper's TF code:
-  `scripts/supcon_imagenet_resnet50.sh`, `scripts/configs.sh`, `hparams_flags.py`) and
-  arXiv:2004.11362;
+* SimCLR: `google-research/simclr` at be133b3 (the v1 paper's code), its later README
+  (dec99a8) and `tf2/` code (b7c8fc9) where a row says so, and arXiv:2002.05709;
+* SupCon on ImageNet: `google-research/google-research` at 0c1bbe5, `supcon/` (the paper's
+  TF code: `scripts/supcon_imagenet_resnet50.sh`, `scripts/configs.sh`, `hparams_flags.py`)
+  and arXiv:2004.11362;
 * the CIFAR-10 recipes: `HobbitLong/SupContrast` (the paper's PyTorch code, whose README
   gives the CIFAR numbers), and for SINCERE arXiv:2309.14277 with `tufts-ml/SupContrast`.
 """

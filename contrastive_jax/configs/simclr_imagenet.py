@@ -37,12 +37,18 @@ augmentation                       App. A: random resized crop (area 0.08-1, asp
                                    0.2 with p = 0.8, grayscale p = 0.2), Gaussian blur with
                                    p = 0.5, sigma U(0.1, 2.0) and a kernel 10 % of the side; the
                                    v1 code's crop (``distorted_bounding_box_crop``, bicubic
-                                   resize) and additive brightness
-                                   (``tf.image.random_brightness``): the
-                                   ``simclr_v1_imagenet`` preset
+                                   resize), additive brightness
+                                   (``tf.image.random_brightness``) and blur sigma drawn once
+                                   per per-core batch of 32 and view
+                                   (``batch_random_blur``): the ``simclr_v1_imagenet``
+                                   preset
 224 x 224 views, two per image     App. A; Sec. 2.1 (two views)
-online linear probe                the authors' code trains a linear classifier on
-                                   stop-gradient features during pretraining
+online linear probe                a linear classifier on stop-gradient features during
+                                   pretraining, as the authors' later TF2 code trains it
+                                   (``tf2/run.py``, ``lineareval_while_pretraining``); the
+                                   v1 code this recipe follows trains none (``model.py``:
+                                   ``logits_sup = tf.zeros``). The stop-gradient keeps the
+                                   encoder's training what it is without it
 =================================  ==========================================================
 
 Different here (``docs/recipes.md`` has every setting beside the source's, with the line of
@@ -182,6 +188,12 @@ SOURCE = (
         "s = 1 with additive brightness, blur p = 0.5",
         f"paper App. A; {_V1} data_util.py:121-125 (brightness), 222-295 (crop), "
         "366-383 (blur), 416-438 (order)", ("simclr_v1_imagenet",)),
+    Row("blur sigma", ("data.augmentation",),
+        "U(0.1, 2.0) drawn once per per-core batch and view (4096 / 128 cores = 32 images), "
+        "the blur applied to each image with p = 0.5",
+        f"{_V1} data_util.py (batch_random_blur, random_blur), model.py (model_fn: "
+        "batch_random_blur on each view's per-core features); paper Sec. 2.2 (128 TPU v3 "
+        "cores)", ("simclr_v1_imagenet",)),
     Row("image ops' arithmetic", ("data.augmentation",),
         "tf.image.random_contrast (per-channel mean), random_saturation (HSV), blur with zero "
         "padding, tf.image.resize_bicubic (not antialiased)",
@@ -191,6 +203,10 @@ SOURCE = (
     Row("precision", ("model.encoder.dtype", "model.head.dtype"), "not stated",
         "paper (no statement)", why="float32 chosen here"),
     Row("online linear probe", ("train.online_probe",),
-        "a linear classifier on stop-gradient features during pretraining", "paper App. B.6",
-        (True,)),
+        "tf2/: a linear classifier on stop-gradient features during pretraining "
+        "(lineareval_while_pretraining, default True); be133b3: none",
+        f"paper App. B.6; {_sources.SIMCLR_TF2}run.py (lineareval_while_pretraining); "
+        f"{_V1} model.py (train_mode 'pretrain': logits_sup = tf.zeros)",
+        why="on, as tf2/'s code; the v1 code the recipe follows has no probe. The probe "
+            "reads stop-gradient features, so the encoder trains as without it"),
 )

@@ -3,9 +3,11 @@
 Chen et al. 2020 (arXiv:2002.05709), App. B.5: the whole network fine-tuned with Nesterov
 momentum 0.9, batch 4096, a learning rate of 0.05 x B / 256 (0.8) without warm-up, random
 crop + flip alone (the v1 code's pretraining crop, ``simclr_v1_linear``), no regularisation
-(weight decay included), 60 epochs for 1 % of the labels and 30 for 10 %. As SimCLR v1 (the
-paper's code, ``--fine_tune_after_block=-1``), the whole network fine-tunes from the encoder's
-output through a new Linear with bias to the 1000 classes (the ``classifier`` head); SimCLR v2
+(weight decay included: the authors' README command passes ``--weight_decay=0``), 60 epochs
+for 1 % of the labels and 30 for 10 %; the new classifier starts at zero, as that command's
+``--zero_init_logits_layer=True``. As SimCLR v1 (the paper's code,
+``--fine_tune_after_block=-1``), the whole network fine-tunes from the encoder's output through
+a new Linear with bias to the 1000 classes (the ``classifier`` head); SimCLR v2
 (Chen et al. 2020b, arXiv:2006.10029, Sec. 2; ``--ft_proj_selector=1``) starts from the
 projection head's first layer instead (``--config.model.head.name=simclr_v2
 --config.model.head.num_hidden_layers=1 --config.model.head.hidden_features=2048
@@ -37,7 +39,7 @@ def get_config():
     config = from_pretraining(simclr_imagenet.get_config(), trainable="all", num_classes=1000,
                               augmentation="simclr_v1_linear", batch_size=4096, epochs=60)
     config.data.dataset = "imagenet2012_subset/1pct"
-    config.model.head.kernel_init = "normal_0.01"  # linear_layer; zero_init_logits_layer off
+    config.model.head.kernel_init = "zeros"  # README's command: --zero_init_logits_layer=True
     simclr_sgd(config, base_learning_rate=0.05)
     config.train.validate_every_epochs = 10
     return config
@@ -55,9 +57,12 @@ SOURCE = (
         f"paper App. B.5; {_V1} model.py:62-68, model_util.py (supervised_head: "
         "linear_layer, use_bias=True)", ("all", 0, "classifier")),
     Row("classifier initialisation", ("model.head.kernel_init",),
-        "N(0, 0.01^2) (linear_layer; --zero_init_logits_layer defaults to False)",
-        f"{_V1} model_util.py (linear_layer); run.py (zero_init_logits_layer)",
-        ("normal_0.01",)),
+        "zeros, kernel and bias: the authors' whole-network fine-tuning command passes "
+        "--zero_init_logits_layer=True (the flag's default, False, leaves linear_layer's "
+        "N(0, 0.01^2))",
+        f"{_sources.SIMCLR_README} ('fine-tune the whole network' command); {_V1} model.py "
+        "(scaffold_fn: head_supervised assigned zeros), model_util.py (linear_layer)",
+        ("zeros",)),
     Row("input scaling", ("data.mean", "data.std"), "[0, 1], no normalisation (pretraining's)",
         f"{_V1} data_util.py (preprocess_image)", ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))),
     Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "4096, 60 (1 %)",
@@ -67,8 +72,12 @@ SOURCE = (
         ("sgd", 0.9, True)),
     Row("learning rate", ("optimizer.base_learning_rate", "optimizer.lr_scaling"),
         "0.05 x B / 256 (0.8)", "paper App. B.5", (0.05, "linear")),
-    Row("weight decay", ("optimizer.weight_decay",), "none (no regularisation)",
-        "paper App. B.5", (0.0,)),
+    Row("weight decay", ("optimizer.weight_decay",),
+        "none: the paper's 'no regularisation', and the README's command passes "
+        "--weight_decay=0; without that flag be133b3 adds 1e-6 x the L2 of every non-BN "
+        "variable (the flag's default, model_util.add_weight_decay for momentum)",
+        f"paper App. B.5; {_sources.SIMCLR_README} ('fine-tune the whole network' command); "
+        f"{_V1} model_util.py (add_weight_decay), run.py (weight_decay)", (0.0,)),
     Row("schedule", ("optimizer.decay", "optimizer.warmup_epochs", "optimizer.final_lr_factor"),
         "no warm-up, cosine to 0", f"paper App. B.5; {_V1} model_util.py:50-68",
         ("cosine", 0.0, 0.0)),

@@ -25,6 +25,7 @@ from contrastive_jax.configs._sources import SUPCONTRAST, Row
 def get_config():
     config = from_pretraining(supcon_cifar10.get_config(), trainable="head", num_classes=10,
                               augmentation="supcon_linear", batch_size=512, epochs=100)
+    config.model.head.kernel_init = "torch_linear"  # LinearClassifier's nn.Linear
     config.optimizer.name = "sgd"
     config.optimizer.momentum = 0.9
     config.optimizer.base_learning_rate = 5.0
@@ -44,6 +45,10 @@ SOURCE = (
     Row("classifier", ("model.head.name", "model.head.num_classes"),
         "Linear 2048 -> 10 (bias)", f"{_REF} networks/resnet_big.py:201-209 (LinearClassifier)",
         ("classifier", 10)),
+    Row("classifier initialisation", ("model.head.kernel_init",),
+        "PyTorch's nn.Linear default: weight and bias U(-1/sqrt(2048), 1/sqrt(2048))",
+        f"{_REF} networks/resnet_big.py:201-206 (LinearClassifier: nn.Linear)",
+        ("torch_linear",)),
     Row("loss", ("loss.name",), "cross-entropy", f"{_REF} main_linear.py:105",
         ("label_cross_entropy",)),
     Row("batch, epochs", ("data.global_batch_size", "train.epochs"), "512, 100",

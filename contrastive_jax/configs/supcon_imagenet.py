@@ -73,7 +73,10 @@ def get_config():
     config.optimizer.warmup_epochs = 12.0
     config.train.epochs = 350
     config.data.augmentation = "supcon_autoaugment"
-    config.data.eval_crop_fraction = 0.875  # the evaluation path: 224 of the shorter side 256
+    # the evaluation path (the kNN monitor; the linear recipe inherits it): the shorter side
+    # to 224 + crop_padding 32 = 256 by TF1's bilinear resize, then the centre 224
+    config.data.eval_transform = "tf_resize_crop"
+    config.data.eval_crop_fraction = 224 / 256
     config.data.mean = (0.5, 0.5, 0.5)  # x / 127.5 - 1: [-1, 1]
     config.data.std = (0.5, 0.5, 0.5)
     return config
@@ -129,6 +132,13 @@ SOURCE = (
     Row("input scaling", ("data.mean", "data.std"), "[-1, 1] (x / 127.5 - 1), no whitening",
         f"{_TF}preprocessing.py (_convert_image_dtype; apply_whitening needs the dataset's "
         "image_mean_std)", ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))),
+    Row("evaluation transform", ("data.eval_transform", "data.eval_crop_fraction"),
+        "the shorter side to 224 + 32 = 256 (tf.compat.v1 bilinear resize: legacy pixel "
+        "centres, not antialiased; truncating casts to int32 sides and uint8 pixels), then "
+        "the centre 224 (eval_crop_method=RESIZE_THEN_CROP, crop_padding=32)",
+        f"{_TF}preprocessing.py (_crop_to_square, _resize_to_min_dim, _resize_image, "
+        f"_center_crop_window); {_TF}hparams_flags.py (eval_crop_method, crop_padding)",
+        ("tf_resize_crop", 224 / 256)),
     Row("augmentation", ("data.augmentation",),
         "TF's distorted crop (area 0.08-1, aspect 0.75-1.33, 100 attempts, else the central "
         "square), flip, AutoAugment (ImageNet policy v0, cutout 100, translate 250); no colour "

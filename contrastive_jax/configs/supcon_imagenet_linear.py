@@ -6,7 +6,9 @@ defaults of ``hparams_flags.py``: a classifier on the L2-normalised output of th
 encoder (``--stop_gradient_before_classification_head``, ``--normalize_embedding``), whose
 batch norm normalises with each batch's statistics and keeps its moving averages
 (``--stage_2_update_encoder_batch_norm=False`` in the training-mode graph of both stages:
-``model.frozen_encoder_bn="batch"``), RMSProp (decay 0.9, momentum 0.9, epsilon
+``model.frozen_encoder_bn="batch"``) over both augmented views of each image, the
+cross-entropy on the first view's logits (``launcher.py``: ``data.num_views = 2``,
+``loss.view_reduction = "first"``), RMSProp (decay 0.9, momentum 0.9, epsilon
 1e-3; ``utils.py`` ``build_optimizer``) at 0.05 x B / 256 with batch 6144, 12 warm-up epochs
 (the flag's default), then x 0.97 every half epoch (staircase, ``utils.py``
 ``exponential_decay``), 90 epochs, label smoothing 0.05, weight decay 1e-6 on the classifier
@@ -28,6 +30,10 @@ def get_config():
     config = from_pretraining(supcon_imagenet.get_config(), trainable="head", num_classes=1000,
                               augmentation="supcon_autoaugment", batch_size=6144, epochs=90)
     config.model.frozen_encoder_bn = "batch"
+    # launcher.py: both views through the encoder in training mode (its batch norm over
+    # 2 x 6144 images), the cross-entropy on the first view's logits
+    config.data.num_views = 2
+    config.loss.view_reduction = "first"
     config.model.head.name = "normalized_linear"
     config.model.head.out_features = 1000
     config.model.head.kernel_init = "glorot_uniform"  # Keras Dense's default
@@ -94,15 +100,22 @@ SOURCE = (
         f"{_SCRIPT} (--stage_2_learning_rate_decay=EXPONENTIAL, --stage_2_decay_rate=0.97, "
         f"--stage_2_epochs_per_decay=0.5); {_DEFAULTS} (stage_2_warmup_epochs); "
         f"{_TF}utils.py (exponential_decay)", (12.0, "exponential", 0.97, 0.5)),
-    Row("augmentation, views", ("data.augmentation", "data.num_views"),
-        "AutoAugment (the run's --augmentation_type), one view",
-        f"{_SCRIPT} (--augmentation_type=AUTOAUGMENT)", ("supcon_autoaugment", 1)),
+    Row("augmentation, views", ("data.augmentation", "data.num_views", "loss.view_reduction"),
+        "AutoAugment (the run's --augmentation_type); two training-mode views of each image "
+        "stacked into one batch through the encoder (its batch norm over 2 x 6,144 images), "
+        "the cross-entropy on the first view's logits",
+        f"{_SCRIPT} (--augmentation_type=AUTOAUGMENT); {_TF}launcher.py (ContrastiveTrainer: "
+        "'Both train and eval modes must have 2 views'; _call_model: "
+        "stacked_multiview_image_channels_to_batch, logits = tf.split(logits, 2, axis=1)[0]); "
+        f"{_TF}preprocessing.py (ImageToMultiViewedImagePreprocessor)",
+        ("supcon_autoaugment", 2, "first")),
     Row("evaluation transform", ("data.eval_transform", "data.eval_crop_fraction"),
-        "resize the shorter side to 256 (bilinear), centre crop 224",
-        f"{_TF}preprocessing.py (the evaluation path of preprocess_image)",
-        why="the same geometry (resize_crop at 224 / 256 = 0.875); ours resizes with an "
-            "antialiased bilinear filter where the source's tf.image.resize does not "
-            "antialias"),
+        "the shorter side to 224 + 32 = 256 (tf.compat.v1 bilinear resize: legacy pixel "
+        "centres, not antialiased; truncating casts to int32 sides and uint8 pixels), then "
+        "the centre 224 (eval_crop_method=RESIZE_THEN_CROP, crop_padding=32)",
+        f"{_TF}preprocessing.py (_preprocess_image_for_eval, _crop_to_square, "
+        f"_resize_to_min_dim, _resize_image, _center_crop_window); {_DEFAULTS} "
+        "(eval_crop_method, crop_padding)", ("tf_resize_crop", 224 / 256)),
     Row("precision", ("model.encoder.dtype", "model.head.dtype"), "bfloat16",
         f"{_FLAGS} (TPU_FLAGS: --allow_mixed_precision=True)", ("bfloat16", "bfloat16")),
 )

@@ -42,6 +42,14 @@ class AugmentConfig:
         radius is ``max(size // 20, ceil(2 * blur_sigma[1]))``: SimCLR's kernel
         of 10 % of the image side, widened on small images so it does not cut
         the Gaussian short.
+      blur_sigma_group: None: every view draws its own sigma. G (a positive int): one
+        sigma for each view of G consecutive rows of the global batch, the one the
+        group's first row draws (the blur's probability stays per image): SimCLR v1's
+        ``batch_random_blur`` (google-research/simclr@be133b3 ``data_util.py``, called
+        in ``model.py`` on each view of a per-core batch: one ``tf.random.uniform([],
+        0.1, 2.0)`` for the core's images of that view), G = 4096 / 128 = 32 at the
+        paper's batch on its 128 TPU v3 cores (Sec. 2.2). The rows' order is the
+        batch's, so a view then depends on the batch it is in.
       solarize_prob: solarisation probability per view, cycled like
         ``blur_prob``.
       solarize_threshold: pixels ``>= threshold`` are inverted (``x -> 1 - x``).
@@ -87,6 +95,7 @@ class AugmentConfig:
     grayscale_prob: float = 0.0
     blur_prob: tuple[float, ...] = (0.0,)
     blur_sigma: tuple[float, float] = (0.1, 2.0)
+    blur_sigma_group: int | None = None
     solarize_prob: tuple[float, ...] = (0.0,)
     solarize_threshold: float = 0.5
     gain: tuple[float, float] | None = None
@@ -107,6 +116,11 @@ class AugmentConfig:
             if getattr(self, name) not in allowed:
                 raise ConfigError(
                     f"AugmentConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        group = self.blur_sigma_group
+        if group is not None and (isinstance(group, bool) or not isinstance(group, int)
+                                  or group < 1):
+            raise ConfigError(
+                f"AugmentConfig.blur_sigma_group must be None or a positive int, got {group!r}")
         if self.randaugment_layers < 0 or not 0 <= self.randaugment_magnitude <= 10:
             raise ConfigError(
                 "AugmentConfig.randaugment_layers must be >= 0 and randaugment_magnitude in "
@@ -116,7 +130,7 @@ class AugmentConfig:
     def host_only(self) -> tuple[str, ...]:
         """The fields set to what only the default (grain) input path implements."""
         defaults = {"crop_sampler": "torchvision", "crop_interpolation": "bilinear",
-                    "policy": "none", "brightness": "multiplicative"}
+                    "policy": "none", "brightness": "multiplicative", "blur_sigma_group": None}
         return tuple(name for name, value in defaults.items() if getattr(self, name) != value)
 
 
@@ -128,6 +142,11 @@ _CHOICES = {
     "policy": ("none", "autoaugment", "randaugment"),
     "brightness": ("multiplicative", "additive"),
 }
+
+
+#: SimCLR v1's per-core batch: 4096 over the paper's 128 TPU v3 cores (Sec. 2.2), the images
+#: of one view that share a blur sigma (``batch_random_blur``).
+SIMCLR_V1_CORE_BATCH = 4096 // 128
 
 
 def simclr_jitter(strength: float) -> tuple[float, float, float, float]:
@@ -172,11 +191,13 @@ _PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
     ),
     # SimCLR v1's code (google-research/simclr@be133b3, data_util.py): the
     # simclr_imagenet preset with its crop (distorted_bounding_box_crop, area 0.08-1,
-    # aspect 3/4-4/3, 100 attempts, then the whole image; bicubic resize, lines 222-295)
-    # and its additive brightness (tf.image.random_brightness, line 125).
+    # aspect 3/4-4/3, 100 attempts, then the whole image; bicubic resize, lines 222-295),
+    # its additive brightness (tf.image.random_brightness, line 125) and its blur's sigma
+    # drawn once per per-core batch of 32 and view (batch_random_blur).
     "simclr_v1_imagenet": lambda size: AugmentConfig(
         crop_scale=(0.08, 1.0), jitter=simclr_jitter(1.0), grayscale_prob=0.2, blur_prob=(0.5,),
         crop_sampler="tf_bounding_box", crop_interpolation="bicubic", brightness="additive",
+        blur_sigma_group=SIMCLR_V1_CORE_BATCH,
     ),
     # SupCon's ImageNet pipeline (google-research/google-research supcon/preprocessing.py,
     # --augmentation_type=AUTOAUGMENT): _distorted_crop_window (area 0.08-1, aspect

@@ -16,7 +16,7 @@ from contrastive_jax.errors import ConfigError, check_fields
 #: Values of ``config.data.metadata``.
 METADATA_CHOICES = ("source", "label_onehot")
 #: ``config.data.eval_transform``'s choices (:func:`.host_views.eval_view`).
-EVAL_TRANSFORMS = ("resize_crop", "crop_resize")
+EVAL_TRANSFORMS = ("resize_crop", "crop_resize", "tf_resize_crop")
 
 #: Datasets whose class count and native image side are known without reading them.
 KNOWN_DATASETS = {
@@ -93,7 +93,10 @@ class DataSpec:
       eval_transform: ``"resize_crop"`` (resize the shorter side, then centre-crop;
         torchvision's ``Resize`` + ``CenterCrop``) or ``"crop_resize"`` (SimCLR v1's
         ``center_crop``: a centred square of ``eval_crop_fraction`` of the shorter side,
-        resized bicubically); see :func:`.host_views.eval_view`.
+        resized bicubically) or ``"tf_resize_crop"`` (the SupCon TF code's: the shorter side
+        resized to ``image_size / eval_crop_fraction`` by TF1's bilinear ``resize``, not
+        antialiased, truncated to uint8, then the centre crop); see
+        :func:`.host_views.eval_view`.
       prefetch: batches prepared ahead of the consumer.
       loader_threads: host threads decoding and cropping (grain's, in pretraining and
         evaluation); None: the usable cores, at most 16.

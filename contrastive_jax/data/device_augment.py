@@ -8,7 +8,8 @@ training step reads, inside one jitted function:
    hue in a random order (torchvision's ``ColorJitter``, SimCLR Appendix A; with
    ``brightness="additive"`` SimCLR v1's additive brightness);
 2. grayscale with probability ``grayscale_prob``;
-3. Gaussian blur with the view's probability ``blur_prob[v % len]``, sigma ``U(blur_sigma)``,
+3. Gaussian blur with the view's probability ``blur_prob[v % len]``, sigma ``U(blur_sigma)``
+   (per view, or with ``blur_sigma_group = G`` shared by G consecutive rows, SimCLR v1's),
    a ``2 r + 1`` kernel with ``r = max(S // 20, ceil(2 sigma_max))``, reflect padding;
 4. solarisation with the view's probability ``solarize_prob[v % len]``;
 5. gain, per-channel gain (clipped), cutout, additive luminance noise;
@@ -19,7 +20,8 @@ Same parameterisation and distributions as the TensorFlow stages of
 other draws. Every random draw of view ``v`` of example ``id`` at step ``k`` comes from the
 key ``fold_in(fold_in(fold_in(key(seed), k), id), v)``, so a view does not depend on the
 batch it is in, the device count or the process count, and a resumed run draws what the
-uninterrupted one drew.
+uninterrupted one drew (with ``blur_sigma_group`` the blur's sigma is its group's first
+row's: then a view depends on the batch's order, still not on the device or process count).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "adjust_hue",
     "adjust_saturation",
     "appearance",
+    "blur_sigma",
     "color_jitter",
     "gaussian_blur",
     "grayscale",
@@ -175,10 +178,18 @@ def _with_prob(key: jax.Array, prob: float, fn: Callable[[], jax.Array], x: jax.
     return jnp.where(jax.random.uniform(key) < prob, fn(), x)
 
 
-def appearance(x: jax.Array, key: jax.Array, cfg: AugmentConfig, *, view: int) -> jax.Array:
+def blur_sigma(key: jax.Array, cfg: AugmentConfig) -> jax.Array:
+    """The blur's sigma ``U(blur_sigma)`` that the view of ``key`` draws (a scalar)."""
+    return jax.random.uniform(jax.random.split(key, 12)[4], minval=cfg.blur_sigma[0],
+                              maxval=cfg.blur_sigma[1])
+
+
+def appearance(x: jax.Array, key: jax.Array, cfg: AugmentConfig, *, view: int,
+               sigma: jax.Array | None = None) -> jax.Array:
     """Stages 1-5 of the module docstring on one view: float32 [S, S, 3] in [0, 1] -> [S, S, 3].
 
-    ``view`` selects the view's blur and solarisation probabilities; ``key`` is the view's.
+    ``view`` selects the view's blur and solarisation probabilities; ``key`` is the view's;
+    ``sigma``: the blur's sigma, None for the view's own (:func:`blur_sigma` of ``key``).
     """
     size = x.shape[0]
     keys = jax.random.split(key, 12)
@@ -187,7 +198,7 @@ def appearance(x: jax.Array, key: jax.Array, cfg: AugmentConfig, *, view: int) -
             y, keys[1], cfg.jitter, additive_brightness=cfg.brightness == "additive"), x)
     x = _with_prob(keys[2], cfg.grayscale_prob, lambda y=x: grayscale(y), x)
     blur_p = cfg.blur_prob[view % len(cfg.blur_prob)]
-    sigma = jax.random.uniform(keys[4], minval=cfg.blur_sigma[0], maxval=cfg.blur_sigma[1])
+    sigma = blur_sigma(key, cfg) if sigma is None else sigma
     x = _with_prob(keys[3], blur_p, lambda y=x: gaussian_blur(y, sigma, blur_radius(cfg, size)), x)
     solarize_p = cfg.solarize_prob[view % len(cfg.solarize_prob)]
     x = _with_prob(keys[5], solarize_p, lambda y=x: solarize(y, cfg.solarize_threshold), x)
@@ -224,16 +235,25 @@ def make_device_augment(
     Returns:
       ``augment(views uint8 [B, V, S, S, 3], index int [B], step int [B])`` -> float32
       ``[B, V, S, S, 3]``, normalised; view ``v`` of row ``b`` drawn from
-      :func:`view_key` ``(seed, step[b], index[b], v)`` alone. Sharded inputs give
-      outputs sharded the same way (every op is per example).
+      :func:`view_key` ``(seed, step[b], index[b], v)`` alone (with ``cfg.blur_sigma_group
+      = G``, but for the blur's sigma: row ``G * (b // G)``'s). Sharded inputs give
+      outputs sharded the same way.
     """
     mean_ = jnp.asarray(mean, jnp.float32)
     std_ = jnp.asarray(std, jnp.float32)
 
-    def one_view(image: jax.Array, index: jax.Array, step: jax.Array, view: int) -> jax.Array:
+    def one_view(image: jax.Array, key: jax.Array, sigma: jax.Array, view: int) -> jax.Array:
         x = image.astype(jnp.float32) / 255.0
-        x = appearance(x, view_key(seed, step, index, view), cfg, view=view)
+        x = appearance(x, key, cfg, view=view, sigma=sigma)
         return (x - mean_) / std_
+
+    def view_of(views: jax.Array, index: jax.Array, step: jax.Array, view: int) -> jax.Array:
+        keys = jax.vmap(lambda i, k: view_key(seed, k, i, view))(index, step)
+        sigmas = jax.vmap(lambda k: blur_sigma(k, cfg))(keys)
+        if cfg.blur_sigma_group is not None:
+            group = cfg.blur_sigma_group
+            sigmas = sigmas[(jnp.arange(views.shape[0]) // group) * group]
+        return jax.vmap(lambda im, k, s: one_view(im, k, s, view))(views, keys, sigmas)
 
     @jax.jit
     def augment(views: jax.Array, index: jax.Array, step: jax.Array) -> jax.Array:
@@ -241,10 +261,7 @@ def make_device_augment(
             raise ValueError(f"views must be uint8 [B, V, S, S, 3], got {views.dtype} {views.shape}")
         index = index.astype(jnp.uint32)
         step = step.astype(jnp.uint32)
-        out = [
-            jax.vmap(lambda im, i, k, v=v: one_view(im, i, k, v))(views[:, v], index, step)
-            for v in range(views.shape[1])
-        ]
+        out = [view_of(views[:, v], index, step, v) for v in range(views.shape[1])]
         return jnp.stack(out, axis=1)
 
     return augment

@@ -38,8 +38,8 @@ from contrastive_jax.data.augment_config import AugmentConfig
 from contrastive_jax.data.image_depth import to_rgb8
 from contrastive_jax.errors import CorruptImageError
 
-__all__ = ["crop_window", "decode", "eval_view", "resize_bicubic_tf1", "tf_crop_window",
-           "view_rngs", "views_of"]
+__all__ = ["crop_window", "decode", "eval_view", "resize_bicubic_tf1", "resize_bilinear_tf1",
+           "tf_crop_window", "view_rngs", "views_of"]
 
 _FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
 
@@ -256,23 +256,33 @@ def eval_view(
     v1's ``center_crop`` (``data_util.py``): a centred square of ``rint(crop_fraction *
     min(h, w))`` pixels at offset ``(h - side + 1) // 2``, resized to ``size x size`` by
     TF1's ``resize_bicubic`` (:func:`resize_bicubic_tf1`, the source's call) and clipped to
-    [0, 1].
+    [0, 1]. ``"tf_resize_crop"`` is the SupCon TF code's evaluation path
+    (google-research/google-research@0c1bbe5 ``supcon/preprocessing.py``, ``_crop_to_square``
+    with ``eval_crop_method=RESIZE_THEN_CROP`` and ``crop_padding=32``: the shorter side to
+    224 + 32 = 256 at ``crop_fraction = 224 / 256``): the shorter side to
+    ``T = round(size / crop_fraction)``, the other to ``int(float32(T / min(h, w)) * side)``
+    (``_resize_to_min_dim``'s truncating cast), resized by ``tf.compat.v1.image.resize``'s
+    bilinear (:func:`resize_bilinear_tf1`: legacy pixel centres, no antialiasing), cast back
+    to uint8 by truncation (``_resize_image``), then the centred ``size x size`` window at
+    offset ``(H - size + 1) // 2`` (``_center_crop_window``).
 
     Args:
       image: an RGB image, or uint8 [h, w, 3].
       size: output side.
       crop_fraction: fraction of the (resized) shorter side kept by the centre crop (1.0
         keeps it all; ImageNet's usual 224/256 = 0.875).
-      mode: ``"resize_crop"`` or ``"crop_resize"``.
+      mode: ``"resize_crop"``, ``"crop_resize"`` or ``"tf_resize_crop"``.
 
     Returns:
-      float32 [size, size, 3] in [0, 1]. An image that already is ``size x size`` with
-      ``crop_fraction == 1`` is only scaled to [0, 1].
+      float32 [size, size, 3] in [0, 1] (``"tf_resize_crop"``: multiples of 1/255). An image
+      that already is ``size x size`` with ``crop_fraction == 1`` is only scaled to [0, 1].
     """
     pixels = np.asarray(image, np.float32) / 255.0
     h, w = pixels.shape[:2]
     if crop_fraction == 1.0 and (h, w) == (size, size):
         return pixels
+    if mode == "tf_resize_crop":
+        return _tf_resize_crop(np.asarray(image), size, crop_fraction)
     if mode == "crop_resize":
         side = int(np.rint(np.float32(crop_fraction) * np.float32(min(h, w))))
         top, left = (h - side + 1) // 2, (w - side + 1) // 2
@@ -287,6 +297,48 @@ def eval_view(
     )
     top, left = (new_h - size) // 2, (new_w - size) // 2
     return np.ascontiguousarray(resized[top : top + size, left : left + size])
+
+
+def _tf_resize_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.ndarray:
+    """``"tf_resize_crop"`` of :func:`eval_view` on uint8 [h, w, 3] -> float32 [size, size, 3]."""
+    h, w = image.shape[:2]
+    shape = np.array([h, w], np.float32)
+    scale = np.float32(round(size / crop_fraction)) / np.min(shape)
+    # tf.cast(float32 -> int32) truncates; never below size (a float32 product just under
+    # the target at crop_fraction = 1).
+    new_h, new_w = (max(int(n), size) for n in scale * shape)
+    resized = resize_bilinear_tf1(image.astype(np.float32), new_h, new_w)
+    quantised = np.clip(resized, 0, 255).astype(np.uint8)  # tf.cast to uint8: truncation
+    top, left = (new_h - size + 1) // 2, (new_w - size + 1) // 2
+    return quantised[top : top + size, left : left + size].astype(np.float32) / np.float32(255)
+
+
+def _tf1_bilinear_taps(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lower, upper, lerp) of TF1 ``resize_bilinear`` along one axis (legacy sampling:
+    ``resize_bilinear_op.cc``, ``LegacyScaler``: source position ``float32(i) *
+    float32(in / out)``, taps ``floor`` and ``ceil`` clamped to the edge)."""
+    scale = np.float32(in_size / out_size)
+    position = np.arange(out_size, dtype=np.float32) * scale
+    floor = np.floor(position)
+    lower = np.clip(floor.astype(np.int64), 0, in_size - 1)
+    upper = np.minimum(np.ceil(position).astype(np.int64), in_size - 1)
+    return lower, upper, (position - floor).astype(np.float32)
+
+
+def resize_bilinear_tf1(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``tf.compat.v1.image.resize(image, [height, width])`` (bilinear, ``align_corners`` and
+    ``half_pixel_centers`` False, no antialiasing): float32 [h, w, C] -> [height, width, C],
+    with the kernel's float32 arithmetic ``top + (bottom - top) * y_lerp`` of the rows'
+    ``left + (right - left) * x_lerp``."""
+    image = image.astype(np.float32)
+    y0, y1, ly = _tf1_bilinear_taps(image.shape[0], height)
+    x0, x1, lx = _tf1_bilinear_taps(image.shape[1], width)
+    lx = lx[None, :, None]
+    top_left, top_right = image[y0][:, x0], image[y0][:, x1]
+    bottom_left, bottom_right = image[y1][:, x0], image[y1][:, x1]
+    top = top_left + (top_right - top_left) * lx
+    bottom = bottom_left + (bottom_right - bottom_left) * lx
+    return (top + (bottom - top) * ly[:, None, None]).astype(np.float32)
 
 
 #: Entries of TF's bicubic coefficient table (``resize_bicubic_op.cc``'s ``kTableSize``).

@@ -69,7 +69,9 @@ Head config fields:
 ``kernel_init``               the Linear kernels' initialiser: ``None`` (the head's own:
                               LeCun normal, N(0, 0.01^2) for ``normalized_linear``) |
                               ``lecun_normal`` | ``normal_0.01`` | ``glorot_uniform`` |
-                              ``zeros`` (:data:`HEAD_KERNEL_INITS`) (default None)
+                              ``zeros`` | ``torch_linear`` (PyTorch's ``nn.Linear``:
+                              kernel and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)))
+                              (:data:`HEAD_KERNEL_INITS`) (default None)
 ============================  =========================================================
 
 Fields a model does not use are ignored (e.g. ``stem`` for a ViT); a field not in
@@ -89,7 +91,14 @@ from flax import nnx
 from contrastive_jax._sections import check_domains, section_fields
 from contrastive_jax.errors import ConfigError, check_fields
 from contrastive_jax.models.cnn import SmallCNN
-from contrastive_jax.models.heads import IdentityHead, LinearHead, MLPHead, NormalizedLinearHead
+from contrastive_jax.models.heads import (
+    IdentityHead,
+    LinearHead,
+    MLPHead,
+    NormalizedLinearHead,
+    torch_linear_init,
+    torch_linear_kernel_init,
+)
 from contrastive_jax.models.mlp import MLP
 from contrastive_jax.models.resnet import CONV_INITS, POOL_PADDINGS, ResNet
 from contrastive_jax.models.vit import VIT_VARIANTS, VisionTransformer
@@ -102,12 +111,16 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 #: ``config.model.head.kernel_init``: the heads' Linear kernels' initialisers. LeCun normal is
 #: Flax's default; N(0, 0.01^2) SimCLR v1's ``linear_layer`` and SupCon TF's projection head;
 #: Glorot uniform Keras's ``Dense`` default (SupCon TF's classifier); zeros SimCLR's
-#: ``--zero_init_logits_layer``. Biases start at zero.
+#: ``--zero_init_logits_layer``; ``torch_linear`` PyTorch's ``nn.Linear`` default
+#: (HobbitLong/SupContrast's heads and classifier, :func:`.heads.torch_linear_init`), the
+#: one whose biases (the ``linear`` and ``classifier`` heads') start at
+#: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) too; with the others biases start at zero.
 HEAD_KERNEL_INITS = {
     "lecun_normal": nnx.initializers.lecun_normal(),
     "normal_0.01": nnx.initializers.normal(stddev=0.01),
     "glorot_uniform": nnx.initializers.glorot_uniform(),
     "zeros": nnx.initializers.zeros_init(),
+    "torch_linear": torch_linear_kernel_init,
 }
 
 
@@ -337,6 +350,8 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
     c = head_spec(config)
     dtype = DTYPES[c.dtype]
     init = {} if c.kernel_init is None else {"kernel_init": HEAD_KERNEL_INITS[c.kernel_init]}
+    # PyTorch's nn.Linear draws the bias too (the heads with one: linear, classifier)
+    bias = {"bias_init": torch_linear_init(in_features)} if c.kernel_init == "torch_linear" else {}
     try:
         if c.name in ("simclr_v2", "simclr_v1", "mio"):
             return MLPHead(
@@ -353,12 +368,13 @@ def create_head(config: Any, in_features: int, *, rngs: nnx.Rngs) -> nnx.Module:
                 **init,
             )
         if c.name == "linear":
-            return LinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs, **init)
+            return LinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs, **init,
+                              **bias)
         if c.name == "normalized_linear":
             return NormalizedLinearHead(in_features, c.out_features, dtype=dtype, rngs=rngs,
                                         **init)
         if c.name == "identity":
             return IdentityHead(in_features)
-        return LinearHead(in_features, c.num_classes, dtype=dtype, rngs=rngs, **init)
+        return LinearHead(in_features, c.num_classes, dtype=dtype, rngs=rngs, **init, **bias)
     except ValueError as e:
         raise ConfigError(f"head config.{e}") from e

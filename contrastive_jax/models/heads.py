@@ -27,6 +27,8 @@ Modules are created in training mode; ``model.eval()`` uses BN running averages.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -34,8 +36,33 @@ from flax import nnx
 Initializer = nnx.initializers.Initializer
 #: Flax's ``nnx.Linear`` default: LeCun normal (variance 1 / fan_in, truncated normal).
 DEFAULT_KERNEL_INIT: Initializer = nnx.initializers.lecun_normal()
+#: Zeros: the biases' default.
+ZEROS_INIT: Initializer = nnx.initializers.zeros_init()
 #: N(0, 0.01^2): the SupCon TF code's projection head (``projection_head.py``).
 SUPCON_PROJECTION_INIT: Initializer = nnx.initializers.normal(stddev=0.01)
+
+
+def torch_linear_init(fan_in: int) -> Initializer:
+    """PyTorch's ``nn.Linear`` default for a layer of ``fan_in`` inputs: ``U(-b, b)`` with
+    ``b = 1 / sqrt(fan_in)``, for the weight and for the bias.
+
+    ``torch.nn.Linear.reset_parameters``: the weight by ``kaiming_uniform_(a=sqrt(5))``, whose
+    bound ``sqrt(3) * gain / sqrt(fan_in)`` with ``gain = sqrt(2 / (1 + a^2)) = sqrt(1 / 3)``
+    is ``1 / sqrt(fan_in)``; the bias ``uniform_(-1 / sqrt(fan_in), 1 / sqrt(fan_in))``.
+    Any shape (a kernel [fan_in, fan_out] or a bias [fan_out]), float32 by default.
+    """
+    bound = 1.0 / math.sqrt(fan_in)
+
+    def init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+        return jax.random.uniform(key, shape, dtype, minval=-bound, maxval=bound)
+
+    return init
+
+
+def torch_linear_kernel_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+    """:func:`torch_linear_init` of a Linear kernel [fan_in, fan_out] (its fan-in read from
+    the shape): the heads' ``kernel_init="torch_linear"``."""
+    return torch_linear_init(shape[0])(key, shape, dtype)
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -137,7 +164,8 @@ class LinearHead(nnx.Module):
 
     The linear projection head, and the classifier (``out_features`` = number of
     classes) for supervised baselines and soft-target losses. ``kernel_init``: its kernel's
-    initialiser (Flax's LeCun normal by default); the bias starts at zero.
+    initialiser (Flax's LeCun normal by default); ``bias_init`` its bias's (zeros by default;
+    PyTorch's ``nn.Linear``: :func:`torch_linear_init` of ``in_features``).
     """
 
     def __init__(
@@ -146,13 +174,14 @@ class LinearHead(nnx.Module):
         out_features: int,
         *,
         kernel_init: Initializer = DEFAULT_KERNEL_INIT,
+        bias_init: Initializer = ZEROS_INIT,
         dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
     ):
         _check_positive("in_features", in_features)
         _check_positive("out_features", out_features)
-        self.linear = nnx.Linear(in_features, out_features, kernel_init=kernel_init, dtype=dtype,
-                                 rngs=rngs)
+        self.linear = nnx.Linear(in_features, out_features, kernel_init=kernel_init,
+                                 bias_init=bias_init, dtype=dtype, rngs=rngs)
 
     def __call__(self, h: jax.Array) -> jax.Array:
         return self.linear(h).astype(jnp.float32)

@@ -15,21 +15,13 @@ weights from ``N(0, init_std^2)`` and sets biases to zero.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-
-def _uniform(bound: float):
-    """An initialiser drawing ``U(-bound, bound)`` of any shape."""
-
-    def init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
-        return jax.random.uniform(key, shape, dtype, minval=-bound, maxval=bound)
-
-    return init
+from contrastive_jax.models.heads import torch_linear_init
 
 
 class MLP(nnx.Module):
@@ -70,7 +62,7 @@ class MLP(nnx.Module):
         layers = []
         for fan_in, fan_out in zip((in_features, *widths[:-1]), widths, strict=True):
             if init_std is None:
-                kernel_init = bias_init = _uniform(1.0 / math.sqrt(fan_in))
+                kernel_init = bias_init = torch_linear_init(fan_in)
             else:
                 kernel_init = nnx.initializers.normal(float(init_std))
                 bias_init = nnx.initializers.zeros_init()

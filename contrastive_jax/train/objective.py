@@ -10,7 +10,8 @@ Config (``config.loss``, every field declared in :class:`LossSpec`)::
     warmup_temperature = None     # tau at step 0, annealed to each term's (None: off)
     temperature_warmup_steps = 0  # steps of that anneal (0: off)
     base_temperature = None       # None: unscaled; b: each term x (its tau / b)
-    view_reduction = "mean"       # "sum": each term V x its mean (SimCLR v1's loss_a + loss_b)
+    view_reduction = "mean"       # "sum": each term V x its mean (SimCLR v1's loss_a + loss_b);
+                                  # "first": each term on the first views alone
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
     targets = {}                  # per-term second argument, e.g. {"mio": "instance"}
     mixing = {"num_classes": None, ...}  # MixUp/CutMix + label smoothing; None classes: off
@@ -35,7 +36,11 @@ over its N anchors, V times the mean. The latter is SimCLR v1's loss (google-res
 ``objective.py``, ``add_contrastive_loss``: ``loss = loss_a + loss_b``, each a mean over the
 anchors of one view): with LARS, whose trust ratio leaves out batch norm and biases, their
 steps are twice as large as under the mean, and weight decay weighs half as much against the
-gradient of the others.
+gradient of the others. ``"first"`` computes each term on the N rows of the first views
+alone (the other views still pass through the network, so its batch norm sees all V N): the
+SupCon TF code's stage 2 (google-research/google-research@0c1bbe5 ``supcon/launcher.py``,
+``_call_model``: both views stacked into the batch, then ``logits = tf.split(logits, 2,
+axis=1)[0]`` for the cross-entropy). A two-tower term, which pairs the views, refuses it.
 
 ``warmup_temperature`` (with ``temperature_warmup_steps`` > 0) starts every term that
 takes a temperature at that temperature and anneals it geometrically to the term's own
@@ -115,9 +120,9 @@ class Mixing(NamedTuple):
     switch_prob: float = 0.5  # probability of CutMix rather than MixUp when both are on
 
 
-#: ``config.loss.view_reduction``: a term's mean over all anchors, or the sum of its per-view
-#: means (V x the mean).
-VIEW_REDUCTIONS = ("mean", "sum")
+#: ``config.loss.view_reduction``: a term's mean over all anchors, the sum of its per-view
+#: means (V x the mean), or its value on the first views' rows alone.
+VIEW_REDUCTIONS = ("mean", "sum", "first")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +141,8 @@ class LossSpec:
     base_temperature: float | None = None
     # "mean": each term is its loss's mean over the V N anchors of the batch; "sum": the sum
     # over views of each view's mean over its N anchors, V x the mean (SimCLR v1's
-    # loss_a + loss_b for V = 2).
+    # loss_a + loss_b for V = 2); "first": the term on the N first views alone (every view
+    # through the network: the SupCon TF code's stage 2).
     view_reduction: str = "mean"
     # Per-term hyperparameters by term name, e.g. {"projnce": {"beta": 1.0}}.
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -224,6 +230,7 @@ class Term(NamedTuple):
     warmup: TemperatureWarmup | None = None
     base_temperature: float | None = None  # the term is scaled by tau / base_temperature
     views_summed: bool = False  # the term is V x its mean (config.loss.view_reduction="sum")
+    first_view: bool = False  # the term on the first views' rows (view_reduction="first")
 
     def temperature_at(self, step: Array | None) -> Array | float | None:
         """The temperature at the 0-based ``step`` (needed with a warm-up)."""
@@ -304,7 +311,11 @@ def parse_terms(loss: Any) -> list[Term]:
             name, float(weight), _target(name, overrides, mixing), losses.get(name), own,
             temperature, mixing, warmup,
             None if spec.base_temperature is None else float(spec.base_temperature),
-            spec.view_reduction == "sum"))
+            spec.view_reduction == "sum", spec.view_reduction == "first"))
+        if terms[-1].first_view and terms[-1].target in PAIRINGS:
+            raise ConfigError(
+                f"config.loss.view_reduction='first' keeps the first views alone, but the "
+                f"two-tower loss {name!r} pairs the two views of each example")
     if initial is not None and not any(t.warmup for t in terms):
         raise ConfigError(
             f"config.loss.warmup_temperature is set, but no term of {names} takes a temperature")
@@ -450,13 +461,25 @@ def evaluate(
     logged is the scaled one, as in the SupCon authors' code). A term with ``views_summed``
     (``config.loss.view_reduction="sum"``) is its loss times ``num_views`` (V, the views of
     an example): each view's mean over its anchors, summed over views, as SimCLR v1's
-    ``loss_a + loss_b``; ``num_views`` is needed then.
+    ``loss_a + loss_b``; ``num_views`` is needed then. A term with ``first_view``
+    (``view_reduction="first"``) sees rows ``0, V, 2V, ...`` of ``projections``, the
+    targets and ``valid`` (the first view of each example: the step lays out the V views of
+    an example on consecutive rows); ``num_views`` is needed then too.
 
     ``step`` (int [], 0-based) sets the temperature of the terms with a warm-up.
     """
     values = {}
     total = jnp.zeros((), jnp.float32)
+    every_view = (projections, targets, valid)
     for term in terms:
+        projections, targets, valid = every_view
+        if term.first_view:
+            if num_views is None:
+                raise ValueError(f"term {term.name!r} keeps the first views: pass `num_views`")
+            projections, valid = projections[::num_views], _first(valid, num_views)
+            targets = Targets(targets.instance[::num_views], targets.label[::num_views],
+                              _first(targets.metadata, num_views),
+                              _first(targets.soft_label, num_views))
         tau = term.temperature_at(step)
         kwargs = {**term.kwargs, **({} if tau is None else {"temperature": tau})}
         if term.target in PAIRINGS:
@@ -481,6 +504,11 @@ def evaluate(
         values[term.name] = value
         total = total + term.weight * value
     return total, values
+
+
+def _first(rows: Array | None, num_views: int) -> Array | None:
+    """Rows ``0, V, 2V, ...``: each example's first view (None stays None)."""
+    return None if rows is None else rows[::num_views]
 
 
 def _paired(term: Term, projections: Array, valid: Array | None, axis_name,

@@ -19,6 +19,7 @@ from scipy import ndimage, stats
 
 from contrastive_jax.data import device_augment as da
 from contrastive_jax.data.augment_config import AugmentConfig, augmentation_preset
+from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import batch_sharding, make_mesh
 
 DRAWS = 300
@@ -180,3 +181,61 @@ def test_views_must_be_uint8():
     augment_fn = da.make_device_augment(AugmentConfig(), seed=0, mean=(0.5,) * 3, std=(1.0,) * 3)
     with pytest.raises(ValueError, match="uint8"):
         augment_fn(np.zeros((2, 2, 4, 4, 3), np.float32), np.arange(2), np.zeros(2, int))
+
+
+def test_blur_sigma_group_is_simclr_v1s_batch_random_blur():
+    """SimCLR v1's batch_random_blur (google-research/simclr@be133b3 data_util.py), from its
+    definition: for each view, one sigma U(0.1, 2) for a per-core batch (here G = 4
+    consecutive rows), blurred images chosen one by one with the blur's probability. On a
+    batch of one image: every blurred row of a group is gaussian_blur(x, sigma) with the sigma
+    its first row draws, every other row is x, and the groups' (and views') sigmas differ."""
+    cfg = AugmentConfig(crop_scale=None, blur_prob=(0.5,), blur_sigma_group=4)
+    image = (np.asarray(_image()) * 255).astype(np.uint8)
+    x = jnp.asarray(image, jnp.float32) / 255.0
+    batch = 64
+    views = np.broadcast_to(image, (batch, 2, SIZE, SIZE, 3))
+    index, step = np.arange(100, 100 + batch), np.full(batch, 7)
+    out = np.asarray(da.make_device_augment(cfg, seed=1, mean=(0.0,) * 3, std=(1.0,) * 3)(
+        views, index, step))
+    radius = da.blur_radius(cfg, SIZE)
+    blurred_rows = 0
+    for v in range(2):
+        sigmas = []
+        for first in range(0, batch, 4):
+            sigma = da.blur_sigma(da.view_key(1, 7, index[first], v), cfg)
+            sigmas.append(float(sigma))
+            blurred = np.asarray(da.gaussian_blur(x, sigma, radius))
+            for row in range(first, first + 4):
+                is_blurred = not np.allclose(out[row, v], x, atol=1e-6)
+                blurred_rows += is_blurred
+                np.testing.assert_allclose(out[row, v], blurred if is_blurred else x, atol=2e-6)
+        assert len(set(sigmas)) == batch // 4 and 0.1 <= min(sigmas) and max(sigmas) <= 2.0
+    assert abs(blurred_rows / (2 * batch) - 0.5) < 4 * np.sqrt(0.25 / (2 * batch))
+    # without the group, a row's sigma is its own: rows of a group blur differently
+    own = np.asarray(da.make_device_augment(
+        AugmentConfig(crop_scale=None, blur_prob=(1.0,)), seed=1, mean=(0.0,) * 3,
+        std=(1.0,) * 3)(views, index, step))
+    assert not np.allclose(own[1, 0], own[2, 0], atol=1e-4)
+
+
+def test_blur_sigma_group_is_checked_and_set_by_the_v1_preset():
+    assert augmentation_preset("simclr_v1_imagenet", 224).blur_sigma_group == 4096 // 128
+    assert augmentation_preset("simclr_imagenet", 224).blur_sigma_group is None
+    for bad in (0, -2, True, 1.5):
+        with pytest.raises(ConfigError, match="blur_sigma_group"):
+            AugmentConfig(blur_sigma_group=bad)
+
+
+@pytest.mark.slow
+def test_a_grouped_blur_does_not_depend_on_the_device_count():
+    """With the v1 preset's groups of 32 rows, a batch of 64 over 8 devices (groups across
+    shards) draws what it draws on one device."""
+    cfg = augmentation_preset("simclr_v1_imagenet", SIZE)
+    augment_fn = da.make_device_augment(cfg, seed=3, mean=(0.5,) * 3, std=(0.25,) * 3)
+    rng = np.random.default_rng(1)
+    views = rng.integers(0, 256, (64, 2, SIZE, SIZE, 3), dtype=np.uint8)
+    index, step = rng.permutation(1000)[:64], np.full(64, 2)
+    sharding = batch_sharding(make_mesh())
+    sharded = augment_fn(*(jax.device_put(a, sharding) for a in (views, index, step)))
+    single = augment_fn(views, index, step)
+    np.testing.assert_allclose(np.asarray(sharded), np.asarray(single), rtol=0, atol=1e-5)

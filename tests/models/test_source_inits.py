@@ -1,6 +1,7 @@
 """The initialisers and the stem's max-pool padding of the TF sources, against their
 definitions: TF's ``variance_scaling_initializer()`` for convolutions (SimCLR v1, SupCon TF),
-N(0, 0.01^2), Glorot uniform and zeros for the heads' kernels, TF's ``SAME`` max-pool."""
+N(0, 0.01^2), Glorot uniform and zeros for the heads' kernels, PyTorch's ``nn.Linear`` default
+(HobbitLong/SupContrast's heads), TF's ``SAME`` max-pool."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from scipy import stats
 
 from contrastive_jax import models
 from contrastive_jax.errors import ConfigError
@@ -74,6 +76,58 @@ def test_head_kernel_inits_are_the_sources(name, head):
     biases = [np.asarray(v.get_value()) for path, v in nnx.iter_graph(module)
               if isinstance(v, nnx.Param) and path[-1] == "bias" and "linear" in path]
     assert all(not b.any() for b in biases)
+
+
+def _params(module: nnx.Module, name: str) -> list[np.ndarray]:
+    return [np.asarray(v.get_value()) for path, v in nnx.iter_graph(module)
+            if isinstance(v, nnx.Param) and path[-1] == name]
+
+
+def _is_uniform(draws: np.ndarray, bound: float) -> None:
+    """Within [-bound, bound], and U(-bound, bound) by a Kolmogorov-Smirnov test."""
+    assert np.abs(draws).max() <= bound
+    assert stats.kstest(draws.ravel(), stats.uniform(-bound, 2 * bound).cdf).pvalue > 1e-3
+
+
+def test_torch_linear_is_pytorchs_linear_default():
+    """torch.nn.Linear.reset_parameters: the weight by kaiming_uniform_(a=sqrt(5)), bound
+    sqrt(3) * sqrt(2 / (1 + 5)) / sqrt(fan_in) = 1 / sqrt(fan_in); the bias U(-b, b) with the
+    same b = 1 / sqrt(fan_in): the classifier's kernel and bias, and each kernel of an MLP
+    head (no biases there) from its own fan-in."""
+    assert math.sqrt(3) * math.sqrt(2 / (1 + 5)) == pytest.approx(1.0)
+    classifier = models.create_head({"name": "classifier", "num_classes": 100,
+                                     "kernel_init": "torch_linear"}, 512, rngs=nnx.Rngs(0))
+    (kernel,), (bias,) = _params(classifier, "kernel"), _params(classifier, "bias")
+    assert kernel.shape == (512, 100) and bias.shape == (100,)
+    _is_uniform(kernel, 1 / math.sqrt(512))
+    _is_uniform(bias, 1 / math.sqrt(512))
+    mlp = models.create_head({"name": "simclr_v2", "hidden_features": 256, "out_features": 128,
+                              "kernel_init": "torch_linear"}, 512, rngs=nnx.Rngs(1))
+    kernels = _kernels(mlp)
+    assert [k.shape for k in kernels] == [(512, 256), (256, 128)]
+    for w in kernels:
+        _is_uniform(w, 1 / math.sqrt(w.shape[0]))
+    assert np.abs(kernels[1]).max() > 1 / math.sqrt(512)  # the second layer's own, wider bound
+
+
+@pytest.mark.slow
+def test_torch_linear_draws_as_torch_does():
+    """Against torch itself: our kernel and bias and torch.nn.Linear's weight and bias (the
+    weight transposed: [out, in]) from one distribution (two-sample Kolmogorov-Smirnov) with
+    the same bound."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(300, 200)
+    theirs_w = reference.weight.detach().numpy().T
+    theirs_b = reference.bias.detach().numpy()
+    ours = models.create_head({"name": "linear", "out_features": 200,
+                               "kernel_init": "torch_linear"}, 300, rngs=nnx.Rngs(0))
+    (ours_w,), (ours_b,) = _params(ours, "kernel"), _params(ours, "bias")
+    assert ours_w.shape == theirs_w.shape and ours_b.shape == theirs_b.shape
+    for mine, theirs in ((ours_w, theirs_w), (ours_b, theirs_b)):
+        assert stats.ks_2samp(mine.ravel(), theirs.ravel()).pvalue > 1e-3
+        assert np.abs(mine).max() <= 1 / math.sqrt(300) and np.abs(theirs).max() <= 1 / math.sqrt(300)
+    assert np.abs(theirs_w).max() == pytest.approx(np.abs(ours_w).max(), rel=1e-3)
 
 
 def test_a_heads_own_init_is_kept_without_kernel_init():

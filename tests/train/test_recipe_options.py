@@ -1,6 +1,7 @@
 """Options the recipes' sources need, against the sources' definitions: SimCLR v1's loss
 scale (``config.loss.view_reduction="sum"``: ``loss_a + loss_b``) and the SupCon TF code's
-stage-2 batch norm (``config.model.frozen_encoder_bn="batch"``)."""
+stage 2: its batch norm (``config.model.frozen_encoder_bn="batch"``) over both views, the
+cross-entropy on the first (``config.loss.view_reduction="first"``)."""
 
 from __future__ import annotations
 
@@ -67,9 +68,46 @@ def test_a_bad_view_reduction_is_refused():
         objective.parse_terms({"name": "nt_xent", "view_reduction": "total"})
 
 
-def _linear_eval(bn: str):
+def _smoothed_cross_entropy(logits: np.ndarray, labels: np.ndarray, eps: float) -> float:
+    """``tf.losses.softmax_cross_entropy(onehot, logits, label_smoothing=eps)`` averaged:
+    targets ``(1 - eps) onehot + eps / K``."""
+    k = logits.shape[1]
+    targets = (1 - eps) * np.eye(k)[labels] + eps / k
+    z = logits - logits.max(1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(1, keepdims=True))
+    return float(-(targets * log_p).sum(1).mean())
+
+
+def test_first_view_is_the_supcon_stage_2_cross_entropy():
+    """launcher.py ``_call_model``: the views stacked into the batch, ``logits =
+    tf.split(logits, 2, axis=1)[0]`` (each example's first view) into the cross-entropy with
+    the run's label smoothing 0.05: on the step's layout (views of an example on consecutive
+    rows) the term is that, not the mean over both views."""
+    rng = np.random.default_rng(2)
+    n, k = 12, 5
+    logits = rng.normal(size=(n, 2, k)).astype(np.float32)
+    labels = rng.integers(0, k, n)
+    targets = objective.Targets(instance=jnp.repeat(jnp.arange(n), 2),
+                                label=jnp.asarray(np.repeat(labels, 2)), metadata=None)
+    loss = {"name": "label_cross_entropy",
+            "kwargs": {"label_cross_entropy": {"label_smoothing": 0.05}}}
+    first = objective.parse_terms({**loss, "view_reduction": "first"})
+    total, values = objective.evaluate(first, jnp.asarray(logits.reshape(2 * n, k)), targets,
+                                       axis_name=None, num_views=2)
+    expected = _smoothed_cross_entropy(logits[:, 0], labels, 0.05)
+    assert float(total) == float(values["label_cross_entropy"]) == pytest.approx(expected,
+                                                                                rel=1e-5)
+    both = _smoothed_cross_entropy(logits.reshape(2 * n, k), np.repeat(labels, 2), 0.05)
+    assert abs(expected - both) > 1e-2  # the two differ here
+    with pytest.raises(ValueError, match="num_views"):
+        objective.evaluate(first, jnp.asarray(logits.reshape(2 * n, k)), targets, axis_name=None)
+    with pytest.raises(ConfigError, match="pairs the two views"):
+        objective.parse_terms({"name": "clip", "view_reduction": "first"})
+
+
+def _linear_eval(bn: str, num_views: int = 1):
     config = tiny_config(name="label_cross_entropy")
-    config.data.num_views = 1
+    config.data.num_views = num_views
     config.model.head.name = "classifier"
     config.model.head.num_classes = 10
     config.model.trainable = "head"
@@ -134,3 +172,40 @@ def test_frozen_encoder_bn_needs_a_frozen_encoder():
         transfer.TransferSpec(init_from="x", trainable="head", frozen_encoder_bn="ema")
     with pytest.raises(ConfigError, match="is for a frozen encoder"):
         transfer.TransferSpec(trainable="all", frozen_encoder_bn="batch")
+
+
+@pytest.mark.slow
+def test_stage_2_batch_norm_sees_both_views_and_the_loss_the_first():
+    """One step of the SupCon TF code's stage 2: two views of each example through the frozen
+    encoder in training mode (launcher.py: one batch of 2N images, so the batch norm's
+    statistics are over both views), the cross-entropy on the first views' logits; the
+    running statistics kept."""
+    config = _linear_eval("batch", num_views=2)
+    config.loss.view_reduction = "first"
+    mesh = make_mesh(1)
+    spec = parse(config)
+    graphdef, rest, tx, schedule, state = init_state(
+        spec.model, spec.optimizer, seed=spec.seed, probe_classes=None, transfer=spec.transfer,
+        steps_per_epoch=10, global_batch_size=64, total_steps=2)
+    initial = jax.device_get(state)
+    batch = runs.first_batch(config.data)
+    assert batch["views"].shape[1] == 2
+    step = make_train_step(graphdef, rest, tx, objective.parse_terms(config.loss), schedule,
+                           mesh, frozen_encoder=True)
+    new, logged = step(jax.device_put(state, replicated(mesh)),
+                       data.make_global_batch(batch, mesh))
+    for a, b in zip(jax.tree.leaves(initial.batch_stats),
+                    jax.tree.leaves(jax.device_get(new.batch_stats)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    params, stats = jax.tree.map(jnp.asarray, (initial.params, initial.batch_stats))
+    model = nnx.merge(graphdef, params, stats, rest)
+    model.network.encoder.train()
+    views, labels = jnp.asarray(batch["views"]), jnp.asarray(batch["label"])
+    # the source: both views stacked into one batch, the first view's logits kept
+    stacked = jnp.concatenate([views[:, 0], views[:, 1]])
+    source = model.network.head(model.network.encoder(stacked))[: views.shape[0]]
+    expected = float(optax.softmax_cross_entropy_with_integer_labels(source, labels).mean())
+    one_view = model.network.head(model.network.encoder(views[:, 0]))  # statistics of one view
+    alone = float(optax.softmax_cross_entropy_with_integer_labels(one_view, labels).mean())
+    assert abs(expected - alone) > 1e-4  # the statistics of both views differ from one's
+    assert float(logged["loss/label_cross_entropy"]) == pytest.approx(expected, rel=1e-4)
