@@ -2,7 +2,7 @@
 
 :func:`load_input` reads the run's data section (``spec.data``, a
 :class:`~contrastive_jax.data.DataSpec`). ``config.dataset = "synthetic"`` gives
-:class:`SyntheticInput`, random images that need no dataset on disk
+:func:`synthetic_input`, random images that need no dataset on disk
 (smoke tests, benchmarks); every other dataset goes through
 :func:`contrastive_jax.data.make_pretrain_iterator` (grain on the host, the batches finished
 on the devices). Either way the batches of a step are a pure function of (seed, step), so
