@@ -257,7 +257,7 @@ def test_print_config_prints_the_checked_config_and_the_run_sizes_and_writes_not
 
 def test_print_config_knows_the_built_in_digits_size():
     from contrastive_jax.data import digits
-    from contrastive_jax.train.print_config import TRAIN_EXAMPLES
+    from contrastive_jax.sizing.print_config import TRAIN_EXAMPLES
 
     splits = digits.digits_splits()
     assert TRAIN_EXAMPLES["digits"] == TRAIN_EXAMPLES["digits_cluttered"] == len(

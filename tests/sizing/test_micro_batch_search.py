@@ -14,7 +14,7 @@ import pytest
 
 from contrastive_jax import configs
 from contrastive_jax.errors import ConfigError
-from contrastive_jax.train import fit as fitting
+from contrastive_jax.sizing import micro_batch_search as fitting
 from contrastive_jax.train import optim
 
 ROOT = Path(__file__).resolve().parents[2]

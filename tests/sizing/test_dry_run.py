@@ -13,7 +13,7 @@ import pytest
 
 from contrastive_jax import configs
 from contrastive_jax.errors import ConfigError
-from contrastive_jax.train import dry_run as dr
+from contrastive_jax.sizing import dry_run as dr
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,8 +100,8 @@ def test_an_unknown_dataset_needs_its_image_size():
 @pytest.mark.slow
 def test_the_dry_run_does_not_import_the_fit_search():
     """fit imports dry_run, never the other way round."""
-    code = ("import sys, contrastive_jax.train.dry_run; "
-            "assert 'contrastive_jax.train.fit' not in sys.modules")
+    code = ("import sys, contrastive_jax.sizing.dry_run; "
+            "assert 'contrastive_jax.sizing.micro_batch_search' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ,
                    "PYTHONPATH": str(ROOT)}, timeout=120)
 
