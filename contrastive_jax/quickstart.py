@@ -8,7 +8,7 @@ a laptop CPU) through the same code as ``python -m contrastive_jax.pretrain``,
 then the linear, kNN and ridge probes of ``python -m contrastive_jax.linear_eval``
 on the frozen encoder and on the raw pixels, and prints both. Re-running it
 resumes or, when the run is complete, only evaluates. Any field can be
-overridden, e.g. ``--config.loss.name=supcon``; ``--config.num_steps=6`` is a
+overridden, e.g. ``--config.loss.name=supcon``; ``--config.train.total_steps=6`` is a
 smoke test of a few seconds (the warm-up is clamped to fit, with a warning).
 ``--print_config`` prints the resolved config and the run's sizes and exits, writing nothing
 (:mod:`contrastive_jax.sizing.print_config`).

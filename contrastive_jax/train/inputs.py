@@ -1,7 +1,7 @@
 """The trainer's input: a dataset of :mod:`contrastive_jax.data`, or random in-memory images.
 
 :func:`load_input` reads the run's data section (``spec.data``, a
-:class:`~contrastive_jax.data.DataSpec`). ``config.dataset = "synthetic"`` gives
+:class:`~contrastive_jax.data.DataSpec`). ``config.data.dataset = "synthetic"`` gives
 :func:`synthetic_input`, random images that need no dataset on disk
 (smoke tests, benchmarks); every other dataset goes through
 :func:`contrastive_jax.data.make_pretrain_iterator` (grain on the host, the batches finished

@@ -142,7 +142,7 @@ def write_folder(root: str, count: int, size: int, seed: int = 0) -> str:
 
 
 def build_datasets(workdir: str, count: int, size: int) -> dict[str, tuple[str, str | None]]:
-    """The two stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
+    """The two stores of one synthetic dataset: format -> (config.data.dataset, config.data_dir)."""
     from contrastive_jax.data import prepare
 
     tag = f"s{size}_n{count}"
@@ -420,8 +420,8 @@ def main() -> None:
         return
 
     config = default_config()
-    config.dataset = args.dataset
-    config.batch_size = args.batch
+    config.data.dataset = args.dataset
+    config.data.global_batch_size = args.batch
     config.model.encoder.width = args.width
     source = data.load_source(config.data)
     images_per_s, batches = pipeline_rate(config, max(args.batches, args.steps))

@@ -26,7 +26,7 @@ def tiny(batch: int = 16):
     config.model.head.hidden_features = 8
     config.model.head.out_features = 4
     config.data.image_size = 8
-    config.batch_size = batch
+    config.data.global_batch_size = batch
     return config
 
 
@@ -91,7 +91,7 @@ def test_bad_arguments_name_themselves(kwargs, match):
 
 def test_an_unknown_dataset_needs_its_image_size():
     config = tiny(16)
-    config.dataset = "my_tfds_set"
+    config.data.dataset = "my_tfds_set"
     config.data.image_size = None
     with pytest.raises(ConfigError, match="image_size"):
         dr.dry_run(config, num_devices=8)
@@ -123,7 +123,7 @@ def test_command_line_sets_the_simulated_device_count(tmp_path):
         [sys.executable, "-m", "contrastive_jax.pretrain", "--config",
          configs.path("quickstart"), "--dry_run", "--devices", "4",
          "--config.model.encoder.name=small_cnn", "--config.data.image_size=8",
-         "--config.model.head.hidden_features=8", "--config.batch_size=16"],
+         "--config.model.head.hidden_features=8", "--config.data.global_batch_size=16"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]
