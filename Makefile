@@ -60,7 +60,7 @@ lint: $(STAMP)
 
 # Static types (mypy, settings in pyproject.toml) over the packages that are kept clean;
 # `make typecheck TYPECHECK_PATHS="..."` checks others.
-TYPECHECK_PATHS ?= contrastive_jax/losses contrastive_jax/metrics.py contrastive_jax/train
+TYPECHECK_PATHS ?= contrastive_jax/losses contrastive_jax/metrics.py contrastive_jax/train contrastive_jax/sizing
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy $(TYPECHECK_PATHS)

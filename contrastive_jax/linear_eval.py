@@ -15,7 +15,7 @@ With ``--config`` (a packaged ``*_linear`` recipe or a config file, with ``--con
 overrides and every flag of ``pretrain``) the recipe runs as ``pretrain`` runs it, with
 ``config.model.init_from`` set to ``--pretrained``: the protocol of the paper whose recipe it
 is (docs/evaluation.md), its accuracy in ``<workdir>/validation.json``. ``--print_config``
-prints that config and the run's sizes instead (:mod:`contrastive_jax.train.print_config`).
+prints that config and the run's sizes instead (:mod:`contrastive_jax.sizing.print_config`).
 
 Without ``--config``: the fast probe. The encoder, frozen, embeds both splits once (the
 evaluation transform, no augmentation), and a linear probe is trained on those features

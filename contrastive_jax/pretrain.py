@@ -23,20 +23,20 @@ With several processes, when one dies the others abort (SIGABRT) after
 
 ``--dry_run`` compiles the config's training step for ``--devices N`` simulated CPU devices or
 a TPU slice (``--target tpu-v4-32``) without data and prints per-device memory, FLOPs and a
-projected step time (:mod:`contrastive_jax.train.dry_run`)::
+projected step time (:mod:`contrastive_jax.sizing.dry_run`)::
 
     python -m contrastive_jax.pretrain --dry_run --devices 32 --peak_tflops 275 \\
         --config "$(python -m contrastive_jax.configs simclr_imagenet)"
 
 ``--print_config`` prints the resolved, checked config and the run's sizes (devices, global
 and per-device batch, steps per epoch and in all, warm-up steps, peak learning rate;
-:mod:`contrastive_jax.train.print_config`) and exits 0, writing nothing and reading no data::
+:mod:`contrastive_jax.sizing.print_config`) and exits 0, writing nothing and reading no data::
 
     python -m contrastive_jax.pretrain --config supcon_cifar10 --print_config --devices 8
 
 ``--dry_run --fit`` finds the gradient-caching ``train.micro_batch_size`` that fits the
 config's global batch into each device's memory (``--device_memory_gib``, or a TPU target's
-HBM) by compiling the step for a few candidates (:mod:`contrastive_jax.train.fit`).
+HBM) by compiling the step for a few candidates (:mod:`contrastive_jax.sizing.micro_batch_search`).
 
 Also installed as the console script ``contrastive-jax-pretrain``; the configs
 that ship with the package are listed by ``python -m contrastive_jax.configs``.
@@ -80,7 +80,7 @@ _HEARTBEAT = flags.DEFINE_integer(
 _DRY_RUN = flags.DEFINE_bool(
     "dry_run", False,
     "Compile the config's training step without data and print per-device memory, FLOPs and "
-    "a projected step time (contrastive_jax.train.dry_run); --workdir is not needed.",
+    "a projected step time (contrastive_jax.sizing.dry_run); --workdir is not needed.",
 )
 _PRINT_CONFIG = flags.DEFINE_bool(
     "print_config", False,
@@ -103,7 +103,7 @@ _MFU = flags.DEFINE_float("mfu", 0.4, "--dry_run: assumed model FLOPs utilisatio
 _FIT = flags.DEFINE_bool(
     "fit", False, "--dry_run: find the per-device batch and the gradient-caching "
     "train.micro_batch_size that fit the config's global batch into each device's memory "
-    "(contrastive_jax.train.fit); compiles the step a few times.",
+    "(contrastive_jax.sizing.micro_batch_search); compiles the step a few times.",
 )
 _DEVICE_MEMORY_GIB = flags.DEFINE_float(
     "device_memory_gib", None, "--dry_run: memory per device in GiB that the step must fit "
@@ -176,12 +176,12 @@ def main(argv: list[str]) -> int:
         print("error: --fit and --device_memory_gib need --dry_run", file=sys.stderr)
         return ExitCode.USAGE
     if _PRINT_CONFIG.value:
-        from contrastive_jax.train.print_config import run_cli as print_config
+        from contrastive_jax.sizing.print_config import run_cli as print_config
 
         return print_config(_CONFIG.value, _DEVICES.value)
     if _DRY_RUN.value:
+        from contrastive_jax.sizing.micro_batch_search import run_cli
         from contrastive_jax.train.device_peaks import GiB
-        from contrastive_jax.train.fit import run_cli
 
         memory = _DEVICE_MEMORY_GIB.value
         return run_cli(_CONFIG.value, num_devices=_DEVICES.value, target=_TARGET.value,

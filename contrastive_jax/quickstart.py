@@ -8,10 +8,10 @@ a laptop CPU) through the same code as ``python -m contrastive_jax.pretrain``,
 then the linear, kNN and ridge probes of ``python -m contrastive_jax.linear_eval``
 on the frozen encoder and on the raw pixels, and prints both. Re-running it
 resumes or, when the run is complete, only evaluates. Any field can be
-overridden, e.g. ``--config.loss.name=supcon``; ``--config.num_steps=6`` is a
+overridden, e.g. ``--config.loss.name=supcon``; ``--config.train.total_steps=6`` is a
 smoke test of a few seconds (the warm-up is clamped to fit, with a warning).
 ``--print_config`` prints the resolved config and the run's sizes and exits, writing nothing
-(:mod:`contrastive_jax.train.print_config`).
+(:mod:`contrastive_jax.sizing.print_config`).
 
 Also installed as the console script ``contrastive-jax-quickstart``. Its exit codes are those
 of every command-line tool (:class:`~contrastive_jax.errors.ExitCode`, docs/cli.md): 2 on a
@@ -38,8 +38,8 @@ from absl import app, flags, logging
 from contrastive_jax import pretrain
 from contrastive_jax.errors import ExitCode
 from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
+from contrastive_jax.sizing.print_config import run_cli as print_config
 from contrastive_jax.train import loop
-from contrastive_jax.train.print_config import run_cli as print_config
 
 QUICKSTART_CONFIG = Path(__file__).resolve().parent / "configs" / "quickstart.py"
 #: Where the quickstart writes when --workdir is not given.

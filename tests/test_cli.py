@@ -236,7 +236,7 @@ def test_print_config_prints_the_checked_config_and_the_run_sizes_and_writes_not
         "steps_per_epoch": 48, "total_steps": 48_000, "warmup_steps": 480, "micro_batches": 0,
         "peak_learning_rate": 0.5}
     # the quickstart's, on the devices here (one CPU device), its default --workdir unwritten
-    done = _print_config(tmp_path, ["contrastive_jax.quickstart", "--config.num_steps=6"])
+    done = _print_config(tmp_path, ["contrastive_jax.quickstart", "--config.train.total_steps=6"])
     assert done.returncode == 0, done.stderr
     sizes = json.loads(done.stdout.strip().splitlines()[-1])
     assert sizes["devices"] == 1 and sizes["total_steps"] == 6 and sizes["train_examples"] == 1437
@@ -258,7 +258,7 @@ def test_print_config_prints_the_checked_config_and_the_run_sizes_and_writes_not
 
 def test_print_config_knows_the_built_in_digits_size():
     from contrastive_jax.data import digits
-    from contrastive_jax.train.print_config import TRAIN_EXAMPLES
+    from contrastive_jax.sizing.print_config import TRAIN_EXAMPLES
 
     splits = digits.digits_splits()
     assert TRAIN_EXAMPLES["digits"] == TRAIN_EXAMPLES["digits_cluttered"] == len(

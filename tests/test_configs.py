@@ -65,7 +65,7 @@ def test_recipe_settings(name):
     loss, temperature, batch, encoder = RECIPES[name]
     config = configs.get(name)
     assert (config.loss.name, config.loss.temperature) == (loss, temperature)
-    assert config.batch_size == batch and config.model.encoder.name == encoder
+    assert config.data.global_batch_size == batch and config.model.encoder.name == encoder
     assert config.model.head.out_features == 128
     if name.endswith("_imagenet"):
         # LARS with linear scaling and global BN; SimCLR Sec. 2.3: 0.3 x B/256 = 4.8, wd 1e-6;
@@ -117,15 +117,15 @@ def smoke_overrides(config):
     length); its loss, temperature, optimiser, schedule, head type, batch-norm axis and
     augmentation are the recipe's own.
     """
-    config.dataset = "digits"
+    config.data.dataset = "digits"
     config.data.image_size = 16
-    config.batch_size = 16
+    config.data.global_batch_size = 16
     config.model.encoder.width = 0.0625
     config.model.head.hidden_features = 16
     config.model.head.out_features = 8
-    config.num_steps = 2
+    config.train.total_steps = 2
     config.train.log_every = 1
-    config.checkpoint_every = 2
+    config.train.checkpoint_every = 2
     config.train.compilation_cache_dir = ""
     return config
 

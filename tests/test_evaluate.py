@@ -59,7 +59,7 @@ def test_evaluate_classifier_scores_the_heads_logits(tmp_path):
     from tests.train.test_mixing_stage import classifier_config
 
     config = classifier_config("label_cross_entropy")
-    config.num_steps = 2
+    config.train.total_steps = 2
     loop.train(config, str(tmp_path))
     record, scored = evaluate.evaluate_classifier(str(tmp_path), resamples=100)
     n_test = data.load_source(config.data).split("test").num_examples

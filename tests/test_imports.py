@@ -122,12 +122,15 @@ def test_modules_import_the_package_at_the_top():
 
 def test_the_trainer_modules_import_as_drawn():
     """The circle train/ once had stays broken: the modules below the loop do not import it,
-    what the step needs of a transfer reads no checkpoint, the device figures do not import
-    the dry run."""
+    what the step needs of a transfer reads no checkpoint, and no trainer module imports the
+    sizing tools built on it."""
     graph = import_graph(_modules())
     assert "contrastive_jax.train.loop" not in graph["contrastive_jax.train.pretrained"]
     assert graph["contrastive_jax.train.transfer"] <= {"contrastive_jax.errors"}
-    assert "contrastive_jax.train.dry_run" not in graph["contrastive_jax.train.device_peaks"]
+    sizing = {name for name in graph if name.startswith("contrastive_jax.sizing")}
+    assert sizing and {name: graph[name] & sizing for name in graph
+                       if name.startswith("contrastive_jax.train")
+                       and graph[name] & sizing} == {}
 
 
 def test_data_modules_import_as_drawn():

@@ -69,9 +69,9 @@ def test_supcontrast_schedule_difference():
     (48 steps per epoch), the recipe's schedule and the reference's differ by at most 1.06 %
     of the peak, near epoch 373."""
     config = configs.get("supcon_cifar10")
-    steps = 50_000 // config.batch_size
+    steps = 50_000 // config.data.global_batch_size
     schedule = optim.make_schedule(config.optimizer.to_dict(), steps_per_epoch=steps,
-                                   global_batch_size=config.batch_size,
+                                   global_batch_size=config.data.global_batch_size,
                                    total_steps=config.train.epochs * steps)
     ours = np.asarray(schedule(np.arange(config.train.epochs * steps)))
     ref = _reference_schedule(0.5, config.train.epochs, 10, steps)

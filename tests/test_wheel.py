@@ -81,7 +81,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
                  cwd=outside)
     assert probe.stdout.split() == ["None"], "the train extra pulled TensorFlow"
     quickstart = _run([str(venv / "bin" / "contrastive-jax-quickstart"), "--workdir", "run",
-                       "--config.num_steps=6"], cwd=outside, timeout=1800)
+                       "--config.train.total_steps=6"], cwd=outside, timeout=1800)
     assert "pretraining: 6 steps of sincere+global_uniformity on digits_cluttered" in quickstart.stdout
     assert "linear top-1" in quickstart.stdout
     assert (outside / "run" / "eval.json").is_file()

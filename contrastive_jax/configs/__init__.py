@@ -39,7 +39,7 @@ Small configs that run on a CPU:
   (TFDS ``cifar10``; pass ``--config.data.data_dir`` for a prepared TFDS directory or a
   folder of images).
 
-Each recipe's ``--config.dataset`` and ``--config.data.data_dir`` say where its data are
+Each recipe's ``--config.data.dataset`` and ``--config.data.data_dir`` say where its data are
 (TFDS ``imagenet2012`` or ``cifar10`` by default).
 
 From Python::

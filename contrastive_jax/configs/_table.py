@@ -177,8 +177,8 @@ def encoder_name(encoder: Any) -> str:
 def readme_row(name: str) -> str:
     """The README table's row of recipe ``name``."""
     config = configs.get(name)
-    cells = (f"`{name}`", PAPERS[name.split("_")[0]], f"`{config.dataset}`",
-             encoder_name(config.model.encoder), f"{config.batch_size:,}",
+    cells = (f"`{name}`", PAPERS[name.split("_")[0]], f"`{config.data.dataset}`",
+             encoder_name(config.model.encoder), f"{config.data.global_batch_size:,}",
              f"{config.train.epochs:,}", paper_top1(name), measured_here(name))
     return "| " + " | ".join(_cell(c) for c in cells) + " |\n"
 

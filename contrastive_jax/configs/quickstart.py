@@ -26,8 +26,8 @@ from contrastive_jax.train.config import default_config
 
 def get_config():
     config = default_config()
-    config.dataset = "digits_cluttered"
-    config.batch_size = 128
+    config.data.dataset = "digits_cluttered"
+    config.data.global_batch_size = 128
     config.model.encoder.name = "resnet18"
     config.model.encoder.width = 0.125
     config.model.head.hidden_features = 128
@@ -53,6 +53,6 @@ def get_config():
     config.optimizer.final_lr_factor = 1e-3
     config.train.epochs = 60
     config.train.log_every = 10
-    config.checkpoint_every = 100
+    config.train.checkpoint_every = 100
     config.train.online_probe = True
     return config

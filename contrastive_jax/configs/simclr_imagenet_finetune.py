@@ -15,7 +15,7 @@ projection head's first layer instead (``--config.model.head.name=simclr_v2
 optimiser and batch.
 
 The labelled examples are SimCLR's subsets, prepared by TFDS as ``imagenet2012_subset/1pct``
-(``/10pct``: ``--config.dataset=imagenet2012_subset/10pct --config.train.epochs=30``); the
+(``/10pct``: ``--config.data.dataset=imagenet2012_subset/10pct --config.train.epochs=30``); the
 validation split is ImageNet's. For data held in memory or a folder of images,
 ``--config.data.label_fraction=0.01`` keeps a seeded 1 % of each class and
 ``--config.data.label_ids=1percent.txt`` the examples of a list (ids or file names:

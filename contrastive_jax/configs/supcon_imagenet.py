@@ -39,7 +39,7 @@ jitter, grayscale or blur          ``augment.AutoAugment()``, the Model Garden's
 Different here, said rather than approximated silently:
 
 * batch: the script trains at batch 6144; this recipe keeps SimCLR's 4096 so that it runs
-  where ``simclr_imagenet`` runs (``--config.batch_size=6144`` for the source's; the learning
+  where ``simclr_imagenet`` runs (``--config.data.global_batch_size=6144`` for the source's; the learning
   rate follows by its linear scaling);
 * the crop's resize: Pillow's bilinear filter, antialiased when it shrinks; the source's
   ``tf.image.resize`` is not.
@@ -111,7 +111,7 @@ SOURCE = (
         f"{_FLAGS}:87", (1.0,)),
     Row("batch", ("data.global_batch_size",), "6144", f"{_SCRIPT}:31",
         why="4096, so that the recipe runs where simclr_imagenet runs; "
-            "--config.batch_size=6144 gives the source's (the learning rate follows)"),
+            "--config.data.global_batch_size=6144 gives the source's (the learning rate follows)"),
     Row("epochs", ("train.epochs",), "350", f"{_SCRIPT}:35", (350,)),
     Row("optimiser", ("optimizer.name",), "LARS", f"{_SCRIPT}:39", ("lars",)),
     Row("learning rate", ("optimizer.base_learning_rate", "optimizer.lr_scaling"),

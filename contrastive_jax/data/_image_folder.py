@@ -56,7 +56,7 @@ def _isdir(path: str) -> bool:
 
 
 def decode_image_file(path: str) -> np.ndarray:
-    """Decodes one image file (Pillow) to uint8 [H, W, 3]; :class:`CorruptImageError` names a
+    """Decodes one image file (Pillow) to uint8 [H, W, 3]; :class:`~contrastive_jax.errors.CorruptImageError` names a
     bad file."""
     return np.asarray(decode(read_file(path), f"file {path}"))
 

@@ -51,7 +51,7 @@ def tfds_builder(name: str, data_dir: str | None, download: bool):
             "(config.download=False). Prepare it with `tfds build "
             f"{name} --data_dir=DIR` and set "
             "config.data_dir=DIR, or read a folder of images: config.data_dir=<root>/<split>/"
-            f"<class>/<image> (e.g. config.dataset={name!r}, config.data_dir=PATH/TO/FOLDER)."
+            f"<class>/<image> (e.g. config.data.dataset={name!r}, config.data_dir=PATH/TO/FOLDER)."
         )
 
     try:

@@ -4,7 +4,7 @@ The built-in digits and phantoms are array sources; any other set of arrays (a
 CIFAR subset already in memory, images rendered by an experiment) becomes one
 with :func:`array_source`, and :func:`register_source` makes it a dataset name
 that ``config.data.dataset`` selects, so ``contrastive_jax.train.loop.train``,
-:func:`~.pipeline.make_pretrain_iterator`, :func:`~.pipeline.make_eval_iterator`
+:func:`~contrastive_jax.data.host_pipeline.make_pretrain_iterator`, :func:`~contrastive_jax.data.eval_iterator.make_eval_iterator`
 and ``contrastive_jax.embed`` read it through the same pipeline (augmentation,
 normalisation, sharding) as every other source::
 

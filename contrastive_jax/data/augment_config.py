@@ -1,9 +1,7 @@
 """The augmentation recipes: :class:`AugmentConfig` and the named presets (no TensorFlow).
 
-Both input paths read these: the tf.data path (:mod:`.augment`, every stage on the host)
-and the default path (:mod:`.host_views` for the geometry on the host,
-:mod:`.device_augment` for the appearance on the accelerator). :mod:`.augment`
-re-exports every name here.
+The input pipeline reads these: :mod:`.host_views` for the geometry on the host,
+:mod:`.device_augment` for the appearance on the accelerator.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ class Source:
     """A dataset behind the common interface.
 
     Attributes:
-      name: dataset name (``config.dataset``).
+      name: dataset name (``config.data.dataset``).
       splits: split name -> :class:`Split`; ``"train"`` and, where the data
         has one, ``"test"``.
       num_classes: K.

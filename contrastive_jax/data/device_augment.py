@@ -15,9 +15,8 @@ training step reads, inside one jitted function:
 5. gain, per-channel gain (clipped), cutout, additive luminance noise;
 6. normalisation ``(x - mean) / std``.
 
-Same parameterisation and distributions as the TensorFlow stages of
-:mod:`.augment` / :mod:`._image_ops` (tests/data/test_device_augment.py compares them);
-other draws. Every random draw of view ``v`` of example ``id`` at step ``k`` comes from the
+The parameterisation and distributions are those of torchvision's and SimCLR's stages
+(tests/data/test_device_augment.py checks each against its definition). Every random draw of view ``v`` of example ``id`` at step ``k`` comes from the
 key ``fold_in(fold_in(fold_in(key(seed), k), id), v)``, so a view does not depend on the
 batch it is in, the device count or the process count, and a resumed run draws what the
 uninterrupted one drew (with ``blur_sigma_group`` the blur's sigma is its group's first

@@ -4,11 +4,10 @@ The default input path (:mod:`.host_pipeline`) does here only what needs the who
 encoded image; the appearance stages run on the accelerator (:mod:`.device_augment`).
 One example's ``V`` views come from one decode (Pillow, libjpeg-turbo):
 
-* ``crop_scale`` set: torchvision's ``RandomResizedCrop`` window (:func:`crop_window`, the
-  distribution of :func:`contrastive_jax.data._image_ops.crop_window`: up to 10 draws of
-  area ``U(scale)`` and log-uniform aspect ratio, else the central crop), resampled to
-  ``S x S`` by Pillow's bilinear filter (antialiased when it shrinks, as torchvision on
-  PIL images), then a horizontal flip with probability ``flip_prob``;
+* ``crop_scale`` set: torchvision's ``RandomResizedCrop`` window (:func:`crop_window`: up
+  to 10 draws of area ``U(scale)`` and log-uniform aspect ratio, else the central crop),
+  resampled to ``S x S`` by Pillow's bilinear filter (antialiased when it shrinks, as
+  torchvision on PIL images), then a horizontal flip with probability ``flip_prob``;
   (``crop_sampler="tf_bounding_box"``: the window of TensorFlow's
   ``sample_distorted_bounding_box``, :func:`tf_crop_window`; ``crop_interpolation``: Pillow's
   bilinear or bicubic filter);

@@ -1,6 +1,6 @@
 """Loading a :class:`~contrastive_jax.data.base.Source` from a data config.
 
-``config.dataset`` selects the source:
+``config.data.dataset`` selects the source:
 
 * ``"digits"`` / ``"digits_cluttered"``: scikit-learn's bundled digits
   (:mod:`contrastive_jax.data.digits`); nothing to download.
@@ -97,7 +97,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: ``config.dataset = "folder:PATH"`` reads the image folder at PATH.
+#: ``config.data.dataset = "folder:PATH"`` reads the image folder at PATH.
 FOLDER_PREFIX = "folder:"
 
 

@@ -4,7 +4,8 @@ Synthetic experiments (ProjNCE's Gaussians, the soft-target toy's mixture) train
 vectors, not images. :func:`vector_source` (or :func:`~.arrays.array_source` given
 float features [N, D]) holds them as a :class:`VectorSource`, which
 :func:`~.arrays.register_source` makes a dataset name like any other; the pipeline's
-:func:`~.pipeline.make_pretrain_iterator` and :func:`~.pipeline.make_eval_iterator`
+:func:`~contrastive_jax.data.host_pipeline.make_pretrain_iterator` and
+:func:`~contrastive_jax.data.eval_iterator.make_eval_iterator`
 then serve it with the iterators below, in the batch formats of images with a
 vector in place of each image::
 
@@ -209,7 +210,7 @@ def _fields(split: VectorSplit, rows: np.ndarray) -> Batch:
 class VectorPretrainIterator(Iterator[Batch]):
     """Infinite iterator of per-process pretraining batches of a vector source.
 
-    Attributes (as :class:`~.pipeline.PretrainIterator`):
+    Attributes (as :class:`~contrastive_jax.data.host_pipeline.HostPretrainIterator`):
       source: the vector source.
       num_views: V.
       global_batch_size, local_batch_size: examples per step over all processes /
@@ -270,7 +271,7 @@ class VectorPretrainIterator(Iterator[Batch]):
 class VectorEvalIterator:
     """Re-iterable batches over a whole split of vectors, in order; the last one padded.
 
-    Attributes (as :class:`~.pipeline.EvalIterator`):
+    Attributes (as :class:`~contrastive_jax.data.eval_iterator.EvalIterator`):
       source: the vector source.
       num_examples: examples in the split.
       num_batches: ``ceil(num_examples / batch_size)`` (``len(self)``).

@@ -6,12 +6,15 @@ bootstrapping" and calls two accuracies different only when a 95 % bootstrap int
 per-example correctness is resampled with the *same* indices, and the difference is
 significant when the 95 % percentile interval of the per-resample accuracy differences
 excludes 0. The bootstrap captures test-set sampling variability only, not seed-to-seed
-variation of training.
+variation of training. Both are ``scipy.stats.bootstrap`` with ``method="percentile"``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from scipy import stats as scipy_stats
 
 #: Indices drawn per chunk of resamples (bounds memory at ~16 bytes per element).
 _CHUNK_ELEMENTS = 1 << 22
@@ -45,36 +48,37 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, k: int = 1) -> float:
 
 def _check_correct(correct: np.ndarray, name: str) -> np.ndarray:
     correct = np.asarray(correct)
-    if correct.ndim != 1 or correct.shape[0] < 1:
-        raise ValueError(f"`{name}` must have shape [N] with N >= 1, got {correct.shape}")
+    if correct.ndim != 1 or correct.shape[0] < 2:
+        raise ValueError(f"`{name}` must have shape [N] with N >= 2, got {correct.shape}")
     return correct.astype(np.float64)
 
 
-def _resample_means(values: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """Means of ``values`` [N] over ``resamples`` bootstrap draws of N indices: -> [resamples].
+def _bootstrap(
+    samples: tuple[np.ndarray, ...],
+    statistic: Callable[..., np.ndarray],
+    resamples: int,
+    seed: int,
+    confidence: float,
+) -> tuple[np.ndarray, float, float]:
+    """``scipy.stats.bootstrap`` of ``statistic`` over ``samples`` (paired: the same N indices
+    for every sample): (the B resampled statistics, low, high of the percentile interval).
 
     The indices depend only on ``(N, resamples, seed)``, so two calls with the same seed and N
-    resample the same examples (the pairing of :func:`paired_bootstrap_difference`).
+    resample the same examples (the pairing of :func:`paired_bootstrap_difference`); they are
+    drawn in batches of at most :data:`_CHUNK_ELEMENTS` indices, which bounds memory and does
+    not change them.
     """
     if resamples < 1:
         raise ValueError(f"`resamples` must be >= 1, got {resamples}")
-    n = values.shape[0]
-    rng = np.random.default_rng(seed)
-    rows = max(1, _CHUNK_ELEMENTS // n)
-    return np.concatenate(
-        [
-            values[rng.integers(0, n, size=(min(rows, resamples - start), n))].mean(axis=1)
-            for start in range(0, resamples, rows)
-        ]
-    )
-
-
-def _interval(stats: np.ndarray, confidence: float) -> tuple[float, float]:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"`confidence` must be in (0, 1), got {confidence}")
-    tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = np.percentile(stats, [tail, 100.0 - tail])
-    return float(low), float(high)
+    result = scipy_stats.bootstrap(
+        samples, statistic, n_resamples=resamples, batch=max(1, _CHUNK_ELEMENTS // len(samples[0])),
+        vectorized=True, paired=len(samples) > 1, confidence_level=confidence,
+        method="percentile", rng=np.random.default_rng(seed),
+    )
+    interval = result.confidence_interval
+    return result.bootstrap_distribution, float(interval.low), float(interval.high)
 
 
 def bootstrap_accuracy(
@@ -94,8 +98,7 @@ def bootstrap_accuracy(
       ``(1 + confidence)/2`` percentiles) and ``std`` (bootstrap standard error).
     """
     values = _check_correct(correct, "correct")
-    stats = _resample_means(values, resamples, seed)
-    low, high = _interval(stats, confidence)
+    stats, low, high = _bootstrap((values,), np.mean, resamples, seed, confidence)
     return {
         "accuracy": float(values.mean()),
         "mean": float(stats.mean()),
@@ -136,8 +139,9 @@ def paired_bootstrap_difference(
         raise ValueError(
             f"`correct_a` and `correct_b` must have the same shape, got {a.shape} and {b.shape}"
         )
-    stats = _resample_means(a - b, resamples, seed)
-    low, high = _interval(stats, confidence)
+    stats, low, high = _bootstrap(
+        (a, b), lambda x, y, axis: np.mean(x, axis) - np.mean(y, axis), resamples, seed,
+        confidence)
     return {
         "diff": float(np.mean(a - b)),
         "mean_diff": float(stats.mean()),

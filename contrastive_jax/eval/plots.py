@@ -8,8 +8,8 @@ single model or the paper's SupCon-vs-SINCERE comparison. Figures are built on
 touching the global backend (safe in notebooks and headless jobs). Each function writes a PNG,
 creating parent directories (local or ``gs://``, through ``etils.epath``), and returns its path.
 
-The statistics come from :mod:`contrastive_jax.metrics` (:func:`class_similarity_matrix`,
-:func:`within_between_similarities`). SINCERE does not say which embedding space Figs. 2-3 use;
+The statistics come from :mod:`contrastive_jax.metrics` (:func:`~contrastive_jax.metrics.class_similarity_matrix`,
+:func:`~contrastive_jax.metrics.within_between_similarities`). SINCERE does not say which embedding space Figs. 2-3 use;
 we use the L2-normalised projection output of un-augmented test images (``docs/decisions.md``),
 and the functions accept any [N, D] embeddings.
 """

@@ -66,7 +66,7 @@ ARGS = {
         "[0, num_classes), and the streamed form has [num_classes, D] class statistics and "
         "[block, num_classes] class products. Without it the labels are mapped to dense "
         "indices among the distinct labels of the global batch, and the streamed form runs "
-        "the smallest of its compiled class-slot counts (:func:`class_slot_sizes`) that holds "
+        "the smallest of its compiled class-slot counts (``class_slot_sizes``) that holds "
         "them. Same value either way."
     ),
 }

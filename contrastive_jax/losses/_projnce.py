@@ -32,10 +32,10 @@ Above ``blockwise.BLOCKWISE_THRESHOLD`` rows (or with ``block_size``) the losses
 stream over anchor blocks with a fused gradient (``blockwise.stream_rows``,
 with the rows and the [K, D] projections as candidates), and the
 Nadaraya–Watson projection is computed over row blocks with a recomputing
-custom VJP (:func:`nw_projection`), so no [N, N] or [N, N, D] array exists.
+custom VJP (:func:`~contrastive_jax.losses._projection.nw_projection`), so no [N, N] or [N, N, D] array exists.
 Without ``num_classes`` the streamed path is compiled for a few class-slot counts
 and runs the smallest that holds the batch's distinct labels
-(:func:`class_slot_sizes`).
+(:func:`~contrastive_jax.losses._projnce_streamed.class_slot_sizes`).
 """
 
 from __future__ import annotations

@@ -166,8 +166,8 @@ class _Towers:
 # Each kernel returns this device's share of a global sum (its image rows' terms, and for
 # CLIP its own text rows' column terms). Its custom VJP computes, during the forward,
 # the gradient of the *global* sum with respect to the local inputs, so it is exact when
-# every device's share enters the loss with the same cotangent, as in the global sum of
-# :func:`_global_sum` (under ``shard_map`` the psum's transpose broadcasts one
+# every device's share enters the loss with the same cotangent, as in the global sum
+# :meth:`_Towers.mean` takes (under ``shard_map`` the psum's transpose broadcasts one
 # cotangent; under ``pmap`` every device gets the same one). The temperature's and the
 # bias' gradients are the device's share; their broadcast to the devices sums them.
 

@@ -3,7 +3,7 @@
 ``run = build(spec, mesh, facts)`` makes what a run needs: its sizes (:class:`Plan`), the
 model's graph, the optimiser and its schedule, the initial state (host arrays) and the jitted
 step. The trainer (:func:`contrastive_jax.train.loop.train`), the dry run
-(:mod:`contrastive_jax.train.dry_run`), :func:`contrastive_jax.train.pretrained.load_pretrained`
+(:mod:`contrastive_jax.sizing.dry_run`), :func:`contrastive_jax.train.pretrained.load_pretrained`
 and so evaluation all build through it, so what the dry run compiles is the step the trainer
 runs (gradient caching included). :func:`check_step` evaluates that step abstractly
 (``jax.eval_shape``: traced, not compiled or run) on the batch the data will give: the

@@ -8,28 +8,16 @@ An experiment config is a Python file with ``get_config()`` (the packaged ones a
     def get_config():
         config = default_config()
         config.loss.name = "supcon"
-        config.batch_size = 256          # sets config.data.global_batch_size too
-        config.num_steps = 1_000         # sets config.train.total_steps too
+        config.data.global_batch_size = 256
+        config.train.total_steps = 1_000
         return config
 
-Five top-level keys are the stable command-line interface of every pretraining
-config, each linked (an ``ml_collections`` field reference) to the nested field
-the code reads, so setting either sets both:
-
-==================  ============================  ==========================================
-top-level key       nested field                  meaning
-==================  ============================  ==========================================
-``seed``            (itself)                      run seed: initialisation, augmentation order
-``dataset``         ``data.dataset``              ``digits``, a TFDS name such as ``cifar10``,
-                                                  or ``folder:PATH`` for a folder of images
-``batch_size``      ``data.global_batch_size``    global batch over all devices and processes
-``num_steps``       ``train.total_steps``         total steps; > 0 overrides ``train.epochs``
-``checkpoint_every``  ``train.checkpoint_every``  steps between checkpoints
-==================  ============================  ==========================================
+Every setting has one name, its section's (``config.seed`` is the one top-level field)::
 
     python -m contrastive_jax.pretrain --workdir runs/q \
         --config "$(python -m contrastive_jax.configs quickstart)" \
-        --config.batch_size=256 --config.num_steps=100 --config.dataset=folder:PATH
+        --config.data.global_batch_size=256 --config.train.total_steps=100 \
+        --config.data.dataset=folder:PATH
 
 Every field the code reads is declared once, with its default and a one-line comment, as
 a field of a frozen dataclass that :func:`contrastive_jax.train.spec.parse` fills and
@@ -42,7 +30,7 @@ checks: ``config.train`` in :class:`TrainSpec` here, ``config.loss`` in
 config file or a command-line override, is an error that names the nearest field, and a
 renamed field (:data:`RENAMED`) is an error that names its new name (:func:`check_config`).
 
-``config.dataset = "synthetic"`` trains on random in-memory images (no dataset on disk; see
+``config.data.dataset = "synthetic"`` trains on random in-memory images (no dataset on disk; see
 :func:`contrastive_jax.train.inputs.synthetic_input`).
 
 ``config.loss.temperature`` is None by default: each loss then trains at its own default
@@ -68,8 +56,14 @@ from contrastive_jax.train import grad_cache, objective, optim, transfer
 OPEN_FIELDS = ("loss.kwargs", "loss.targets", "data.source_kwargs", "model.encoder")
 
 #: Fields that were renamed, old name -> new name (both without the ``config.`` prefix).
-#: A config or command line that sets an old name is refused with the new name.
+#: A config or command line that sets an old name is refused with the new name; a saved
+#: config that holds one reads as if it had the new one.
 RENAMED = {
+    # Top-level aliases of section fields, once linked to them; one name per setting now.
+    "dataset": "data.dataset",
+    "batch_size": "data.global_batch_size",
+    "num_steps": "train.total_steps",
+    "checkpoint_every": "train.checkpoint_every",
     "train.prefetch": "train.device_prefetch",  # beside data.prefetch, the input pipeline's
     "optimizer.epochs": "optimizer.schedule_epochs",  # beside train.epochs, the run's length
     "optimizer.total_steps": "optimizer.schedule_steps",  # beside train.total_steps
@@ -181,11 +175,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.loss = ml_collections.ConfigDict(section_fields(objective.LossSpec))
     config.loss.mixing.num_classes = config_dict.placeholder(int)  # None: no mixing
     config.optimizer = ml_collections.ConfigDict(section_fields(optim.OptimizerSpec))
-    config.dataset = config.data.get_ref("dataset")
-    config.batch_size = config.data.get_ref("global_batch_size")
     config.train = ml_collections.ConfigDict(section_fields(TrainSpec))
-    config.num_steps = config.train.get_ref("total_steps")
-    config.checkpoint_every = config.train.get_ref("checkpoint_every")
     return config
 
 
@@ -233,10 +223,17 @@ def rename_saved(saved: dict) -> dict:
     """
     saved = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items()}
     for old, new in RENAMED.items():
-        (section, name), (_, new_name) = old.split("."), new.split(".")
-        fields = saved.get(section)
-        if isinstance(fields, dict) and name in fields:
-            fields[new_name] = fields.pop(name)
+        *parents, name = old.split(".")
+        holder = saved.get(parents[0]) if parents else saved
+        if not isinstance(holder, dict) or name not in holder:
+            continue
+        value = holder.pop(name)
+        new_section, new_name = new.split(".")
+        target = saved.setdefault(new_section, {})
+        if target.get(new_name, value) != value:  # an alias held its field's value
+            raise ConfigError(f"the saved config sets config.{old}={value!r} but "
+                              f"config.{new}={target[new_name]!r}")
+        target[new_name] = value
     for path, (same, why) in REMOVED.items():
         section, name = path.split(".")
         fields = saved.get(section)

@@ -1,8 +1,8 @@
 """Peak dense bfloat16 matrix rate of one JAX device, by ``device.device_kind``: the
 denominator of the model FLOPs utilisation (MFU) in a run's log lines and of the accelerator
 benchmark (``experiments/bench/accelerator.py``); and each TPU generation's HBM and rate
-(:data:`TPU_CHIPS`), which the dry run (:mod:`contrastive_jax.train.dry_run`) and the
-micro-batch search (:mod:`contrastive_jax.train.fit`) compare a step with.
+(:data:`TPU_CHIPS`), which the dry run (:mod:`contrastive_jax.sizing.dry_run`) and the
+micro-batch search (:mod:`contrastive_jax.sizing.micro_batch_search`) compare a step with.
 
 TPU rates are :data:`TPU_CHIPS`' (Google Cloud's TPU system-architecture pages), per JAX
 device. GPU rates are NVIDIA's dense (no sparsity) BF16 Tensor Core figures: the H100 Tensor Core GPU datasheet (1,979 / 1,671 / 1,513 TFLOPS "with

@@ -1,5 +1,6 @@
 """FLOPs of a traced JAX program, counted analytically from its jaxpr: the one count of the
-dry run (:mod:`.dry_run`), ``--fit`` (:mod:`.fit`) and the accelerator benchmark
+trainer's MFU, the dry run (:mod:`contrastive_jax.sizing.dry_run`), ``--fit``
+(:mod:`contrastive_jax.sizing.micro_batch_search`) and the accelerator benchmark
 (``experiments/bench/accelerator.py``).
 
 It counts what PyTorch's ``torch.utils.flop_counter.FlopCounterMode`` counts, so that a

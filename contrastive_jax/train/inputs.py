@@ -1,8 +1,8 @@
 """The trainer's input: a dataset of :mod:`contrastive_jax.data`, or random in-memory images.
 
 :func:`load_input` reads the run's data section (``spec.data``, a
-:class:`~contrastive_jax.data.DataSpec`). ``config.dataset = "synthetic"`` gives
-:class:`SyntheticInput`, random images that need no dataset on disk
+:class:`~contrastive_jax.data.DataSpec`). ``config.data.dataset = "synthetic"`` gives
+:func:`synthetic_input`, random images that need no dataset on disk
 (smoke tests, benchmarks); every other dataset goes through
 :func:`contrastive_jax.data.make_pretrain_iterator` (grain on the host, the batches finished
 on the devices). Either way the batches of a step are a pure function of (seed, step), so
@@ -88,7 +88,7 @@ def load_input(data: DataSpec, *, seed: int) -> Input:
         return data_lib.make_pretrain_iterator(data, seed=seed, start_step=start_step,
                                                source=source)
 
-    shape = tuple(source.image_shape)
+    shape: tuple[int, ...] = tuple(source.image_shape)  # type: ignore[arg-type]  # or [F]
     vectors = len(shape) == 1  # feature vectors [F] have no side
     return Input(source.name, source.split("train").num_examples, source.num_classes, batches,
                  source, image_size=None if vectors else resolve_image_size(data, source),

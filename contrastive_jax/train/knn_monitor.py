@@ -57,7 +57,8 @@ METRICS = ("knn_top1", "knn_seconds")
 def _subset(split: data_lib.Split, size: int, seed: int, option: str,
             exclude: np.ndarray | None = None) -> data_lib.Split:
     """A class-balanced subset of ``size`` examples (0: all) of ``split``, avoiding ``exclude``."""
-    if split.streamed:  # records: the first examples (no labels in memory to balance)
+    # Records: the first examples (no labels in memory to balance).
+    if split.streamed or split.labels is None:
         return split
     rows = np.arange(split.num_examples)
     if exclude is not None:

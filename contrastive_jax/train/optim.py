@@ -329,19 +329,17 @@ def make_schedule(
 
 def step_decay(peak: float, boundaries: list[int], rate: float) -> optax.Schedule:
     """``peak * rate ** (number of boundaries <= step)``: the learning rate multiplied by
-    ``rate`` at each of the 0-based steps ``boundaries``.
+    ``rate`` at each of the 0-based steps ``boundaries`` (``optax.piecewise_constant_schedule``;
+    a boundary given twice decays twice).
 
     HobbitLong/SupContrast ``util.py`` ``adjust_learning_rate`` (not ``--cosine``):
     ``lr * lr_decay_rate ** sum(epoch > lr_decay_epochs)`` with 1-based epochs, i.e. the
     decays take effect from the 0-based epochs 60, 75 and 90 of ``lr_decay_epochs='60,75,90'``.
     """
-    edges = jnp.asarray(boundaries, jnp.int32)
-
-    def schedule(count):
-        decays = jnp.sum(jnp.asarray(count, jnp.int32) >= edges)
-        return peak * rate ** decays.astype(jnp.float32)
-
-    return schedule
+    scales: dict[int, float] = {}
+    for boundary in boundaries:
+        scales[boundary] = scales.get(boundary, 1.0) * rate
+    return optax.piecewise_constant_schedule(peak, scales)
 
 
 def exponential_decay(peak: float, steps_per_decay: float, rate: float, *,
@@ -350,13 +348,10 @@ def exponential_decay(peak: float, steps_per_decay: float, rate: float, *,
     ``tf.train.exponential_decay(..., staircase=True)`` counted from ``start`` (the end of
     the warm-up), as google-research ``supcon/utils.py`` ``exponential_decay`` inside
     ``build_learning_rate_schedule`` (``decay_steps = steps_per_epoch * epochs_per_decay``,
-    a float)."""
-
-    def schedule(count):
-        elapsed = jnp.maximum(jnp.asarray(count, jnp.float32) - start, 0.0)
-        return peak * rate ** jnp.floor(elapsed / steps_per_decay)
-
-    return schedule
+    a float, which ``optax.exponential_decay`` divides by as TF does)."""
+    return optax.exponential_decay(
+        peak, steps_per_decay, rate,
+        transition_begin=start, staircase=True)
 
 
 def make_optimizer(

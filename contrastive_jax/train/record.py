@@ -56,13 +56,6 @@ RESUMABLE = (
 #: The fields of :data:`RESUMABLE` that set the run's length (and a schedule that follows it).
 RUN_LENGTH = ("train.epochs", "train.total_steps")
 
-#: The top-level keys that are another name of a nested field (``config.batch_size`` is
-#: ``config.data.global_batch_size``, :mod:`contrastive_jax.train.config`): compared once,
-#: under the nested name.
-ALIASES = {"dataset": "data.dataset", "batch_size": "data.global_batch_size",
-           "num_steps": "train.total_steps", "checkpoint_every": "train.checkpoint_every"}
-
-
 def checkpoint_steps(workdir: epath.Path) -> list[int]:
     """The steps of the finalised checkpoints in ``workdir`` (their directory names), oldest
     first, read without Orbax: a save in progress (``<step>.orbax-checkpoint-tmp-*``) is none."""
@@ -74,12 +67,10 @@ def checkpoint_steps(workdir: epath.Path) -> list[int]:
 
 def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
     """``{"train.total_steps": 6, ...}``: every leaf of a nested config dict by its dotted
-    path (lists are leaves), the top-level :data:`ALIASES` left out."""
+    path (lists are leaves)."""
     leaves: dict[str, Any] = {}
     for key, value in config.items():
         path = f"{prefix}{key}"
-        if not prefix and key in ALIASES:
-            continue
         if isinstance(value, dict) and value:
             leaves.update(flatten(value, f"{path}."))
         else:

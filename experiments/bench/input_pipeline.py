@@ -194,7 +194,8 @@ def write_tfrecord_copy(array_dir: str, tfrecord_dir: str) -> None:
 
 
 def build_datasets(workdir: str, count: int, size: int) -> dict[str, tuple[str, str | None]]:
-    """The three stores of one synthetic dataset: format -> (config.dataset, config.data_dir)."""
+    """The three stores of one synthetic dataset: format -> (config.data.dataset,
+    config.data.data_dir)."""
     from contrastive_jax.data import prepare
 
     tag = f"s{size}_n{count}"
@@ -325,8 +326,8 @@ def compare_formats(args) -> None:
             print(f"{size:>4} px  {fmt:<13} {wall:8.2f} images/s  {per_cpu:8.2f} images/CPU-s "
                   f"(per CPU-s of the {args.rounds} runs: "
                   f"{', '.join(f'{r[1]:.0f}' for r in rates[fmt])})", flush=True)
-    print(f"\n| size | format | two-view images/s | images per CPU-second (one core) |"
-          f"\n|---|---|---|---|")
+    print("\n| size | format | two-view images/s | images per CPU-second (one core) |"
+          "\n|---|---|---|---|")
     for size, fmt, wall, per_cpu in rows:
         print(f"| {size} | {fmt} | {wall:.2f} | {per_cpu:.2f} |")
     stores = build_datasets(args.workdir, args.examples_224, 224)
@@ -628,8 +629,8 @@ def main() -> None:
         return
 
     config = default_config()
-    config.dataset = args.dataset
-    config.batch_size = args.batch
+    config.data.dataset = args.dataset
+    config.data.global_batch_size = args.batch
     config.model.encoder.width = args.width
     source = data.load_source(config.data)
     images_per_s, batches = pipeline_rate(config, max(args.batches, args.steps))

@@ -119,3 +119,16 @@ def test_paired_uses_the_same_resamples_as_the_single_bootstrap():
 def test_paired_rejects_mismatched_lengths():
     with pytest.raises(ValueError, match="same shape"):
         paired_bootstrap_difference(np.ones(3, bool), np.ones(4, bool))
+
+
+def test_bootstrap_is_the_percentile_interval_of_resampled_means():
+    """The definition, written out: B draws of N indices from ``default_rng(seed)``, the mean
+    of each, and the percentiles of those B means."""
+    correct = np.random.default_rng(8).random(500) < 0.8
+    out = bootstrap_accuracy(correct, resamples=200, seed=9, confidence=0.9)
+    draws = np.random.default_rng(9).integers(0, 500, size=(200, 500))
+    means = correct[draws].mean(axis=1)
+    assert out["mean"] == pytest.approx(means.mean(), abs=1e-12)
+    assert (out["low"], out["high"]) == pytest.approx(tuple(np.percentile(means, [5, 95])),
+                                                      abs=1e-12)
+    assert out["std"] == pytest.approx(means.std(ddof=1), abs=1e-12)

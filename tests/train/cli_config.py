@@ -1,7 +1,7 @@
 """The tiny pretraining config of the reliability tests, for the CLI and in-process runs.
 
     python -m contrastive_jax.pretrain --config tests/train/cli_config.py --workdir DIR \
-        --config.num_steps=12 --config.checkpoint_every=3
+        --config.train.total_steps=12 --config.train.checkpoint_every=3
 
 Digits, a CIFAR-stem ResNet-18 of width 0.125 (8 base channels), batch 32,
 AdamW at a constant-after-no-warm-up cosine schedule, a log line every step.

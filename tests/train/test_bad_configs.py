@@ -131,8 +131,8 @@ def test_a_vit_takes_its_input_side_from_the_data():
 def test_vit_ti4_trains_on_the_quickstart(tmp_path):
     config = configs.get("quickstart")
     config.model.encoder.name = "vit_ti4"
-    config.batch_size = 32
-    config.num_steps = 2
+    config.data.global_batch_size = 32
+    config.train.total_steps = 2
     config.train.log_every = 1
     summary = loop.train(config, str(tmp_path / "run"))
     assert summary["final_step"] == 2 and summary["metrics"]["finite"] == 1.0

@@ -41,12 +41,12 @@ def _parse(*overrides: str) -> ml_collections.ConfigDict:
     return values.config
 
 
-def test_command_line_overrides_reach_nested_fields_and_their_aliases():
+def test_command_line_overrides_reach_nested_fields():
     config = _parse(
-        "--config.batch_size=64",
-        "--config.num_steps=7",
-        "--config.dataset=folder:/data/images",
-        "--config.checkpoint_every=3",
+        "--config.data.global_batch_size=64",
+        "--config.train.total_steps=7",
+        "--config.data.dataset=folder:/data/images",
+        "--config.train.checkpoint_every=3",
         "--config.seed=5",
         "--config.loss.name=supcon",
         "--config.optimizer.warmup_steps=10",
@@ -60,8 +60,6 @@ def test_command_line_overrides_reach_nested_fields_and_their_aliases():
     assert (config.seed, config.loss.name) == (5, "supcon")
     assert config.optimizer.warmup_steps == 10 and config.optimizer.grad_clip_norm == 1.0
     assert config.model.encoder.bn_axis_name == "data"
-    nested = _parse("--config.data.global_batch_size=32")
-    assert nested.batch_size == 32
 
 
 def _shipped_configs():
@@ -127,14 +125,18 @@ def test_every_field_the_code_reads_is_declared():
         ("train.prefetch", "train.device_prefetch"),
         ("optimizer.epochs", "optimizer.schedule_epochs"),
         ("optimizer.total_steps", "optimizer.schedule_steps"),
+        ("dataset", "data.dataset"),
+        ("batch_size", "data.global_batch_size"),
+        ("num_steps", "train.total_steps"),
+        ("checkpoint_every", "train.checkpoint_every"),
     ],
 )
 def test_a_renamed_field_is_refused_with_its_new_name(old, new):
     from contrastive_jax.pretrain import _check_override
 
-    section, name = old.split(".")
+    *section, name = old.split(".")
     config = default_config()
-    config[section][name] = 1
+    (config[section[0]] if section else config)[name] = 1
     message = f"config.{old} was renamed to config.{new}"
     with pytest.raises(ConfigError, match=message):
         check_config(config)
@@ -148,3 +150,19 @@ def test_a_saved_config_of_an_old_name_loads_under_the_new_one():
     saved = {"train": {"prefetch": 4}, "optimizer": {"epochs": 8.0, "name": "sgd"}}
     assert rename_saved(saved) == {"train": {"device_prefetch": 4},
                                    "optimizer": {"schedule_epochs": 8.0, "name": "sgd"}}
+
+
+def test_a_saved_config_of_the_top_level_aliases_loads_under_the_section_names():
+    """Work directories written while the four top-level names were aliases hold both."""
+    from contrastive_jax.train.config import rename_saved
+
+    saved = {"seed": 1, "dataset": "digits", "batch_size": 64, "num_steps": 6,
+             "checkpoint_every": 3, "data": {"dataset": "digits", "global_batch_size": 64},
+             "train": {"total_steps": 6, "checkpoint_every": 3}}
+    assert rename_saved(saved) == {"seed": 1,
+                                   "data": {"dataset": "digits", "global_batch_size": 64},
+                                   "train": {"total_steps": 6, "checkpoint_every": 3}}
+    saved["batch_size"] = 32
+    with pytest.raises(ConfigError, match="config.data.global_batch_size=32 but "
+                                          "config.data.global_batch_size=64"):
+        rename_saved(saved)

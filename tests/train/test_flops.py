@@ -50,7 +50,7 @@ def _small_resnet(micro_batch_size: int):
     config.model.head.hidden_features = 16
     config.model.head.out_features = 8
     config.data.image_size = 16
-    config.batch_size = 32
+    config.data.global_batch_size = 32
     config.train.micro_batch_size = micro_batch_size
     return config
 

@@ -40,7 +40,7 @@ DEVICES = 8
 def classifier_config(loss: str = "label_cross_entropy", mix: dict | None = None):
     """Digits, small CNN + linear classifier, one view, batch 64 (8 rows per device)."""
     config = default_config()
-    config.batch_size = 64
+    config.data.global_batch_size = 64
     config.data.num_views = 1
     config.model.encoder.name = "small_cnn"
     config.model.encoder.channels = (8,)
@@ -54,9 +54,9 @@ def classifier_config(loss: str = "label_cross_entropy", mix: dict | None = None
     config.optimizer.base_learning_rate = 1e-2
     config.optimizer.lr_scaling = "none"
     config.optimizer.warmup_epochs = 0
-    config.num_steps = 4
+    config.train.total_steps = 4
     config.train.log_every = 1
-    config.checkpoint_every = 2
+    config.train.checkpoint_every = 2
     config.train.keep_checkpoints = 4
     return config
 

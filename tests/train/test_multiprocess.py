@@ -45,8 +45,8 @@ FLAGS = (f"--config.train.total_steps={TOTAL}", "--config.train.checkpoint_every
 QUICKSTART = os.path.join(runs.ROOT, "contrastive_jax", "configs", "quickstart.py")
 #: The quickstart, 2 steps of batch 32 (4 examples per device), a checkpoint and a log line
 #: after each; the warm-up's temperature is 1.0 at step 1 and 0.984 at step 2.
-QUICKSTART_FLAGS = ("--config.batch_size=32", "--config.num_steps=2",
-                    "--config.checkpoint_every=1", "--config.train.log_every=1",
+QUICKSTART_FLAGS = ("--config.data.global_batch_size=32", "--config.train.total_steps=2",
+                    "--config.train.checkpoint_every=1", "--config.train.log_every=1",
                     "--heartbeat_timeout_seconds=10")
 #: One step's values from the same state: a reduction over 8 devices summed in another order
 #: differs by at most 7 float32 roundings (7 * 2**-24 = 4.2e-7) of same-sign terms; measured:

@@ -31,7 +31,7 @@ def run(tmp_path_factory):
     """3 steps, then the same command with 6 steps: the restart continues from step 3."""
     workdir = str(tmp_path_factory.mktemp("pretrain"))
     config = tiny_config()
-    config.num_steps = 3
+    config.train.total_steps = 3
     first = loop.train(config, workdir)
     assert first["final_step"] == 3
     summary = loop.train(tiny_config(), workdir)
@@ -68,7 +68,7 @@ def test_rerun_of_a_finished_run_resumes_and_takes_no_step(run):
 @pytest.mark.slow  # a second ResNet-18 run; weighted sums: tests/train/test_objective.py
 def test_weighted_sum_of_losses_trains(tmp_path):
     config = tiny_config(name="nt_xent+supcon", weights=(1.0, 0.5))
-    config.num_steps = 2
+    config.train.total_steps = 2
     config.train.online_probe = False
     summary = loop.train(config, str(tmp_path))
     metrics = summary["metrics"]

@@ -43,8 +43,8 @@ def _uniformity(workdir, seed: int, steps: int, *flags: str) -> dict[int, float]
     command = [
         sys.executable, "-m", "contrastive_jax.pretrain", "--workdir", str(workdir),
         "--config", configs.path("quickstart"), f"--config.seed={seed}",
-        f"--config.num_steps={steps}", f"--config.optimizer.schedule_steps={FULL_LENGTH}",
-        f"--config.checkpoint_every={steps}", "--config.train.online_probe=False", *flags,
+        f"--config.train.total_steps={steps}", f"--config.optimizer.schedule_steps={FULL_LENGTH}",
+        f"--config.train.checkpoint_every={steps}", "--config.train.online_probe=False", *flags,
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -71,9 +71,9 @@ def test_eight_device_step_equals_one_device_step_with_global_bn():
     "override, message",
     [
         ({"loss.name": "sincere+nope"}, "'nope' is not a loss the objective can train on"),
-        ({"batch_size": 60}, "divisible by the 8 devices"),
-        ({"dataset": "no_such_dataset_xyz"}, "no_such_dataset_xyz"),
-        ({"dataset": "folder:/nonexistent/images"}, "/nonexistent/images"),
+        ({"data.global_batch_size": 60}, "divisible by the 8 devices"),
+        ({"data.dataset": "no_such_dataset_xyz"}, "no_such_dataset_xyz"),
+        ({"data.dataset": "folder:/nonexistent/images"}, "/nonexistent/images"),
     ],
 )
 def test_bad_config_fails_at_start_naming_the_problem(tmp_path, override, message):

@@ -86,12 +86,12 @@ def test_the_trainer_on_synthetic_data_without_tensorflow(tmp_path):
         from contrastive_jax.train.pretrained import load_pretrained
 
         config = default_config()
-        config.dataset = "synthetic"
+        config.data.dataset = "synthetic"
         config.data.image_size = 8
         config.data.source_kwargs = {{"num_examples": 64, "num_classes": 4}}
-        config.batch_size = 8
-        config.num_steps = 3
-        config.checkpoint_every = 2
+        config.data.global_batch_size = 8
+        config.train.total_steps = 3
+        config.train.checkpoint_every = 2
         config.train.log_every = 1
         config.train.compilation_cache_dir = ""
         config.model.encoder = {{"name": "small_cnn", "channels": (8,), "strides": (2,)}}

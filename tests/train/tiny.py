@@ -15,7 +15,7 @@ SMALL_CNN = {"name": "small_cnn", "channels": (8,), "strides": (2,)}
 def tiny_config(**loss) -> ml_collections.ConfigDict:
     """Digits, a 8-channel-stem ResNet-18, global batch 64 (8 per device), 6 steps."""
     config = default_config()
-    config.batch_size = 64
+    config.data.global_batch_size = 64
     config.model.encoder.width = 0.125
     config.model.head.hidden_features = 32
     config.model.head.out_features = 16
@@ -23,9 +23,9 @@ def tiny_config(**loss) -> ml_collections.ConfigDict:
     config.optimizer.base_learning_rate = 1e-3
     config.optimizer.lr_scaling = "none"
     config.optimizer.warmup_epochs = 0
-    config.num_steps = 6
+    config.train.total_steps = 6
     config.train.log_every = 2
-    config.checkpoint_every = 3
+    config.train.checkpoint_every = 3
     config.train.online_probe = True
     config.loss.update(loss)
     return config

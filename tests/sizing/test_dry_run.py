@@ -13,7 +13,7 @@ import pytest
 
 from contrastive_jax import configs
 from contrastive_jax.errors import ConfigError
-from contrastive_jax.train import dry_run as dr
+from contrastive_jax.sizing import dry_run as dr
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def tiny(batch: int = 16):
     config.model.head.hidden_features = 8
     config.model.head.out_features = 4
     config.data.image_size = 8
-    config.batch_size = batch
+    config.data.global_batch_size = batch
     return config
 
 
@@ -91,7 +91,7 @@ def test_bad_arguments_name_themselves(kwargs, match):
 
 def test_an_unknown_dataset_needs_its_image_size():
     config = tiny(16)
-    config.dataset = "my_tfds_set"
+    config.data.dataset = "my_tfds_set"
     config.data.image_size = None
     with pytest.raises(ConfigError, match="image_size"):
         dr.dry_run(config, num_devices=8)
@@ -100,8 +100,8 @@ def test_an_unknown_dataset_needs_its_image_size():
 @pytest.mark.slow
 def test_the_dry_run_does_not_import_the_fit_search():
     """fit imports dry_run, never the other way round."""
-    code = ("import sys, contrastive_jax.train.dry_run; "
-            "assert 'contrastive_jax.train.fit' not in sys.modules")
+    code = ("import sys, contrastive_jax.sizing.dry_run; "
+            "assert 'contrastive_jax.sizing.micro_batch_search' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ,
                    "PYTHONPATH": str(ROOT)}, timeout=120)
 
@@ -123,7 +123,7 @@ def test_command_line_sets_the_simulated_device_count(tmp_path):
         [sys.executable, "-m", "contrastive_jax.pretrain", "--config",
          configs.path("quickstart"), "--dry_run", "--devices", "4",
          "--config.model.encoder.name=small_cnn", "--config.data.image_size=8",
-         "--config.model.head.hidden_features=8", "--config.batch_size=16"],
+         "--config.model.head.hidden_features=8", "--config.data.global_batch_size=16"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]

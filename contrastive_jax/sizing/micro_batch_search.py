@@ -4,10 +4,10 @@
 (or ``--target tpu-v4-32``, whose HBM is the budget) keeps the config's global batch ``B``
 (SupCon's and SimCLR's 4,096, whatever ``config.data.global_batch_size`` says), splits it over
 the ``N`` devices (``b = B / N`` examples per device) and finds the gradient-caching
-micro-batch size ``m`` (``config.train.micro_batch_size``, :mod:`.grad_cache`) that fits:
+micro-batch size ``m`` (``config.train.micro_batch_size``, :mod:`contrastive_jax.train.grad_cache`) that fits:
 
 1. the plain step (no gradient caching) is compiled first; if its per-device total
-   (:func:`contrastive_jax.train.dry_run.dry_run`, XLA's memory analysis) is within the
+   (:func:`contrastive_jax.sizing.dry_run.dry_run`, XLA's memory analysis) is within the
    budget, the answer is ``micro_batch_size=None``;
 2. otherwise the proper divisors of ``b`` are searched by bisection for the largest ``m``
    that fits (the micro-batched step's memory grows with ``m``: one micro-batch's
@@ -47,10 +47,10 @@ import jax
 import ml_collections
 
 from contrastive_jax.errors import ConfigError, ExitCode
+from contrastive_jax.sizing.dry_run import TPU_TARGETS, check_divisible, dry_run, target_devices
+from contrastive_jax.sizing.dry_run import format_report as dry_run_report
 from contrastive_jax.train import optim
 from contrastive_jax.train.device_peaks import TPU_CHIPS
-from contrastive_jax.train.dry_run import TPU_TARGETS, check_divisible, dry_run, target_devices
-from contrastive_jax.train.dry_run import format_report as dry_run_report
 from contrastive_jax.train.spec import parse
 
 

@@ -1,7 +1,7 @@
 """Dry run: compile a config's real training step without data; report memory and FLOPs.
 
 ``contrastive-jax-pretrain --config CONFIG --dry_run --devices N`` (or ``--target
-tpu-v4-32``) builds the model, optimiser and jitted step of :mod:`.loop` for the config's
+tpu-v4-32``) builds the model, optimiser and jitted step of :mod:`contrastive_jax.train.loop` for the config's
 global batch on an ``N``-device mesh, lowers it with ``jax.ShapeDtypeStruct`` inputs that
 carry the trainer's shardings (state replicated, batch split over ``data``), compiles it, and
 reports:
@@ -36,7 +36,7 @@ Targets:
 
 ``device_memory_bytes`` gives a memory budget per device of one's own (simulated CPU devices
 have no limit; a TPU target's HBM is the default budget), and ``--fit``
-(:mod:`contrastive_jax.train.fit`) searches the gradient-caching micro-batch size that makes a
+(:mod:`contrastive_jax.sizing.micro_batch_search`) searches the gradient-caching micro-batch size that makes a
 config's global batch fit it.
 
 The step is built by :func:`contrastive_jax.train.build.build`, as the trainer's is (gradient
@@ -190,7 +190,7 @@ def dry_run(
       num_devices: devices of the data mesh; None: every CPU device, or the TPU slice's.
       target: ``"cpu"`` or a name of :data:`TPU_TARGETS`.
       peak_tflops: peak rate of one device in TFLOP/s for the projection; None: the TPU
-        chip's bf16 peak (:data:`~.device_peaks.TPU_CHIPS`), or no projection on CPU.
+        chip's bf16 peak (:data:`~contrastive_jax.train.device_peaks.TPU_CHIPS`), or no projection on CPU.
       mfu: assumed model FLOPs utilisation in (0, 1].
       device_memory_bytes: the memory budget per device the verdict compares with; None: a
         TPU target's HBM, or no verdict on CPU.

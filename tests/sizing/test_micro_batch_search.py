@@ -14,7 +14,7 @@ import pytest
 
 from contrastive_jax import configs
 from contrastive_jax.errors import ConfigError
-from contrastive_jax.train import fit as fitting
+from contrastive_jax.sizing import micro_batch_search as fitting
 from contrastive_jax.train import optim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def small(batch: int = 32):
     config.model.head.hidden_features = 8
     config.model.head.out_features = 4
     config.data.image_size = 16
-    config.batch_size = batch
+    config.data.global_batch_size = batch
     return config
 
 
@@ -102,7 +102,7 @@ def test_command_line_exits_with_usage_when_nothing_fits(tmp_path):
          "--device_memory_gib", str(200_000 / 2**30),
          "--config.model.encoder.name=small_cnn",
          "--config.model.head.hidden_features=8", "--config.model.head.out_features=4",
-         "--config.data.image_size=16", "--config.batch_size=32"],
+         "--config.data.image_size=16", "--config.data.global_batch_size=32"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
     )
     assert out.returncode == 2, out.stderr[-2000:]
