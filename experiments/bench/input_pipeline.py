@@ -325,8 +325,8 @@ def compare_formats(args) -> None:
             print(f"{size:>4} px  {fmt:<13} {wall:8.2f} images/s  {per_cpu:8.2f} images/CPU-s "
                   f"(per CPU-s of the {args.rounds} runs: "
                   f"{', '.join(f'{r[1]:.0f}' for r in rates[fmt])})", flush=True)
-    print(f"\n| size | format | two-view images/s | images per CPU-second (one core) |"
-          f"\n|---|---|---|---|")
+    print("\n| size | format | two-view images/s | images per CPU-second (one core) |"
+          "\n|---|---|---|---|")
     for size, fmt, wall, per_cpu in rows:
         print(f"| {size} | {fmt} | {wall:.2f} | {per_cpu:.2f} |")
     stores = build_datasets(args.workdir, args.examples_224, 224)
