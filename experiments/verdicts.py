@@ -344,7 +344,7 @@ def _label_noise_constant() -> float:
     """SupCon's constant-embedding loss at the label-noise runs' batch: log(2B - 1)."""
     from experiments.configs import cifar_label_noise
 
-    return math.log(2 * cifar_label_noise.get_config("supcon,0.4").batch_size - 1)
+    return math.log(2 * cifar_label_noise.get_config("supcon,0.4").data.global_batch_size - 1)
 
 
 def _projnce_rows() -> Iterator[Comparison]:

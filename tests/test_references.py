@@ -4,7 +4,7 @@ and comments (``:mod:``, ``:class:``, ``:func:``, ``:meth:``, ``:data:``, ``:att
 
 References into the package are resolved from the source with ``ast`` (no module is
 imported, so the TensorFlow converter is read like the rest); references outside it
-(``jax.Array``, ``optax.lars``) by importing them. A name is found in a module's top-level
+(``jax.Array``, ``optax.lars``), and names a package loads on first use, by importing them. A name is found in a module's top-level
 definitions, assignments and imports (followed to the module they come from), and in the
 methods, attributes and fields of its classes. A target without a dot or with a leading
 dot is looked up as Sphinx does: in the referring module, its classes and its package.
@@ -110,8 +110,8 @@ def _exists(path: str, depth: int = 0) -> bool:
             continue
         rest = parts[i:]
         found = _names(module).get(rest[0], KeyError)
-        if found is KeyError:
-            return False
+        if found is KeyError:  # a name a package loads on first use (contrastive_jax.data)
+            return _imports(path)
         if isinstance(found, str):  # imported: follow it to where it is defined
             return depth < 8 and _exists(".".join([found, *rest[1:]]), depth + 1)
         if len(rest) == 1:

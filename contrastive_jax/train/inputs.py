@@ -88,7 +88,7 @@ def load_input(data: DataSpec, *, seed: int) -> Input:
         return data_lib.make_pretrain_iterator(data, seed=seed, start_step=start_step,
                                                source=source)
 
-    shape: tuple[int, ...] = tuple(source.image_shape)  # type: ignore[arg-type]  # or [F]
+    shape = tuple(source.image_shape)
     vectors = len(shape) == 1  # feature vectors [F] have no side
     return Input(source.name, source.split("train").num_examples, source.num_classes, batches,
                  source, image_size=None if vectors else resolve_image_size(data, source),

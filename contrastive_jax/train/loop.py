@@ -49,6 +49,7 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 from etils import epath
 
 from contrastive_jax.errors import (
@@ -110,9 +111,9 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             spec.train.eval_every) else None  # the online kNN monitor
         validator = validation.Validator(run, spec.data, train_input.source) if (
             spec.train.validate_every_epochs) else None
-        session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm, changes)
-        session.validator = validator
-        session.loop(knn)
+        session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm, changes,
+                                knn=knn, validator=validator)
+        session.loop()
         return {"workdir": str(session.directory), **session.summary(),
                 "compilation_cache_dir": cache_dir}
 
@@ -123,7 +124,9 @@ class _Session:
 
     def __init__(self, run: Run, directory: epath.Path, state, checkpointer: Checkpointer,
                  skipped: int, batches: inputs.DevicePrefetch,
-                 evaluations: list[validation.Record] | None = None) -> None:
+                 evaluations: list[validation.Record] | None = None, *,
+                 knn: KnnMonitor | None = None,
+                 validator: validation.Validator | None = None) -> None:
         self.run, self.directory, self.state = run, directory, state
         self.checkpointer, self.batches = checkpointer, batches
         spec, sizes = run.spec, run.plan
@@ -146,13 +149,16 @@ class _Session:
         self.unlogged: dict[str, float] = {}  # the first step's timing, until logged
         self.pending_stop: jax.Array | None = None  # several processes: the last step's stop
         self.sigterm: runtime.SigtermFlag | None = None  # the stop signal's flag
-        self.validator: validation.Validator | None = None  # config.train.validate_every_epochs
+        self.knn = knn  # the online kNN monitor (config.train.eval_every)
+        self.validator = validator  # config.train.validate_every_epochs
         # The held-out evaluations of the run so far (restored ones: the final and the best).
         self.evaluations: list[validation.Record] = list(evaluations or [])
 
     @classmethod
     def open(cls, run: Run, directory: epath.Path, train_input: inputs.Input,
-             sigterm: runtime.SigtermFlag, changes: dict[str, list]) -> _Session:
+             sigterm: runtime.SigtermFlag, changes: dict[str, list], *,
+             knn: KnnMonitor | None = None,
+             validator: validation.Validator | None = None) -> _Session:
         """Restores the newest readable checkpoint of ``directory`` (if any) and records the
         run beside it: a new run's config, a resume's ``changes`` (:mod:`.record`); the
         metric log keeps the steps up to the restored one."""
@@ -168,8 +174,10 @@ class _Session:
             train_input.batches(start_step), run.mesh, lambda: sigterm.raised,
             depth=run.spec.train.device_prefetch, remaining=run.plan.total_steps - start_step,
         )
-        session = cls(run, directory, state, checkpointer, skipped, batches, evaluations)
+        session = cls(run, directory, state, checkpointer, skipped, batches, evaluations,
+                      knn=knn, validator=validator)
         session.sigterm = sigterm
+        session.logger.message(parameter_count(state))
         if start_step:
             session.logger.message(f"resumed from the checkpoint at step {start_step} in "
                                    f"{directory}")
@@ -183,7 +191,7 @@ class _Session:
                                    f"{run.plan.total_steps}")
         return session
 
-    def loop(self, knn: KnnMonitor | None) -> None:
+    def loop(self) -> None:
         """Steps to the end; the host reads nothing back but at log and checkpoint steps."""
         profiler = self.clock.profiler
         try:
@@ -196,7 +204,7 @@ class _Session:
                 message = profiler.after_step(step + 1, logged["loss"])
                 if message:
                     self.logger.message(message)
-                self._after_step(step + 1, logged, self._preempted(batch, logged), knn)
+                self._after_step(step + 1, logged, self._preempted(batch, logged))
             self.clock.loop_ended()
             self.checkpointer.flush()  # the last save written and verified
         except BaseException:
@@ -234,8 +242,7 @@ class _Session:
         self.pending_stop.copy_to_host_async()
         return preempted
 
-    def _after_step(self, done: int, logged: dict, preempted: bool,
-                    knn: KnnMonitor | None) -> None:
+    def _after_step(self, done: int, logged: dict, preempted: bool) -> None:
         """Logs, checkpoints and stops at the steps that ask for it."""
         train, total = self.run.spec.train, self.run.plan.total_steps
         is_log = done % train.log_every == 0 or done == total
@@ -247,7 +254,7 @@ class _Session:
             if self.validator is not None and self.validator.due(done):
                 values.update(self._validate(done, skip_log=not is_log))
             if is_log:
-                self._log(done, values, skipped, knn)
+                self._log(done, values, skipped)
             if is_checkpoint or preempted:
                 self.logger.flush()  # the metrics so far, durable before the checkpoint is
                 self.checkpointer.save(done, self.state, {
@@ -288,14 +295,13 @@ class _Session:
             (self.directory / VALIDATION_FILE).write_text(json.dumps(report, indent=2))
         return report
 
-    def _log(self, done: int, values: dict[str, float], skipped: int,
-             knn: KnnMonitor | None) -> None:
+    def _log(self, done: int, values: dict[str, float], skipped: int) -> None:
         last = {**values, **self.logger.throughput(done), **self.logger.progress(done),
                 "skipped_steps": float(skipped)}
         last.update({k: float(v) for k, v in self.unlogged.items()})
         self.unlogged = {}  # how long the step took to build: logged once per run
-        if knn is not None and knn.due(done):  # its time left out of img/s
-            last.update(knn(self.state, self.run.graphdef, self.run.rest))
+        if self.knn is not None and self.knn.due(done):  # its time left out of img/s
+            last.update(self.knn(self.state, self.run.graphdef, self.run.rest))
             self.logger.start_clock(done)
         self.logger.write(done, last)
         warning = self.collapse.update(done, last.get("uniformity", float("nan")))
@@ -363,6 +369,26 @@ def _check_resume(directory: epath.Path, spec, total_steps: int) -> dict[str, li
             f"config.train.total_steps >= {steps[-1]} (= {steps[-1]}: the run is complete) or "
             "use a new --workdir")
     return changes
+
+
+def parameter_count(state: Any) -> str:
+    """``"parameters: 179,026 (encoder 175,752, head 2,624, probe 650); batch statistics
+    1,264"``: the trainable parameters of ``state`` by part (the network's encoder and head,
+    and what the objective adds, such as the online probe) and the running statistics."""
+
+    def count(tree: Any) -> int:
+        return sum(int(np.size(leaf)) for leaf in jax.tree.leaves(tree))
+
+    parts: dict[str, Any] = {}
+    for name in state.params.keys():
+        value = state.params[name]
+        if name == "network" and hasattr(value, "keys"):
+            parts.update({part: value[part] for part in value.keys()})
+        else:
+            parts[name] = value
+    by_part = ", ".join(f"{name} {count(tree):,}" for name, tree in parts.items())
+    return (f"parameters: {count(state.params):,} ({by_part}); batch statistics "
+            f"{count(state.batch_stats):,}")
 
 
 def _restore(checkpointer: Checkpointer, state, config: ml_collections.ConfigDict,

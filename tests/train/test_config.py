@@ -163,6 +163,6 @@ def test_a_saved_config_of_the_top_level_aliases_loads_under_the_section_names()
                                    "data": {"dataset": "digits", "global_batch_size": 64},
                                    "train": {"total_steps": 6, "checkpoint_every": 3}}
     saved["batch_size"] = 32
-    with pytest.raises(ConfigError, match="config.data.global_batch_size=32 but "
-                                          "config.data.global_batch_size=64"):
+    with pytest.raises(ConfigError, match=r"config\.batch_size=32 but "
+                                          r"config\.data\.global_batch_size=64"):
         rename_saved(saved)

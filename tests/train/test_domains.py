@@ -19,7 +19,8 @@ from contrastive_jax._sections import _bounds, in_domain
 from contrastive_jax.data.config import DATA_DOMAINS, DataSpec
 from contrastive_jax.errors import ExitCode
 from contrastive_jax.models.factory import ENCODER_DOMAINS, HEAD_DOMAINS, EncoderSpec, HeadSpec
-from contrastive_jax.train import loop, print_config
+from contrastive_jax.sizing import print_config
+from contrastive_jax.train import loop
 from contrastive_jax.train.config import TRAIN_DOMAINS, TrainSpec
 from contrastive_jax.train.objective import LOSS_DOMAINS, LossSpec
 from contrastive_jax.train.optim import OPTIMIZER_DOMAINS, OptimizerSpec

@@ -25,8 +25,11 @@ from jax._src.array import ArrayImpl
 from contrastive_jax.errors import NonFiniteLoss, Preempted
 from contrastive_jax.parallel import make_mesh
 from contrastive_jax.train import inputs, loop, runtime, verify
+from contrastive_jax.train.build import build
 from contrastive_jax.train.metrics_log import CollapseDetector
+from contrastive_jax.train.spec import parse
 from tests.train import cli_config, runs
+from tests.train.tiny import tiny_config
 
 TOTAL = 8
 LOG_EVERY = 4
@@ -358,3 +361,18 @@ def test_collapse_detector():
         CollapseDetector(patience=0)
     with pytest.raises(ValueError, match="threshold"):
         CollapseDetector(threshold=0.5)
+
+
+def test_a_run_logs_its_parameter_count_by_part_at_the_start():
+    """The count is the parameters' sizes summed, split as the state holds them."""
+    spec = parse(tiny_config())
+    source = inputs.load_input(spec.data, seed=0)
+    run = build(spec, make_mesh(), source.facts)
+    text = loop.parameter_count(run.state)
+    sizes = {name: sum(int(np.size(x)) for x in jax.tree.leaves(tree)) for name, tree in (
+        ("encoder", run.state.params["network"]["encoder"]),
+        ("head", run.state.params["network"]["head"]), ("probe", run.state.params["probe"]))}
+    total = sum(int(np.size(x)) for x in jax.tree.leaves(run.state.params))
+    assert total == sum(sizes.values())
+    assert text.startswith(f"parameters: {total:,} (encoder {sizes['encoder']:,}, head "
+                           f"{sizes['head']:,}, probe {sizes['probe']:,}); batch statistics ")
