@@ -136,6 +136,10 @@ def test_full_filesystem_exits_with_74_keeping_the_good_checkpoint(small_filesys
     assert code == 74, log
     errors = [line for line in log.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "No space left on device" in errors[0], log
-    assert "at step 4" in errors[0] or "in the background" in errors[0], log
+    # The first write to fail names what it wrote: the step's checkpoint, or the work
+    # directory's logs and record, which a resume writes before its first save.
+    assert ("at step 4" in errors[0] or "in the background" in errors[0]
+            or f"writing to {workdir} failed" in errors[0]), log
+    assert log.rstrip().splitlines()[-1] == errors[0], log  # the cause is the last line
     assert runs.checkpoint_steps(workdir) == [2], log
     assert runs.read_state(workdir, 2)  # the checkpoint written before the disk filled reads back
