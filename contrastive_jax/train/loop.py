@@ -479,14 +479,9 @@ def _model_fingerprint(config: ml_collections.ConfigDict) -> dict:
 
 
 def _config_diff(saved: dict, current: dict) -> list[str]:
-    """``part.key: checkpoint X vs config Y`` for every differing field of two dicts whose
-    values are fields or dicts of fields (``config.model``: encoder, head, init_from, ...)."""
-    def leaves(tree: dict) -> dict[str, object]:
-        return {f"{part}.{key}" if isinstance(value, dict) else part: field
-                for part, value in tree.items()
-                for key, field in (value.items() if isinstance(value, dict) else [(None, value)])}
-
-    old, new = leaves(saved), leaves(current)
+    """``encoder.width: checkpoint X vs config Y`` for every differing leaf of two nested
+    config dicts (``config.model``: encoder, head, init_from, ...)."""
+    old, new = record.flatten(saved), record.flatten(current)
     return sorted(f"{name}: checkpoint {old.get(name)!r} vs config {new.get(name)!r}"
                   for name in set(old) | set(new) if old.get(name) != new.get(name))
 

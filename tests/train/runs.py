@@ -293,3 +293,13 @@ def restore_compilation_cache(previous: dict) -> None:
     for name, value in previous.items():
         jax.config.update(name, value)
     compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_runs(tmp_path_factory):
+    """The tiny encoder and a compilation cache shared by the runs of a module; a test module
+    that imports this name gets it (autouse)."""
+    previous = enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
+    with tiny_encoder():
+        yield
+    restore_compilation_cache(previous)

@@ -18,19 +18,11 @@ from contrastive_jax.errors import ConfigMismatch, NonFiniteLoss
 from contrastive_jax.train import loop
 from contrastive_jax.train.checkpoint import DAMAGED_DIR
 from tests.train import cli_config, runs
+from tests.train.runs import fast_runs  # noqa: F401  (autouse: this module's runs)
 from tests.train.tiny import SMALL_CNN
 
 TOTAL = 4
 NAN_STEP = 3  # 1-based step whose batch holds a NaN
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_runs(tmp_path_factory):
-    """The tiny encoder and a compilation cache shared by the runs of this module."""
-    previous = runs.enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
-    with runs.tiny_encoder():
-        yield
-    runs.restore_compilation_cache(previous)
 
 
 @pytest.fixture(scope="module")

@@ -29,19 +29,11 @@ from contrastive_jax.train.build import build
 from contrastive_jax.train.metrics_log import CollapseDetector
 from contrastive_jax.train.spec import parse
 from tests.train import cli_config, runs
+from tests.train.runs import fast_runs  # noqa: F401  (autouse: this module's runs)
 from tests.train.tiny import tiny_config
 
 TOTAL = 8
 LOG_EVERY = 4
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_runs(tmp_path_factory):
-    """The tiny encoder and a compilation cache shared by the runs of this module."""
-    previous = runs.enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
-    with runs.tiny_encoder():
-        yield
-    runs.restore_compilation_cache(previous)
 
 
 class _Events:

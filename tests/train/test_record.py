@@ -23,17 +23,9 @@ from contrastive_jax.pretrain import json_safe
 from contrastive_jax.train import loop, paths, record
 from contrastive_jax.train.config import default_config
 from tests.train import cli_config, runs
+from tests.train.runs import fast_runs  # noqa: F401  (autouse: this module's runs)
 
 TOTAL = 4
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_runs(tmp_path_factory):
-    """The tiny encoder and a compilation cache shared by the runs of this module."""
-    previous = runs.enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
-    with runs.tiny_encoder():
-        yield
-    runs.restore_compilation_cache(previous)
 
 
 @pytest.fixture(scope="module")

@@ -27,17 +27,9 @@ from contrastive_jax.train.checkpoint import CHECKPOINT_DIR, DAMAGED_DIR, Checkp
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import init_state, make_train_step
 from tests.train import cli_config, runs
+from tests.train.runs import fast_runs  # noqa: F401  (autouse: this module's runs)
 
 TOTAL = 6
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_runs(tmp_path_factory):
-    """The tiny encoder and a compilation cache shared by the runs of this module."""
-    previous = runs.enable_compilation_cache(str(tmp_path_factory.getbasetemp() / "jax_cache"))
-    with runs.tiny_encoder():
-        yield
-    runs.restore_compilation_cache(previous)
 
 
 @pytest.fixture(scope="module")
