@@ -60,7 +60,9 @@ lint: $(STAMP)
 
 # Static types (mypy, settings in pyproject.toml) over the packages that are kept clean;
 # `make typecheck TYPECHECK_PATHS="..."` checks others.
-TYPECHECK_PATHS ?= contrastive_jax/losses contrastive_jax/metrics.py contrastive_jax/train contrastive_jax/sizing
+TYPECHECK_PATHS ?= contrastive_jax/losses contrastive_jax/metrics.py contrastive_jax/train contrastive_jax/sizing \
+	contrastive_jax/eval/evaluator.py contrastive_jax/eval/registry.py contrastive_jax/eval/probes.py \
+	contrastive_jax/eval/knn_monitor.py contrastive_jax/eval/validation.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy $(TYPECHECK_PATHS)

@@ -22,7 +22,9 @@ evaluation transform, no augmentation), and a linear probe is trained on those f
 (:class:`~contrastive_jax.eval.ProbeProtocol`: the SupCon/SINCERE schedule, SGD momentum 0.9,
 batch 512, warm-up then cosine; the one place of its defaults, which the flags below take),
 beside kNN and ridge readings of the same features; top-1/top-5 test accuracy with 95 %
-bootstrap intervals (see :mod:`contrastive_jax.evaluate`). The results are printed and
+bootstrap intervals (see :mod:`contrastive_jax.eval.checkpoint`). ``--evaluators`` names
+others of the registry (:mod:`contrastive_jax.eval.registry`) to run on the checkpoint
+instead, e.g. ``--evaluators knn_monitor,validation``: the loop's own evaluators. The results are printed and
 written as JSON to ``<workdir>/eval.json`` (``--workdir`` defaults to the pretrained run's
 directory; either may be a ``gs://`` path), the figures (confusion matrix, class-by-class
 cosine similarity, within/between-class histograms) beside it.
@@ -47,8 +49,14 @@ from absl import app, flags, logging
 from contrastive_jax import pretrain
 from contrastive_jax._sections import describe, in_domain
 from contrastive_jax.errors import ConfigError, ExitCode
+from contrastive_jax.eval import registry
+from contrastive_jax.eval.checkpoint import (
+    PROBES,
+    RESULTS_FILE,
+    evaluate_checkpoint,
+    format_results,
+)
 from contrastive_jax.eval.linear import ProbeProtocol
-from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.train import paths
 from contrastive_jax.train.pretrained import locate_checkpoint
 
@@ -79,8 +87,11 @@ _SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed,
                              "Fast probe: seed of the minibatch order and the bootstrap.")
 _PIXEL_BASELINE = flags.DEFINE_bool(
     "pixel_baseline", False, "Fast probe: also probe the raw pixels, the baseline to beat.")
+_EVALUATORS = flags.DEFINE_list(
+    "evaluators", list(PROBES),
+    "Fast probe: the evaluators to run on the checkpoint (contrastive_jax.eval.registry).")
 _PROBE_FLAGS = (_EPOCHS, _BASE_LR, _BATCH_SIZE, _WARMUP_EPOCHS, _WEIGHT_DECAY, _FEATURE_NORM,
-                _RESAMPLES, _SEED, _PIXEL_BASELINE)
+                _RESAMPLES, _SEED, _PIXEL_BASELINE, _EVALUATORS)
 
 
 def main(argv: list[str]) -> int:
@@ -119,11 +130,13 @@ PROBE_DOMAINS = {"epochs": "int >= 1", "batch_size": "int >= 1", "warmup_epochs"
 
 
 def _check_probe_flags() -> None:
-    """Raises ConfigError naming the first probe flag outside its domain."""
+    """Raises ConfigError naming the first probe flag outside its domain, or an evaluator
+    that is not registered."""
     for name, domain in PROBE_DOMAINS.items():
         value = flags.FLAGS[name].value
         if not in_domain(value, domain):
             raise ConfigError(f"--{name} must be {describe(domain)}, got {value!r}")
+    registry.check_names(tuple(_EVALUATORS.value))  # before the checkpoint is read
 
 
 def _probe() -> int:
@@ -145,6 +158,7 @@ def _write_probe(pretrained: str, workdir) -> int:
     output = workdir / RESULTS_FILE
     results = evaluate_checkpoint(
         pretrained,
+        evaluators=tuple(_EVALUATORS.value),
         epochs=_EPOCHS.value,
         base_lr=_BASE_LR.value,
         batch_size=_BATCH_SIZE.value,

@@ -37,7 +37,7 @@ from absl import app, flags, logging
 
 from contrastive_jax import pretrain
 from contrastive_jax.errors import ExitCode
-from contrastive_jax.evaluate import RESULTS_FILE, evaluate_checkpoint, format_results
+from contrastive_jax.eval.checkpoint import RESULTS_FILE, evaluate_checkpoint, format_results
 from contrastive_jax.sizing.print_config import run_cli as print_config
 from contrastive_jax.train import loop
 

@@ -69,8 +69,8 @@ TRAIN_PARTS = [
     "contrastive_jax.quickstart",
     "contrastive_jax.linear_eval",
     "contrastive_jax.export",
-    "contrastive_jax.evaluate",
-    "contrastive_jax.embed",
+    "contrastive_jax.eval.checkpoint",
+    "contrastive_jax.eval.embed",
 ]
 
 

@@ -133,6 +133,22 @@ def test_the_trainer_modules_import_as_drawn():
                        and graph[name] & sizing} == {}
 
 
+def test_the_evaluators_sit_below_the_trainer():
+    """The loop runs the evaluators, so no module of eval/ imports train/ but the one that
+    restores a checkpoint (``eval/checkpoint.py``) and the protocol's annotation of the run's
+    sections (``RunSpec``, under ``TYPE_CHECKING``)."""
+    graph = import_graph(_modules())
+    reaches = {name: sorted(t for t in graph[name] if t.startswith("contrastive_jax.train"))
+               for name in graph if name.startswith("contrastive_jax.eval")}
+    assert {name: found for name, found in reaches.items() if found} == {
+        "contrastive_jax.eval.checkpoint": ["contrastive_jax.train.paths",
+                                            "contrastive_jax.train.pretrained",
+                                            "contrastive_jax.train.spec"],
+        "contrastive_jax.eval.evaluator": ["contrastive_jax.train.spec"],
+    }
+    assert "contrastive_jax.eval.registry" in graph["contrastive_jax.train.loop"]
+
+
 def test_data_modules_import_as_drawn():
     """The two circles data/ once had stay broken: arrays imports vectors and not the
     reverse; records does not import base (base names RecordSet for its type)."""

@@ -5,7 +5,7 @@ fine-tuning (``"all"``) of the network a pretraining recipe trains: the recipe's
 image side and encoder (which must be the checkpoint's, :mod:`contrastive_jax.train.transfer`),
 the same input scaling (``data.mean``, ``data.std``), one augmented view per example,
 cross-entropy on the head's class scores, and top-1/top-5 on
-the held-out split every epoch (:mod:`contrastive_jax.train.validation`). Set
+the held-out split every epoch (:mod:`contrastive_jax.eval.validation`). Set
 ``--config.model.init_from`` to the pretraining work directory (or one of its checkpoints).
 """
 

@@ -5,7 +5,7 @@ CIFAR subset already in memory, images rendered by an experiment) becomes one
 with :func:`array_source`, and :func:`register_source` makes it a dataset name
 that ``config.data.dataset`` selects, so ``contrastive_jax.train.loop.train``,
 :func:`~contrastive_jax.data.host_pipeline.make_pretrain_iterator`, :func:`~contrastive_jax.data.eval_iterator.make_eval_iterator`
-and ``contrastive_jax.embed`` read it through the same pipeline (augmentation,
+and ``contrastive_jax.eval.embed`` read it through the same pipeline (augmentation,
 normalisation, sharding) as every other source::
 
     from contrastive_jax import data

@@ -14,7 +14,7 @@ vector in place of each image::
     evaluation:  {"image": float32 [B, D] (zeros on padding), "label": int32 [B],
                   "index": int64 [B] (-1 on padding), "valid": bool [B], "metadata"}
 
-so ``contrastive_jax.train.loop.train`` and ``contrastive_jax.embed`` need nothing else
+so ``contrastive_jax.train.loop.train`` and ``contrastive_jax.eval.embed`` need nothing else
 (the ``mlp`` encoder takes [B, D]). Vectors are fed as they are: no normalisation.
 
 Views (``config.augmentation``, :data:`VIEW_CHOICES`): ``"none"`` (or ``"auto"``)

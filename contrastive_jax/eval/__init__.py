@@ -13,7 +13,8 @@ Needs the ``train`` extra (``pip install 'contrastive_jax[train]'``).
 
 from contrastive_jax._extras import require
 
-require("contrastive_jax.eval", ("optax", "sklearn", "matplotlib"))
+require("contrastive_jax.eval", ("optax", "sklearn", "matplotlib", "flax", "grain",
+                                  "ml_collections"))
 
 from contrastive_jax.eval.bootstrap import (
     bootstrap_accuracy,

@@ -59,7 +59,7 @@ _FEATURE_NORMS = ("standardize", "l2", "none")
 class ProbeProtocol:
     """The linear probe's protocol and how it is scored: the one place of its defaults (the
     SupCon/SINCERE protocol, SINCERE Section 4.3), read by :func:`train_linear_classifier`,
-    :func:`contrastive_jax.evaluate.probe_features` and ``contrastive-jax-linear-eval``'s
+    :mod:`contrastive_jax.eval.probes` and ``contrastive-jax-linear-eval``'s
     flags.
 
     Attributes:
@@ -82,7 +82,7 @@ class ProbeProtocol:
     warmup_epochs: int = 10
     warmup_from: float = 0.05
     weight_decay: float = 0.0
-    feature_norm: str = "standardize"
+    feature_norm: FeatureNorm = "standardize"
     resamples: int = 1000
     seed: int = 0
 

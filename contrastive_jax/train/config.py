@@ -107,7 +107,7 @@ class TrainSpec:
     knn_bank_size: int = 10_000  # class-balanced training examples in the kNN bank; 0: all
     knn_query_size: int = 2_000  # held-out queries of the kNN monitor; 0: the whole split
     # Epochs between top-1/top-5 evaluations of the class scores (the head's outputs) on the
-    # held-out split, and one at the end; 0: off (train/validation.py).
+    # held-out split, and one at the end; 0: off (eval/validation.py).
     validate_every_epochs: int = 0
     # JAX's persistent compilation cache: "auto" (JAX's own if set, else
     # ~/.cache/contrastive_jax/jax_compilation_cache), a directory, or "" (leave off).

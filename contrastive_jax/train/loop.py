@@ -45,12 +45,14 @@ import contextlib
 import json
 import logging
 import os
+import time
 from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 from etils import epath
+from flax import nnx
 
 from contrastive_jax.errors import (
     ConfigError,
@@ -59,8 +61,10 @@ from contrastive_jax.errors import (
     NonFiniteLoss,
     Preempted,
 )
+from contrastive_jax.eval import registry, validation
+from contrastive_jax.eval.evaluator import Evaluator, Setup, due
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import flops, inputs, paths, pretrained, record, runtime, validation
+from contrastive_jax.train import flops, inputs, paths, pretrained, record, runtime
 from contrastive_jax.train.build import Run, abstract_args, build, check_step
 from contrastive_jax.train.checkpoint import (
     Checkpointer,
@@ -68,7 +72,6 @@ from contrastive_jax.train.checkpoint import (
     abstract_like,
     structure_signature,
 )
-from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.metrics_log import CollapseDetector, MetricLogger, flat_hparams
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import nonfinite_record
@@ -106,13 +109,11 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         run = run._replace(state=pretrained.initialise(run.state, spec))  # config.model.init_from
         # A resume runs the recorded config: another is refused, an allowed change recorded.
         changes = _check_resume(paths.as_path(workdir), spec, run.plan.total_steps)
-        knn = KnnMonitor(spec.train, spec.data, train_input.source,
-                         total_steps=run.plan.total_steps) if (
-            spec.train.eval_every) else None  # the online kNN monitor
-        validator = validation.Validator(run, spec.data, train_input.source) if (
-            spec.train.validate_every_epochs) else None
+        evaluators = registry.in_run(Setup(
+            spec, train_input.source, run.mesh, total_steps=run.plan.total_steps,
+            steps_per_epoch=run.plan.steps_per_epoch))  # those the config sets an interval for
         session = _Session.open(run, _prepare_workdir(workdir), train_input, sigterm, changes,
-                                knn=knn, validator=validator)
+                                evaluators)
         session.loop()
         return {"workdir": str(session.directory), **session.summary(),
                 "compilation_cache_dir": cache_dir}
@@ -124,9 +125,8 @@ class _Session:
 
     def __init__(self, run: Run, directory: epath.Path, state, checkpointer: Checkpointer,
                  skipped: int, batches: inputs.DevicePrefetch,
-                 evaluations: list[validation.Record] | None = None, *,
-                 knn: KnnMonitor | None = None,
-                 validator: validation.Validator | None = None) -> None:
+                 evaluations: list[validation.Record] | None = None,
+                 evaluators: dict[str, tuple[Evaluator, int]] | None = None) -> None:
         self.run, self.directory, self.state = run, directory, state
         self.checkpointer, self.batches = checkpointer, batches
         spec, sizes = run.spec, run.plan
@@ -149,16 +149,14 @@ class _Session:
         self.unlogged: dict[str, float] = {}  # the first step's timing, until logged
         self.pending_stop: jax.Array | None = None  # several processes: the last step's stop
         self.sigterm: runtime.SigtermFlag | None = None  # the stop signal's flag
-        self.knn = knn  # the online kNN monitor (config.train.eval_every)
-        self.validator = validator  # config.train.validate_every_epochs
+        self.evaluators = dict(evaluators or {})  # name -> (evaluator, interval in steps)
         # The held-out evaluations of the run so far (restored ones: the final and the best).
         self.evaluations: list[validation.Record] = list(evaluations or [])
 
     @classmethod
     def open(cls, run: Run, directory: epath.Path, train_input: inputs.Input,
-             sigterm: runtime.SigtermFlag, changes: dict[str, list], *,
-             knn: KnnMonitor | None = None,
-             validator: validation.Validator | None = None) -> _Session:
+             sigterm: runtime.SigtermFlag, changes: dict[str, list],
+             evaluators: dict[str, tuple[Evaluator, int]]) -> _Session:
         """Restores the newest readable checkpoint of ``directory`` (if any) and records the
         run beside it: a new run's config, a resume's ``changes`` (:mod:`.record`); the
         metric log keeps the steps up to the restored one."""
@@ -175,7 +173,7 @@ class _Session:
             depth=run.spec.train.device_prefetch, remaining=run.plan.total_steps - start_step,
         )
         session = cls(run, directory, state, checkpointer, skipped, batches, evaluations,
-                      knn=knn, validator=validator)
+                      evaluators)
         session.sigterm = sigterm
         session.logger.message(parameter_count(state))
         if start_step:
@@ -251,8 +249,7 @@ class _Session:
             return
         with self.clock.checking():
             values, skipped = self.guard.read(done, logged, self.logger)
-            if self.validator is not None and self.validator.due(done):
-                values.update(self._validate(done, skip_log=not is_log))
+            values.update(self._evaluate(done, skip_log=not is_log))
             if is_log:
                 self._log(done, values, skipped)
             if is_checkpoint or preempted:
@@ -264,18 +261,31 @@ class _Session:
                 self.checkpointer.flush()
                 raise Preempted(done, self.sigterm.signal_name if self.sigterm else "SIGTERM")
 
-    def _validate(self, done: int, *, skip_log: bool) -> dict[str, float]:
-        """Top-1/top-5 on the held-out split after step ``done``; logged (at a step that is
-        no log step, on its own) and kept for the final and best report."""
-        assert self.validator is not None
-        record = self.validator(self.state, done)
-        self.evaluations = [r for r in self.evaluations if r.step < done] + [record]
-        scalars = {"val_top1": record.top1, "val_top5": record.top5}
-        self.logger.message(f"step {done} (epoch {record.epoch:.4g}): top-1 "
-                            f"{100 * record.top1:.2f} %, top-5 {100 * record.top5:.2f} % on "
-                            f"the {validation.SPLIT} split")
-        if skip_log:  # the message above is its line
+    def _evaluate(self, done: int, *, skip_log: bool) -> dict[str, float]:
+        """The metrics of the evaluators due after step ``done``, on the network in evaluation
+        mode; logged (at a step that is no log step, on their own) and left out of img/s. The
+        validation's are kept for the final and best report."""
+        names = [name for name, (_, every) in self.evaluators.items()
+                 if due(every, done, self.run.plan.total_steps)]
+        if not names:
+            return {}
+        started = time.perf_counter()
+        model = nnx.merge(self.run.graphdef, self.state.params, self.state.batch_stats,
+                          self.run.rest)
+        model.eval()
+        scalars: dict[str, float] = {}
+        for name in names:
+            scalars.update(self.evaluators[name][0].run(model.network, done))
+        if "val_top1" in scalars:
+            record = validation.Record(done, done / self.run.plan.steps_per_epoch,
+                                       scalars["val_top1"], scalars["val_top5"])
+            self.evaluations = [r for r in self.evaluations if r.step < done] + [record]
+            self.logger.message(f"step {done} (epoch {record.epoch:.4g}): top-1 "
+                                f"{100 * record.top1:.2f} %, top-5 {100 * record.top5:.2f} % "
+                                f"on the {validation.SPLIT} split")
+        if skip_log:
             self.logger.write(done, scalars, line=False)
+        self.logger.leave_out(time.perf_counter() - started)
         return scalars
 
     def _kept_evaluations(self) -> list[validation.Record]:
@@ -300,9 +310,6 @@ class _Session:
                 "skipped_steps": float(skipped)}
         last.update({k: float(v) for k, v in self.unlogged.items()})
         self.unlogged = {}  # how long the step took to build: logged once per run
-        if self.knn is not None and self.knn.due(done):  # its time left out of img/s
-            last.update(self.knn(self.state, self.run.graphdef, self.run.rest))
-            self.logger.start_clock(done)
         self.logger.write(done, last)
         warning = self.collapse.update(done, last.get("uniformity", float("nan")))
         if warning:

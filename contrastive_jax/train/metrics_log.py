@@ -137,6 +137,10 @@ class MetricLogger:
         if self._started is None:
             self._started = (self._last_time, step)
 
+    def leave_out(self, seconds: float) -> None:
+        """Leaves ``seconds`` (an evaluation's) out of the throughput clock."""
+        self._last_time += seconds
+
     def throughput(self, step: int) -> dict[str, float]:
         """``images_per_s`` and ``images_per_s_per_device`` since the previous call (or
         :meth:`start_clock`), ``mfu`` where the FLOPs and the device's peak are known, and

@@ -1,7 +1,7 @@
 """The one path layer of the trainer, the checkpoints and the evaluation: local or ``gs://``.
 
 Every file the trainer, :mod:`.checkpoint`, :mod:`.pretrained`,
-:mod:`contrastive_jax.evaluate` and :mod:`contrastive_jax.linear_eval` write or read in a
+:mod:`contrastive_jax.eval.checkpoint` and :mod:`contrastive_jax.linear_eval` write or read in a
 work directory goes through ``etils.epath.Path`` (the path library Orbax uses), so
 ``--workdir gs://bucket/run`` (and ``s3://``, ``az://``) works as a local directory does.
 epath reaches a bucket through TensorFlow's ``tf.io.gfile`` when TensorFlow is installed,

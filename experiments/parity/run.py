@@ -21,7 +21,7 @@ goes to the library's factory unchanged.
 Evaluation (:func:`evaluate`): each encoder, frozen in evaluation mode (BN running statistics),
 embeds the subset's train and test images with our evaluation transform (resize to the training
 side, the reference's normalisation); the reference encoder is first copied into our ResNet-18
-by the tested converter. Then :func:`contrastive_jax.evaluate.probe_features` trains the same
+by the tested converter. Then :mod:`contrastive_jax.eval.probes` trains the same
 linear probe (SupCon/SINCERE protocol: SGD, batch 512, warm-up + cosine) on both and reports
 top-1 with 95 % percentile-bootstrap intervals (1,000 test-set resamples).
 """
@@ -190,28 +190,28 @@ def evaluate(
     import torch
 
     from contrastive_jax import data as data_lib
-    from contrastive_jax.embed import embed_split
     from contrastive_jax.eval import ProbeProtocol
-    from contrastive_jax.evaluate import probe_features
+    from contrastive_jax.eval.evaluator import Setup
+    from contrastive_jax.eval.probes import KnnProbe, LinearProbe
+    from contrastive_jax.parallel import make_mesh
     from contrastive_jax.train.pretrained import load_pretrained
+    from contrastive_jax.train.spec import parse
     from experiments.parity.model import build_parity_model, load_torch_state_dict
 
-    data_config = ours_config(data, seed=0, epochs=1, batch_size=128, image_size=image_size).data
-    source = data_lib.load_source(data_config)
+    spec = parse(ours_config(data, seed=0, epochs=1, batch_size=128, image_size=image_size))
+    source = data_lib.load_source(spec.data)
     protocol = ProbeProtocol(epochs=probe_epochs, resamples=resamples)
     results: dict[str, Any] = {"protocol": dataclasses.asdict(protocol), "runs": {}}
+    setup = Setup(spec, source, make_mesh(), total_steps=0, steps_per_epoch=1, probe=protocol)
 
     def probe(name: str, network) -> None:
-        train = embed_split(network, data_config, "train", source=source)
-        test = embed_split(network, data_config, "test", source=source)
-        probes, _ = probe_features(train, test, source.num_classes, protocol)
-        top1 = probes["linear"]["top1"]
+        top1 = LinearProbe(setup).run(network, 0)["top1"]
         results["runs"][name] = {
             "top1": top1["accuracy"],
             "top1_ci": [top1["low"], top1["high"]],
-            "knn_top1": probes["knn"]["top1"]["accuracy"],
-            "num_train": int(train.features.shape[0]),
-            "num_test": int(test.features.shape[0]),
+            "knn_top1": KnnProbe(setup).run(network, 0)["top1"]["accuracy"],
+            "num_train": source.split("train").num_examples,
+            "num_test": source.split("test").num_examples,
         }
         print(name, json.dumps(results["runs"][name]), flush=True)
 

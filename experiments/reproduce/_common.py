@@ -4,7 +4,7 @@ A driver builds an ``ml_collections`` config, pretrains with the library
 (:func:`pretrain`, i.e. :func:`contrastive_jax.train.loop.train`, Orbax checkpoints in
 the run's work directory), embeds the splits with the frozen network at the steps it
 probes (:func:`embeddings_at`, :func:`initial_embeddings`), probes them with
-:mod:`contrastive_jax.evaluate`, and writes per-run JSON, tables and plots with the
+:mod:`contrastive_jax.eval.checkpoint`, and writes per-run JSON, tables and plots with the
 helpers here.
 
 A *run* is one (setting, method, seed) triple. Its result is one JSON file,
@@ -227,9 +227,9 @@ def train_or_diverge(config: ml_collections.ConfigDict, workdir: Path, progress:
 def embeddings_at(workdir: Path, step: int, splits: Sequence[str], source=None) -> dict:
     """Encoder features of ``splits`` from the checkpoint at ``step`` of ``workdir``.
 
-    Returns ``{split: contrastive_jax.embed.Embedded}`` (features [N, F], labels [N]).
+    Returns ``{split: contrastive_jax.eval.embed.Embedded}`` (features [N, F], labels [N]).
     """
-    from contrastive_jax.embed import embed_split
+    from contrastive_jax.eval.embed import embed_split
     from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
     from contrastive_jax.train.pretrained import load_pretrained
 
@@ -241,7 +241,7 @@ def initial_embeddings(config: ml_collections.ConfigDict, splits: Sequence[str],
                        source=None) -> dict:
     """Encoder features of ``splits`` from the network ``config`` initialises (its seed)."""
     from contrastive_jax import data
-    from contrastive_jax.embed import embed_split
+    from contrastive_jax.eval.embed import embed_split
     from contrastive_jax.train.spec import parse
     from contrastive_jax.train.step import build_model
 
@@ -394,11 +394,11 @@ def projections(config: ml_collections.ConfigDict, split: str, *, workdir: Path 
     """Projection-head outputs (the space the loss shaped) of ``split``, network in eval mode.
 
     From the checkpoint at ``step`` of ``workdir``, or, without ``workdir``, from the network
-    ``config`` initialises (its seed). Returns :class:`contrastive_jax.embed.Embedded`
+    ``config`` initialises (its seed). Returns :class:`contrastive_jax.eval.embed.Embedded`
     (features [N, D] = the projections, labels [N]).
     """
     from contrastive_jax import data
-    from contrastive_jax.embed import embed_split
+    from contrastive_jax.eval.embed import embed_split
     from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
     from contrastive_jax.train.pretrained import load_pretrained
     from contrastive_jax.train.spec import parse
@@ -585,20 +585,20 @@ def sincere_tables(summary: dict) -> str:
 def classifier_test(workdir: Path, step: int, source, *, temperature: float = 1.0,
                     num_bins: int = 15, resamples: int = 1000, seed: int = 0) -> dict:
     """Test metrics of a classifier head at ``step`` of ``workdir``
-    (:func:`contrastive_jax.evaluate.evaluate_classifier`), with the per-example top-1/top-5
+    (:func:`contrastive_jax.eval.checkpoint.evaluate_classifier`), with the per-example top-1/top-5
     correctness (:func:`pack_bits` ``bits``) and confidence (max probability of
     ``softmax(logits / temperature)``, rounded to 1e-6) for paired bootstraps."""
     from contrastive_jax import eval as eval_lib
-    from contrastive_jax import evaluate
+    from contrastive_jax.eval import checkpoint
     from contrastive_jax.train.checkpoint import CHECKPOINT_DIR
 
-    record, scored = evaluate.evaluate_classifier(
+    record, scored = checkpoint.evaluate_classifier(
         str(Path(workdir) / CHECKPOINT_DIR / str(step)), temperature=temperature,
         num_bins=num_bins, resamples=resamples, seed=seed, source=source)
     for k in (1, 5):
         correct = eval_lib.topk_correct(scored.features, scored.labels, k)
         record[f"top{k}"]["bits"] = pack_bits(correct)
-    probs = evaluate.softmax(scored.features, temperature)
+    probs = checkpoint.softmax(scored.features, temperature)
     record["confidence"] = [round(float(c), 6) for c in probs.max(axis=1)]
     return record
 

@@ -6,7 +6,7 @@ accuracy with a bootstrap interval; :func:`logistic_predict` its per-example pre
 :func:`cross_validated_binary_probe` (stratified k-fold AUC and balanced accuracy with the
 training folds sub-sampled, the downstream protocol of Dufumier et al. 2021,
 arXiv:2111.05643, Fig. 3). The library's probes (the linear probe of the papers' protocol,
-kNN, ridge) are :mod:`contrastive_jax.evaluate`'s.
+kNN, ridge) are :mod:`contrastive_jax.eval.checkpoint`'s.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ Methods (ProjNCE Sec. 2-3; docs/losses.md, "ProjNCE family"):
 * ``ce``: the encoder with the soft-target proxy's MLP classifier head trained end to end with
   softmax cross-entropy on the noisy labels (one augmented view per image, batch 256, the same
   AdamW and epochs) and scored with its own head (the paper's "CE" row;
-  :func:`contrastive_jax.evaluate.evaluate_classifier`).
+  :func:`contrastive_jax.eval.checkpoint.evaluate_classifier`).
 
 Noise: ``config.data.label_noise`` = p, i.e. :func:`contrastive_jax.data.base.symmetric_label_noise`
 of the training subset's labels (docs/reproductions.md, "ProjNCE protocol": each training label is

@@ -23,7 +23,7 @@ paper's Tables 1 and 2) and calibration (its Sec. 4.2, Fig. 4):
 
 tau = 1 and eta = the empirical class frequencies of the training subset (class-balanced, so
 uniform; passed explicitly as ``class_prior``). Metrics on the test subset, no augmentation, from
-the final checkpoint (:func:`contrastive_jax.evaluate.evaluate_classifier`): top-1 / top-5
+the final checkpoint (:func:`contrastive_jax.eval.checkpoint.evaluate_classifier`): top-1 / top-5
 (bootstrap intervals over the test set; per-example correctness stored, so the differences get a
 paired bootstrap), ECE with 15 equal-width confidence bins of ``softmax(logits / tau)`` and the
 test NLL. For the InfoNCE-type models ``softmax(logits / tau)`` is the paper's inference model:

@@ -128,7 +128,7 @@ def evaluate_run(run: RunSpec, workdir: Path, probe_epochs: int) -> dict:
     """
     from contrastive_jax import data as data_lib
     from contrastive_jax import eval as eval_lib
-    from contrastive_jax.embed import embed_split
+    from contrastive_jax.eval.embed import embed_split
     from contrastive_jax.train.pretrained import load_pretrained
 
     pretrained = load_pretrained(str(workdir))

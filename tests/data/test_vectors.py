@@ -127,7 +127,7 @@ def test_config_options_apply_to_vectors(registered):
 
 @pytest.mark.slow
 def test_the_library_trainer_fits_an_mlp_on_registered_vectors(registered, tmp_path):
-    from contrastive_jax.embed import embed_split
+    from contrastive_jax.eval.embed import embed_split
     from contrastive_jax.train.config import default_config
     from contrastive_jax.train.loop import train
     from contrastive_jax.train.pretrained import load_pretrained

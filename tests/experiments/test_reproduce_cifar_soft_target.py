@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from contrastive_jax import evaluate, losses
+from contrastive_jax import losses
+from contrastive_jax.eval import checkpoint
 from contrastive_jax.train import objective
 from experiments.configs import cifar_soft_target as configs
 from experiments.reproduce import _common as common
@@ -95,10 +96,10 @@ def _test_record(logits, labels):
     """What ``common.classifier_test`` stores, from logits."""
     from contrastive_jax import eval as eval_lib
 
-    record = evaluate.classifier_metrics(logits, labels, resamples=200)
+    record = checkpoint.classifier_metrics(logits, labels, resamples=200)
     for k in (1, 5):
         record[f"top{k}"]["bits"] = common.pack_bits(eval_lib.topk_correct(logits, labels, k))
-    record["confidence"] = [round(float(c), 6) for c in evaluate.softmax(logits).max(1)]
+    record["confidence"] = [round(float(c), 6) for c in checkpoint.softmax(logits).max(1)]
     return record
 
 

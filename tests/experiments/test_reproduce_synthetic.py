@@ -108,7 +108,7 @@ def test_bound_of_nce_type_adds_r_equal_one_and_supcon_uses_projnce():
 
 @pytest.mark.slow
 def test_mi_probe_measures_normalised_embeddings_of_the_test_split():
-    from contrastive_jax.embed import Embedded
+    from contrastive_jax.eval.embed import Embedded
     from contrastive_jax.metrics import mixed_ksg
 
     rng = np.random.default_rng(0)

@@ -16,8 +16,8 @@ import pytest
 from flax import nnx
 
 from contrastive_jax import data
-from contrastive_jax.embed import embed_split
-from contrastive_jax.evaluate import PLOT_FILES, evaluate_checkpoint
+from contrastive_jax.eval.checkpoint import PLOT_FILES, evaluate_checkpoint
+from contrastive_jax.eval.embed import embed_split
 from contrastive_jax.train import loop
 from contrastive_jax.train.pretrained import CONFIG_FILE, load_pretrained
 from tests.train import runs

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from contrastive_jax.data import records
-from contrastive_jax.evaluate import evaluate_checkpoint
+from contrastive_jax.eval.checkpoint import evaluate_checkpoint
 from contrastive_jax.train import loop
 from tests.data.helpers import write_tfds_dataset
 from tests.train import cli_config, runs

@@ -1,5 +1,5 @@
 """Linear evaluation and fine-tuning from a pretraining checkpoint (train/transfer.py,
-train/validation.py): the encoder restored and, when frozen, bit for bit unchanged; the
+eval/validation.py): the encoder restored and, when frozen, bit for bit unchanged; the
 held-out top-1/top-5 reported as final and best; bad settings refused before the work
 directory exists; every evaluation recipe trains two steps at a tiny size."""
 
@@ -162,7 +162,7 @@ def test_evaluation_recipe_trains_two_steps_from_a_tiny_checkpoint(name, tmp_pat
 
 
 def test_the_best_evaluation_is_the_first_of_highest_top1():
-    from contrastive_jax.train.validation import Record, best
+    from contrastive_jax.eval.validation import Record, best
 
     records = [Record(2, 1.0, 0.5, 0.9), Record(4, 2.0, 0.7, 0.9), Record(6, 3.0, 0.7, 1.0)]
     assert best(records) == records[1] and best([]) is None

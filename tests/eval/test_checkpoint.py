@@ -1,4 +1,4 @@
-"""contrastive_jax.evaluate: classifier metrics of logits and of a trained classifier
+"""contrastive_jax.eval.checkpoint: classifier metrics of logits and of a trained classifier
 checkpoint."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from contrastive_jax import evaluate
+from contrastive_jax.eval import checkpoint
 
 
 def test_classifier_metrics_by_hand():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(50, 6)) * 3
     labels = rng.integers(0, 6, 50)
-    rec = evaluate.classifier_metrics(logits, labels, temperature=2.0, num_bins=10,
+    rec = checkpoint.classifier_metrics(logits, labels, temperature=2.0, num_bins=10,
                                       resamples=200)
     p = np.exp(logits / 2.0)
     p /= p.sum(1, keepdims=True)
@@ -33,8 +33,8 @@ def test_classifier_metrics_by_hand():
     assert None in rec["reliability"]["accuracy"] or min(rec["reliability"]["count"]) > 0
     json.dumps(rec, allow_nan=False)
     # Temperature changes calibration and NLL, not accuracy.
-    sharp = evaluate.classifier_metrics(logits, labels, temperature=0.5, resamples=200)
-    assert sharp["top1"] == evaluate.classifier_metrics(logits, labels, resamples=200)["top1"]
+    sharp = checkpoint.classifier_metrics(logits, labels, temperature=0.5, resamples=200)
+    assert sharp["top1"] == checkpoint.classifier_metrics(logits, labels, resamples=200)["top1"]
     assert sharp["nll"] != pytest.approx(rec["nll"])
 
 
@@ -48,7 +48,7 @@ def test_classifier_metrics_by_hand():
 )
 def test_classifier_metrics_refuses_bad_input(logits, labels, match):
     with pytest.raises(ValueError, match=match):
-        evaluate.classifier_metrics(logits, labels)
+        checkpoint.classifier_metrics(logits, labels)
 
 
 @pytest.mark.slow
@@ -61,9 +61,9 @@ def test_evaluate_classifier_scores_the_heads_logits(tmp_path):
     config = classifier_config("label_cross_entropy")
     config.train.total_steps = 2
     loop.train(config, str(tmp_path))
-    record, scored = evaluate.evaluate_classifier(str(tmp_path), resamples=100)
+    record, scored = checkpoint.evaluate_classifier(str(tmp_path), resamples=100)
     n_test = data.load_source(config.data).split("test").num_examples
     assert scored.features.shape == (n_test, 10) and record["num_examples"] == n_test
     np.testing.assert_array_equal(np.sort(scored.index), np.arange(n_test))
-    assert record == evaluate.classifier_metrics(scored.features, scored.labels, resamples=100)
+    assert record == checkpoint.classifier_metrics(scored.features, scored.labels, resamples=100)
     assert 0.0 <= record["ece"] <= 1.0 and record["top1"]["accuracy"] <= record["top5"]["accuracy"]

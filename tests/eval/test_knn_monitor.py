@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from contrastive_jax import data, embed
+from contrastive_jax import data
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.eval import embed
+from contrastive_jax.eval.evaluator import Setup
 from contrastive_jax.eval.knn import knn_scores
+from contrastive_jax.eval.knn_monitor import KnnMonitor
+from contrastive_jax.parallel import make_mesh
 from contrastive_jax.train import loop
-from contrastive_jax.train.knn_monitor import KnnMonitor
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import init_state
 from tests.train import cli_config, runs
@@ -33,8 +36,15 @@ def _config(**train):
 
 
 def _monitor(config, source):
-    spec = parse(config)
-    return KnnMonitor(spec.train, spec.data, source, total_steps=6)
+    return KnnMonitor(Setup(parse(config), source, make_mesh(), total_steps=6,
+                            steps_per_epoch=22))
+
+
+def _network(graphdef, rest, state):
+    """The network of ``state`` in evaluation mode, as the loop hands it to an evaluator."""
+    model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
+    model.eval()
+    return model.network
 
 
 def _state(config):
@@ -53,7 +63,7 @@ def test_top1_is_the_weighted_knn_of_the_eval_mode_features():
     monitor = _monitor(config, source)
     assert monitor.sizes == {"bank": 1437, "query": 360} and monitor.queries_from == "test"
     graphdef, rest, state = _state(config)
-    got = monitor(state, graphdef, rest)
+    got = monitor.run(_network(graphdef, rest, state), 0)
     model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
     model.eval()
     bank = embed.embed_split(model.network, config.data, "train", source=source)
@@ -72,10 +82,10 @@ def test_evaluations_reuse_one_compiled_forward_pass_shared_with_embed_split():
     source = data.load_source(config.data)
     monitor = _monitor(config, source)
     graphdef, rest, state = _state(config)
-    monitor(state, graphdef, rest)
+    monitor.run(_network(graphdef, rest, state), 0)
     compiled = embed._forward._cache_size()
     moved = state._replace(params=jax.tree.map(lambda p: p * 1.5, state.params))
-    got = monitor(moved, graphdef, rest)["knn_top1"]
+    got = monitor.run(_network(graphdef, rest, moved), 0)["knn_top1"]
     assert embed._forward._cache_size() == compiled  # no retrace at the next evaluation
     model = nnx.merge(graphdef, moved.params, moved.batch_stats, rest)
     model.eval()
@@ -102,7 +112,7 @@ def test_without_a_test_split_queries_are_training_examples_outside_the_bank():
     assert not set(bank.example_ids()) & set(query.example_ids())
     assert np.bincount(bank.labels, minlength=10).min() == 50  # class-balanced
     graphdef, rest, state = _state(config)
-    assert 0.3 < monitor(state, graphdef, rest)["knn_top1"] <= 1.0
+    assert 0.3 < monitor.run(_network(graphdef, rest, state), 0)["knn_top1"] <= 1.0
 
 
 @pytest.mark.parametrize("train, message", [

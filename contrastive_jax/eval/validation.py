@@ -1,11 +1,11 @@
 """Top-1 / top-5 of the class scores on the held-out split during training (the linear
 evaluation and fine-tuning protocols).
 
-Every ``config.train.validate_every_epochs`` epochs (0: off) and at the last step, the loop
-calls :class:`Validator` with the current :class:`~contrastive_jax.train.step.TrainState`: the
-network in inference mode (batch norm on its running statistics, no dropout) scores every
-example of the ``test`` split (the evaluation transform: resize and centre crop,
-:func:`contrastive_jax.data.make_eval_iterator`) and counts the examples whose label is the
+An evaluator (:mod:`.evaluator`, registered as ``validation``): every
+``config.train.validate_every_epochs`` epochs (0: off) and at the last step, the loop runs
+:class:`Validation` on the current network: in inference mode (batch norm on its running
+statistics, no dropout) it scores every example of the ``test`` split (the evaluation
+transform: resize and centre crop, :func:`contrastive_jax.data.make_eval_iterator`) and counts the examples whose label is the
 top class (top-1) or among the 5 top classes (top-5; top-K for K < 5 classes). The head's
 outputs are the class scores: a head ``classifier`` (or an MLP head) to ``num_classes``.
 
@@ -20,7 +20,7 @@ TF code's the final one.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,13 +30,11 @@ from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import data as data_lib
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.eval.evaluator import Setup
 from contrastive_jax.parallel import DATA_AXIS, batch_sharding
-from contrastive_jax.train.step import split_model
 
 #: The held-out split that is evaluated.
 SPLIT = "test"
-#: Names of the scalars a :class:`Validator` returns.
-METRICS = ("val_top1", "val_top5")
 
 
 class Record(NamedTuple):
@@ -54,60 +52,62 @@ def best(records: list[Record]) -> Record | None:
     return max(records, key=lambda r: r.top1, default=None)  # max keeps the first of equals
 
 
-class Validator:
-    """Counts top-1/top-5 hits of the run's network on the ``test`` split.
+class Validation:
+    """Counts top-1/top-5 hits of the network's class scores on the ``test`` split.
 
     Args:
-      run: the built run (:func:`contrastive_jax.train.build.build`): its graph, mesh, plan.
-      data_config: ``config.data`` (the evaluation transform, normalisation).
-      source: the run's loaded source; None (synthetic data) is refused.
+      setup: the run (:class:`~contrastive_jax.eval.evaluator.Setup`): its data section (the
+        evaluation transform, ``global_batch_size``), its loaded source, its mesh.
 
     Raises:
-      ConfigError: the data has no ``test`` split, or its classes are not the head's outputs.
+      ConfigError: the data has no ``test`` split.
     """
 
-    def __init__(self, run: Any, data_config: Any, source: Any) -> None:
+    metrics: ClassVar[tuple[str, ...]] = ("val_top1", "val_top5")
+
+    def __init__(self, setup: Setup) -> None:
+        spec, source = setup.spec, setup.source
         if source is None or SPLIT not in source.splits:
             raise ConfigError(
-                f"config.train.validate_every_epochs={run.spec.train.validate_every_epochs} "
+                f"config.train.validate_every_epochs={spec.train.validate_every_epochs} "
                 f"evaluates the {SPLIT!r} split, which config.data.dataset="
-                f"{run.spec.data.dataset!r} does not have")
-        self.every = run.spec.train.validate_every_epochs * run.plan.steps_per_epoch
-        self.total_steps = run.plan.total_steps
-        self.steps_per_epoch = run.plan.steps_per_epoch
-        self.mesh = run.mesh
+                f"{spec.data.dataset!r} does not have")
+        self.mesh = setup.mesh
+        self.k = min(5, source.num_classes)
         self.batches = data_lib.make_eval_iterator(
-            data_config, SPLIT, run.plan.global_batch, process_index=jax.process_index(),
+            spec.data, SPLIT, spec.data.global_batch_size, process_index=jax.process_index(),
             process_count=jax.process_count(), source=source)
-        model = nnx.merge(run.graphdef, run.state.params, run.state.batch_stats, run.rest)
-        model.eval()
-        graphdef, _, _, rest = split_model(model)
-        self._count = _make_counter(graphdef, rest, run.mesh, min(5, run.facts.num_classes))
+        self._counters: dict[Any, Any] = {}  # one jitted count per network structure
 
-    def due(self, done: int) -> bool:
-        """Whether to evaluate after step ``done`` (1-based)."""
-        return done % self.every == 0 or done == self.total_steps
+    @classmethod
+    def interval(cls, setup: Setup) -> int:
+        """``config.train.validate_every_epochs`` epochs in steps (0: off)."""
+        return setup.spec.train.validate_every_epochs * setup.steps_per_epoch
 
-    def __call__(self, state: Any, done: int) -> Record:
-        """The top-1 and top-5 of ``state``'s network after step ``done``."""
+    def run(self, network: nnx.Module, step: int) -> dict[str, float]:
+        """``{"val_top1", "val_top5"}`` of ``network``'s class scores (its head's outputs)."""
+        del step
+        # The weights are the run's replicated arrays; the rest (RNG counts) is closed over.
+        graphdef, weights, *rest = nnx.split(network, (nnx.Param, nnx.BatchStat), ...)
+        if graphdef not in self._counters:
+            self._counters[graphdef] = _make_counter(graphdef, rest, self.mesh, self.k)
+        count = self._counters[graphdef]
         sharding = batch_sharding(self.mesh)
         totals = np.zeros(3, np.int64)
         for batch in self.batches:
             arrays = [jax.make_array_from_process_local_data(sharding, batch[k])
                       for k in ("image", "label", "valid")]
-            totals += np.asarray(jax.device_get(self._count(state.params, state.batch_stats,
-                                                            *arrays)), np.int64)
+            totals += np.asarray(jax.device_get(count(weights, *arrays)), np.int64)
         top1, top5, examples = (int(t) for t in totals)
-        return Record(done, done / self.steps_per_epoch, top1 / examples, top5 / examples)
+        return {"val_top1": top1 / examples, "val_top5": top5 / examples}
 
 
 def _make_counter(graphdef: Any, rest: Any, mesh: Any, k: int):
-    """``count(params, batch_stats, images, label, valid) -> int32 [3]``: the top-1 hits, the
-    top-``k`` hits and the valid rows of a global batch, summed over the devices."""
+    """``count(weights, images, label, valid) -> int32 [3]``: the top-1 hits, the top-``k``
+    hits and the valid rows of a global batch, summed over the devices."""
 
-    def per_device(params, batch_stats, images, label, valid):
-        model = nnx.merge(graphdef, params, batch_stats, rest)
-        _, scores = model.network(images)
+    def per_device(weights, images, label, valid):
+        _, scores = nnx.merge(graphdef, weights, *rest)(images)
         top = jax.lax.top_k(scores.astype(jnp.float32), k)[1]
         label = label.astype(top.dtype)
         hit1 = (top[:, 0] == label) & valid
@@ -116,6 +116,6 @@ def _make_counter(graphdef: Any, rest: Any, mesh: Any, k: int):
         return jax.lax.psum(counts, DATA_AXIS)
 
     sharded = jax.shard_map(per_device, mesh=mesh,
-                            in_specs=(P(), P(), P(DATA_AXIS), P(DATA_AXIS), P(DATA_AXIS)),
+                            in_specs=(P(), P(DATA_AXIS), P(DATA_AXIS), P(DATA_AXIS)),
                             out_specs=P())
     return jax.jit(sharded)

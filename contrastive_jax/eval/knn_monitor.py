@@ -1,8 +1,8 @@
 """Online kNN monitor: weighted kNN top-1 of the encoder's features during pretraining.
 
-Every ``config.train.eval_every`` steps (a multiple of ``log_every``; 0: off) the loop calls
-:class:`KnnMonitor` with the current :class:`~contrastive_jax.train.step.TrainState`. It
-embeds a fixed *bank* of training examples and a fixed set of held-out *queries* with the
+An evaluator (:mod:`.evaluator`, registered as ``knn_monitor``): every
+``config.train.eval_every`` steps (a multiple of ``log_every``; 0: off) the loop runs it on the
+current network, and ``linear_eval --evaluators knn_monitor`` on a checkpoint's. It embeds a fixed *bank* of training examples and a fixed set of held-out *queries* with the
 encoder in evaluation mode (batch norm on its running statistics, no dropout) and the
 evaluation transform, and classifies each query by the temperature-weighted vote of its
 ``k`` nearest bank features under cosine similarity (Wu et al. 2018; the classifier is
@@ -22,7 +22,7 @@ subsets drawn once with ``config.data.data_seed`` (for a split streamed from TFD
 its first examples), so every evaluation of a run sees the same images. Labels are the
 clean labels of the evaluation pipeline.
 
-Embedding is :func:`contrastive_jax.embed.embed_split` (one cached jit, shared with
+Embedding is :func:`contrastive_jax.eval.embed.embed_split` (one cached jit, shared with
 evaluation). Every process runs the whole evaluation on its own devices (its copy of the
 encoder's replicated parameters, its own copy of the bank and queries), so no collective
 is needed and every process count gets the same numbers; only process 0 writes the logs.
@@ -37,21 +37,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import ClassVar
 
 import jax
 import numpy as np
 from flax import nnx
 
 from contrastive_jax import data as data_lib
-from contrastive_jax.data.config import DataSpec
-from contrastive_jax.embed import embed_split
 from contrastive_jax.errors import ConfigError
+from contrastive_jax.eval.embed import embed_split
+from contrastive_jax.eval.evaluator import Setup
 from contrastive_jax.eval.knn import knn_scores
-from contrastive_jax.train.config import TrainSpec
-
-#: Names of the scalars a :class:`KnnMonitor` returns.
-METRICS = ("knn_top1", "knn_seconds")
 
 
 def _subset(split: data_lib.Split, size: int, seed: int, option: str,
@@ -73,36 +69,27 @@ class KnnMonitor:
     """Weighted kNN top-1 of the encoder's features on a fixed bank and query set.
 
     Args:
-      train: the run's train section (checked values); reads ``eval_every``, ``knn_k``,
-        ``knn_temperature``, ``knn_bank_size`` and ``knn_query_size``.
-      data: the run's data section: the evaluation transform, ``data_seed`` and
-        ``global_batch_size``.
-      source: the run's loaded source.
-      total_steps: the run's length (the last step is always evaluated).
+      setup: the run (:class:`~contrastive_jax.eval.evaluator.Setup`): its train section's
+        ``eval_every``, ``knn_k``, ``knn_temperature``, ``knn_bank_size`` and
+        ``knn_query_size``, its data section's evaluation transform, ``data_seed`` and
+        ``global_batch_size``, and its loaded source.
 
     Raises:
       ConfigError: ``knn_k`` larger than the bank, a dataset without labelled splits, or
         a source without a test split whose training split is streamed or too small for
         bank and queries.
-
-    Examples:
-      In the loop, at a log step::
-
-          monitor = KnnMonitor(spec.train, spec.data, source, total_steps=total_steps)
-          if monitor.due(step):
-              scalars.update(monitor(state, graphdef, rest))
     """
 
-    def __init__(self, train: TrainSpec, data: DataSpec, source: data_lib.Source | None, *,
-                 total_steps: int) -> None:
-        self.every = train.eval_every
-        self.total_steps = int(total_steps)
+    metrics: ClassVar[tuple[str, ...]] = ("knn_top1", "knn_seconds")
+
+    def __init__(self, setup: Setup) -> None:
+        train, data, source = setup.spec.train, setup.spec.data, setup.source
         self.k = train.knn_k
         self.temperature = float(train.knn_temperature)
         bank_size, query_size = train.knn_bank_size, train.knn_query_size
         if source is None:
             raise ConfigError(
-                f"config.train.eval_every={self.every}: the online kNN monitor needs a dataset "
+                f"config.train.eval_every={train.eval_every}: the online kNN monitor needs a dataset "
                 f"with labelled splits, and {data.dataset!r} has none; set eval_every=0"
             )
         self.data = data
@@ -149,23 +136,17 @@ class KnnMonitor:
         """Examples in the bank and in the query set."""
         return dict(self._sizes)
 
-    def due(self, step: int) -> bool:
-        """Whether step ``step`` (1-based) is an evaluation step (``eval_every``, and the last)."""
-        return bool(self.every) and (step % self.every == 0 or step == self.total_steps)
+    @classmethod
+    def interval(cls, setup: Setup) -> int:
+        """``config.train.eval_every`` (0: off)."""
+        return setup.spec.train.eval_every
 
-    def __call__(self, state, graphdef: Any, rest: Any) -> dict[str, float]:
-        """``{"knn_top1", "knn_seconds"}`` of the encoder of ``state`` (blocks until computed).
-
-        Args:
-          state: the :class:`~contrastive_jax.train.step.TrainState` (replicated arrays).
-          graphdef, rest: the model's graph and other state
-            (:func:`contrastive_jax.train.step.split_model`).
-        """
+    def run(self, network: nnx.Module, step: int) -> dict[str, float]:
+        """``{"knn_top1", "knn_seconds"}`` of ``network``'s encoder (blocks until computed)."""
+        del step  # the same bank and queries at every step
         started = time.perf_counter()
-        model = nnx.merge(graphdef, state.params, state.batch_stats, rest)
-        model.eval()
         bank, query = (
-            embed_split(model.network, self.data, split, batch_size=self._batch_size,
+            embed_split(network, self.data, split, batch_size=self._batch_size,
                         source=self._source, max_examples=self._sizes[split])
             for split in ("bank", "query")
         )

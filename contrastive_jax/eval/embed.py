@@ -1,6 +1,7 @@
 """Embed a whole split with a frozen network: features or projections, in split order.
 
-    from contrastive_jax import data, embed
+    from contrastive_jax import data
+    from contrastive_jax.eval import embed
     from contrastive_jax.train.pretrained import load_pretrained
 
     run = load_pretrained("runs/quickstart")
@@ -23,10 +24,6 @@ import functools
 import itertools
 import math
 from typing import Any, NamedTuple
-
-from contrastive_jax._extras import require
-
-require("contrastive_jax.embed", ("ml_collections", "flax", "grain"))
 
 import jax
 import jax.numpy as jnp

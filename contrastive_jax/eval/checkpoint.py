@@ -1,30 +1,22 @@
-"""Evaluate a pretraining checkpoint: embed both splits with the frozen encoder, then probe.
+"""A pretraining checkpoint evaluated: its frozen encoder probed, or its classifier scored.
 
-    from contrastive_jax.evaluate import evaluate_checkpoint, format_results
+    from contrastive_jax.eval.checkpoint import evaluate_checkpoint, format_results
     results = evaluate_checkpoint("runs/quickstart")
     print(format_results(results))
 
-The encoder is restored in inference mode (BatchNorm on its running
-statistics) and never updated: the training and test splits (clean labels,
-evaluation transform, no augmentation) are embedded once, and everything after
-that works on the frozen features:
+The encoder is restored in inference mode (BatchNorm on its running statistics) and never
+updated. :func:`evaluate_checkpoint` runs evaluators of the registry
+(:mod:`contrastive_jax.eval.registry`) on it, by default the probes of
+:mod:`contrastive_jax.eval.probes` (linear, kNN and ridge on the frozen features of the
+training and test splits, with 95 % bootstrap intervals), and any other by name (the online
+kNN monitor, the validation of a classifier head).
 
-* a linear classifier trained with the SupCon/SINCERE protocol (SGD momentum
-  0.9, batch 512, learning rate warmed up 0.05 -> ``base_lr`` over 10 epochs
-  then cosine-annealed; SINCERE, Feeney & Hughes 2023, arXiv:2309.14277,
-  Section 4.3), reported as top-1 and top-5 test accuracy with 95 %
-  percentile-bootstrap intervals over 1,000 resamples of the test set (SINCERE
-  Section 4.2; docs/reproductions.md, "SINCERE protocol");
-* a weighted kNN classifier (k = 20, cosine, temperature 0.07; Wu et al. 2018);
-* a closed-form ridge probe with its penalty chosen on a held-out 10 %.
-
-With ``output_dir`` it also draws, for the test set: the linear probe's
-confusion matrix, the class-by-class mean cosine similarity of the
-projection-head outputs (the space the loss shaped; SINCERE Fig. 2) and the
-within- vs between-class cosine-similarity histograms of the last class
-(SINCERE Fig. 3 shows "truck", CIFAR-10's last). With ``pixel_baseline`` the same
-probes run on the raw (normalised, flattened) test images, the reference a
-learned representation has to beat.
+With ``output_dir`` and the linear probe it also draws, for the test set: the linear probe's
+confusion matrix, the class-by-class mean cosine similarity of the projection-head outputs
+(the space the loss shaped; SINCERE Fig. 2) and the within- vs between-class
+cosine-similarity histograms of the last class (SINCERE Fig. 3 shows "truck", CIFAR-10's
+last). With ``pixel_baseline`` the same probes run on the raw (normalised, flattened) test
+images, the reference a learned representation has to beat.
 
 ``python -m contrastive_jax.linear_eval`` is the command-line front end.
 
@@ -44,80 +36,32 @@ import numpy as np
 
 from contrastive_jax import data as data_lib
 from contrastive_jax import eval as eval_lib
-from contrastive_jax.embed import Embedded, embed_split, pixel_split
+from contrastive_jax.eval import registry
+from contrastive_jax.eval.embed import Embedded, embed_split
+from contrastive_jax.eval.evaluator import Setup
 from contrastive_jax.eval.linear import ProbeProtocol
+from contrastive_jax.eval.probes import LinearProbe, accuracies
+from contrastive_jax.parallel import make_mesh
 from contrastive_jax.train import paths
-from contrastive_jax.train.pretrained import load_pretrained
+from contrastive_jax.train.pretrained import Pretrained, load_pretrained
+from contrastive_jax.train.spec import parse
 
 #: Where the command-line tools write the results in a work directory.
 RESULTS_FILE = "eval.json"
 #: Plots written by :func:`evaluate_checkpoint` with ``output_dir``.
 PLOT_FILES = ("confusion_matrix.png", "class_similarity.png", "similarity_histogram.png")
+#: The evaluators :func:`evaluate_checkpoint` runs unless told others.
+PROBES = ("linear", "knn", "ridge")
 
 
-def _accuracies(scores: np.ndarray, labels: np.ndarray, resamples: int, seed: int) -> dict:
-    """Top-1 and top-5 (top-K for K < 5 classes) accuracy with bootstrap intervals."""
-    k5 = min(5, scores.shape[1])
-    return {
-        f"top{k}": eval_lib.bootstrap_accuracy(
-            eval_lib.topk_correct(scores, labels, k), resamples=resamples, seed=seed
-        )
-        for k in (1, k5)
-    }
-
-
-def probe_features(
-    train: Embedded,
-    test: Embedded,
-    num_classes: int,
-    protocol: ProbeProtocol | None = None,
-) -> tuple[dict[str, Any], np.ndarray]:
-    """Linear, kNN and ridge probes trained on ``train`` and scored on ``test``.
-
-    Args:
-      train, test: frozen features [N, F] with labels.
-      num_classes: K.
-      protocol: see :class:`~contrastive_jax.eval.ProbeProtocol` (None: its defaults).
-
-    Returns:
-      ``({"linear": ..., "knn": ..., "ridge": ...}, predictions)``: per probe,
-      top-1/top-5 accuracy dicts (``accuracy``, ``mean``, ``low``, ``high``,
-      ``std``; :func:`contrastive_jax.eval.bootstrap_accuracy`), and the linear
-      probe's test predictions int [N_test].
-    """
-    protocol = ProbeProtocol() if protocol is None else protocol
-    resamples, seed = protocol.resamples, protocol.seed
-    probe = eval_lib.train_linear_classifier(
-        train.features,
-        train.labels,
-        num_classes=num_classes,
-        epochs=protocol.epochs,
-        batch_size=protocol.batch_size,
-        base_lr=protocol.base_lr,
-        momentum=protocol.momentum,
-        warmup_epochs=protocol.warmup_epochs,
-        warmup_from=protocol.warmup_from,
-        weight_decay=protocol.weight_decay,
-        feature_norm=protocol.feature_norm,
-        seed=seed,
-    )
-    logits = eval_lib.predict_logits(probe, test.features)
-    linear = _accuracies(logits, test.labels, resamples, seed)
-    linear["final_train_loss"] = float(probe.train_loss[-1])
-    knn = _accuracies(
-        eval_lib.knn_scores(train.features, train.labels, test.features, num_classes=num_classes),
-        test.labels,
-        resamples,
-        seed,
-    )
-    ridge_probe = eval_lib.fit_ridge_probe(
-        train.features, train.labels, num_classes=num_classes, seed=seed
-    )
-    ridge = _accuracies(
-        eval_lib.ridge_scores(ridge_probe, test.features), test.labels, resamples, seed
-    )
-    ridge["alpha"] = ridge_probe.alpha
-    return {"linear": linear, "knn": knn, "ridge": ridge}, np.argmax(logits, axis=1)
+def checkpoint_setup(run: Pretrained, source: data_lib.Source, protocol: ProbeProtocol,
+                     features: str = "features") -> Setup:
+    """The :class:`~contrastive_jax.eval.evaluator.Setup` of a restored run: its config's
+    sections, its source, every device of this process's mesh."""
+    spec = parse(run.config)
+    per_epoch = max(1, source.split("train").num_examples // spec.data.global_batch_size)
+    return Setup(spec=spec, source=source, mesh=make_mesh(), total_steps=run.step,
+                 steps_per_epoch=per_epoch, probe=protocol, features=features)
 
 
 def _plot(output_dir: str, title: str, predictions: np.ndarray, projections: Embedded,
@@ -135,61 +79,67 @@ def _plot(output_dir: str, title: str, predictions: np.ndarray, projections: Emb
 def evaluate_checkpoint(
     path: str,
     *,
+    evaluators: tuple[str, ...] = PROBES,
     output_dir: str | None = None,
     pixel_baseline: bool = False,
     **protocol: Any,
 ) -> dict[str, Any]:
-    """Linear, kNN and ridge evaluation of the encoder restored from ``path``.
+    """The evaluators ``evaluators`` of the registry on the encoder restored from ``path``.
 
     Args:
       path: a pretraining work directory (newest readable checkpoint) or a
         checkpoint directory ``<workdir>/checkpoints/<step>``.
-      output_dir: where to draw the figures (:data:`PLOT_FILES`); None: none.
-      pixel_baseline: also probe the raw test images (``results["pixels"]``).
+      evaluators: names in :data:`contrastive_jax.eval.registry.EVALUATORS`.
+      output_dir: where to draw the figures (:data:`PLOT_FILES`; with ``linear`` among
+        ``evaluators``); None: none.
+      pixel_baseline: also run the probes among ``evaluators`` on the raw test images
+        (``results["pixels"]``).
       **protocol: fields of :class:`~contrastive_jax.eval.ProbeProtocol` (e.g. ``epochs=5``).
 
     Returns:
-      A JSON-serialisable dict: the linear probe's ``top1`` and ``top5`` test
-      accuracy (fractions) and ``top1_ci``/``top5_ci`` ([low, high], 95 %),
-      the checkpoint, dataset sizes and protocol, and the per-probe results of
-      :func:`probe_features` under ``linear``, ``knn`` and ``ridge`` (and
-      under ``pixels`` with ``pixel_baseline``).
+      A JSON-serialisable dict: each evaluator's metrics under its name; with ``linear``,
+      its ``top1`` and ``top5`` test accuracy (fractions) and ``top1_ci``/``top5_ci``
+      ([low, high], 95 %) at the top level too; the checkpoint, dataset sizes and protocol.
+
+    Raises:
+      ConfigError: a name that is not an evaluator, or an evaluator the run cannot feed.
     """
     run = load_pretrained(path)
     source = data_lib.load_source(run.config.data)
-    train = embed_split(run.network, run.config.data, "train", source=source)
-    test = embed_split(run.network, run.config.data, "test", source=source)
-    protocol = ProbeProtocol(**protocol)
-    probes, predictions = probe_features(train, test, source.num_classes, protocol)
-    linear = probes["linear"]
-    top5 = f"top{min(5, source.num_classes)}"
-    results = {
-        "top1": linear["top1"]["accuracy"],
-        "top1_ci": [linear["top1"]["low"], linear["top1"]["high"]],
-        "top5": linear[top5]["accuracy"],
-        "top5_ci": [linear[top5]["low"], linear[top5]["high"]],
+    protocol_ = ProbeProtocol(**protocol)
+    setup = checkpoint_setup(run, source, protocol_)
+    built = registry.by_name(setup, tuple(evaluators))
+    results: dict[str, Any] = {
         "workdir": run.workdir,
         "step": run.step,
         "dataset": source.name,
-        "num_train": int(train.features.shape[0]),
-        "num_test": int(test.features.shape[0]),
-        "num_features": int(train.features.shape[1]),
-        "protocol": dataclasses.asdict(protocol),
-        **probes,
+        "num_train": source.split("train").num_examples,
+        "num_test": source.split("test").num_examples if "test" in source.splits else 0,
+        "num_features": int(run.network.encoder.num_features),
+        "protocol": dataclasses.asdict(protocol_),
     }
-    if pixel_baseline:
-        results["pixels"], _ = probe_features(
-            pixel_split(run.config.data, "train", source=source),
-            pixel_split(run.config.data, "test", source=source),
-            source.num_classes,
-            protocol,
-        )
-    if output_dir is not None:
+    for name, evaluator in built.items():
+        results[name] = evaluator.run(run.network, run.step)
+    linear = built.get("linear")
+    if isinstance(linear, LinearProbe):
+        top5 = f"top{min(5, source.num_classes)}"
+        top = results["linear"]
+        results.update({"top1": top["top1"]["accuracy"],
+                        "top1_ci": [top["top1"]["low"], top["top1"]["high"]],
+                        "top5": top[top5]["accuracy"],
+                        "top5_ci": [top[top5]["low"], top[top5]["high"]]})
+    probes = [name for name in evaluators if name in PROBES]
+    if pixel_baseline and probes:
+        pixels = checkpoint_setup(run, source, protocol_, features="pixels")
+        results["pixels"] = {name: evaluator.run(run.network, run.step)
+                             for name, evaluator in registry.by_name(pixels, tuple(probes)).items()}
+    if output_dir is not None and isinstance(linear, LinearProbe):
+        assert linear.predictions is not None
         projections = embed_split(
             run.network, run.config.data, "test", output="projections", source=source
         )
         title = f"{run.config.loss.name}, step {run.step}"
-        _plot(output_dir, title, predictions, projections, source.class_names)
+        _plot(output_dir, title, linear.predictions, projections, source.class_names)
     return results
 
 
@@ -237,7 +187,7 @@ def classifier_metrics(
     probs = softmax(logits, temperature)
     labels = np.asarray(labels)
     bins = eval_lib.reliability_bins(probs, labels, num_bins)  # checks the labels
-    record: dict[str, Any] = _accuracies(logits, labels, resamples, seed)
+    record: dict[str, Any] = accuracies(logits, labels, resamples, seed)
     record["ece"] = eval_lib.expected_calibration_error(probs, labels, num_bins)
     picked = probs[np.arange(len(labels)), labels]
     record["nll"] = float(-np.mean(np.log(np.maximum(picked, np.finfo(np.float64).tiny))))
@@ -259,7 +209,7 @@ def classifier_logits(path: str, split: str = "test", *, source=None) -> Embedde
       source: the run's data source (None: loaded from the run's data config).
 
     Returns:
-      :class:`contrastive_jax.embed.Embedded` with ``features`` = logits float32 [N, K].
+      :class:`contrastive_jax.eval.embed.Embedded` with ``features`` = logits float32 [N, K].
     """
     run = load_pretrained(path)
     source = data_lib.load_source(run.config.data) if source is None else source
@@ -291,7 +241,8 @@ def evaluate_classifier(
 
 
 def format_results(results: dict[str, Any]) -> str:
-    """A few human-readable lines: accuracy and 95 % interval of each probe."""
+    """A few human-readable lines: each evaluator's metrics (a probe's accuracies with their
+    95 % intervals)."""
     lines = [
         f"{results['dataset']}: {results['num_train']} train / {results['num_test']} test "
         f"examples, {results['num_features']} features, checkpoint step {results['step']}"
@@ -299,13 +250,20 @@ def format_results(results: dict[str, Any]) -> str:
     sections = {"": results}
     if "pixels" in results:
         sections["pixels "] = results["pixels"]
-    for name, probes in sections.items():
-        for probe in ("linear", "knn", "ridge"):
-            parts = [
-                f"{key} {100 * value['accuracy']:.2f} % "
-                f"[{100 * value['low']:.2f}, {100 * value['high']:.2f}]"
-                for key, value in probes[probe].items()
-                if key.startswith("top")
-            ]
-            lines.append(f"  {name + probe:<13} " + "   ".join(parts))
+    for prefix, section in sections.items():
+        for name in registry.EVALUATORS:
+            if name not in section:
+                continue
+            metrics = section[name]
+            records = {k: v for k, v in metrics.items() if isinstance(v, dict)}  # a probe's
+            lines.append(f"  {prefix + name:<13} " + "   ".join(
+                _format_metric(key, value) for key, value in (records or metrics).items()))
     return "\n".join(lines)
+
+
+def _format_metric(key: str, value: Any) -> str:
+    """``top1 61.20 % [59.10, 63.20]`` of a bootstrap record, ``knn_top1 0.612`` of a number."""
+    if isinstance(value, dict):
+        return (f"{key} {100 * value['accuracy']:.2f} % "
+                f"[{100 * value['low']:.2f}, {100 * value['high']:.2f}]")
+    return f"{key} {value:.4g}"
