@@ -241,15 +241,17 @@ class _Session:
         return preempted
 
     def _after_step(self, done: int, logged: dict, preempted: bool) -> None:
-        """Logs, checkpoints and stops at the steps that ask for it."""
+        """Logs, evaluates, checkpoints and stops at the steps that ask for it."""
         train, total = self.run.spec.train, self.run.plan.total_steps
         is_log = done % train.log_every == 0 or done == total
         is_checkpoint = done % train.checkpoint_every == 0 or done == total
-        if not (is_log or is_checkpoint or preempted):
+        evaluating = [name for name, (_, every) in self.evaluators.items()
+                      if due(every, done, total)]
+        if not (is_log or is_checkpoint or evaluating or preempted):
             return
         with self.clock.checking():
             values, skipped = self.guard.read(done, logged, self.logger)
-            values.update(self._evaluate(done, skip_log=not is_log))
+            values.update(self._evaluate(done, evaluating, skip_log=not is_log))
             if is_log:
                 self._log(done, values, skipped)
             if is_checkpoint or preempted:
@@ -261,12 +263,10 @@ class _Session:
                 self.checkpointer.flush()
                 raise Preempted(done, self.sigterm.signal_name if self.sigterm else "SIGTERM")
 
-    def _evaluate(self, done: int, *, skip_log: bool) -> dict[str, float]:
-        """The metrics of the evaluators due after step ``done``, on the network in evaluation
-        mode; logged (at a step that is no log step, on their own) and left out of img/s. The
-        validation's are kept for the final and best report."""
-        names = [name for name, (_, every) in self.evaluators.items()
-                 if due(every, done, self.run.plan.total_steps)]
+    def _evaluate(self, done: int, names: list[str], *, skip_log: bool) -> dict[str, float]:
+        """The metrics of the evaluators ``names`` after step ``done``, on the network in
+        evaluation mode; logged (at a step that is no log step, on their own) and left out of
+        img/s. The validation's are kept for the final and best report."""
         if not names:
             return {}
         started = time.perf_counter()

@@ -62,6 +62,18 @@ def test_an_evaluator_runs_in_the_loop_at_its_interval_and_on_the_checkpoint(
     assert re.search(r"\n  feature_norm +feature_norm \d", format_results(results))
 
 
+def test_an_evaluation_due_at_a_step_that_is_no_log_or_checkpoint_step_runs(tmp_path):
+    config = cli_config.tiny_config(total_steps=10, checkpoint_every=10)
+    config.data.global_batch_size = 256  # 1437 digits: 5 steps an epoch
+    config.train.log_every = 3
+    config.train.validate_every_epochs = 1
+    summary = loop.train(config, str(tmp_path))
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "val_top1" in r] == [5, 10]  # 5: neither log nor save
+    assert summary["validation"]["final"]["step"] == 10
+    assert json.loads((tmp_path / "validation.json").read_text()) == summary["validation"]
+
+
 def test_an_unknown_evaluator_is_refused_naming_the_registered_ones(tmp_path):
     config = cli_config.tiny_config(total_steps=1, checkpoint_every=1)
     loop.train(config, str(tmp_path))
