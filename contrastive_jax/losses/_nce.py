@@ -110,7 +110,7 @@ def _per_anchor(kind: str, logits: Array, positives: Array, negatives: Array,
 def _label_block(kind: str):
     """Row-block function of SupCon / SINCERE for :func:`blockwise.stream_rows`.
 
-    ``(dots [b, m], tau, (labels, global index, valid) [b], (labels, valid) [m])``
+    ``(dots [b, m], temperature, (labels, global index, valid) [b], (labels, valid) [m])``
     -> (loss of each valid anchor, 0 elsewhere [b]; anchor_ok bool [b]).
     """
 

@@ -7,9 +7,9 @@ Config (``config.loss``, every field declared in :class:`LossSpec`)::
     name = "sincere"              # or "nt_xent+supcon" for a sum
     weights = ()                  # one weight per term; empty = all 1.0
     temperature = None            # None: each loss's own default; a number: every term's
-    warmup_temperature = None     # tau at step 0, annealed to each term's (None: off)
+    warmup_temperature = None     # the temperature at step 0, annealed to each term's (None: off)
     temperature_warmup_steps = 0  # steps of that anneal (0: off)
-    base_temperature = None       # None: unscaled; b: each term x (its tau / b)
+    base_temperature = None       # None: unscaled; b: each term x (its temperature / b)
     view_reduction = "mean"       # "sum": each term V x its mean (SimCLR v1's loss_a + loss_b);
                                   # "first": each term on the first views alone
     kwargs = {}                   # per-term hyperparameters, e.g. {"projnce": {"beta": 1.0}}
@@ -22,13 +22,14 @@ wins over it; with neither, the loss's own default applies, the one its function
 into the term's :attr:`Term.temperature`, and :func:`evaluate` passes that to the loss.
 
 ``base_temperature`` (None: off) multiplies each term that takes a temperature by
-``tau / base_temperature``, tau the term's temperature at that step: the loss scale of the
-SupCon authors' code. Their PyTorch code (github.com/HobbitLong/SupContrast, ``losses.py``,
-``loss = -(temperature / base_temperature) * mean_log_prob_pos`` with ``base_temperature =
-0.07``) is ``base_temperature=0.07``; their TF code's ``--scale_by_temperature=True``
-(google-research ``supcon/losses.py``: the loss times tau) is ``base_temperature=1.0``. With
-SGD or LARS the scale changes the step size (weight decay excepted) as a learning-rate factor
-would; it is a config field so that a recipe states it.
+``temperature / base_temperature``, the term's temperature at that step: the loss scale of
+the SupCon authors' code. Their PyTorch code (github.com/HobbitLong/SupContrast,
+``losses.py``, ``loss = -(temperature / base_temperature) * mean_log_prob_pos`` with
+``base_temperature = 0.07``) is ``base_temperature=0.07``; their TF code's
+``--scale_by_temperature=True`` (google-research ``supcon/losses.py``: the loss times the
+temperature) is ``base_temperature=1.0``. With SGD or LARS the scale changes the step size
+(weight decay excepted) as a learning-rate factor would; it is a config field so that a
+recipe states it.
 
 ``view_reduction`` says how a term reduces over its anchors (the V N rows of V views of N
 examples): ``"mean"`` (the default) averages them; ``"sum"`` sums over views each view's mean
@@ -44,7 +45,7 @@ axis=1)[0]`` for the cross-entropy). A two-tower term, which pairs the views, re
 
 ``warmup_temperature`` (with ``temperature_warmup_steps`` > 0) starts every term that
 takes a temperature at that temperature and anneals it geometrically to the term's own
-over the first steps (:class:`TemperatureWarmup`): at a low temperature, a spread of the
+over the first steps (:meth:`Term.temperature_at`): at a low temperature, a spread of the
 projections that is not yet organised by label costs more than putting every row on one
 point, so training from a random initialisation first collapses the projections and
 leaves that state after a number of steps that varies with the seed; starting at a high
@@ -134,7 +135,8 @@ class LossSpec:
     weights: tuple[float, ...] = ()  # one weight per term; empty: 1.0 each
     # None: each loss's own default (the loss function's); a number: every term's temperature.
     temperature: float | None = None
-    warmup_temperature: float | None = None  # tau at step 0, annealed to each term's own; None: off
+    # The temperature at step 0, annealed to each term's own; None: off.
+    warmup_temperature: float | None = None
     temperature_warmup_steps: int = 0  # steps of the anneal from warmup_temperature; 0: off
     # None: unscaled; b: each term times its temperature / b (the SupCon code's loss scale:
     # HobbitLong/SupContrast b = 0.07, the TF code's scale_by_temperature b = 1).
@@ -195,29 +197,13 @@ def loss_spec(fields: Any) -> LossSpec:
     return LossSpec(**fields)
 
 
-class TemperatureWarmup(NamedTuple):
-    """A term's temperature over the first steps: ``initial`` at step 0, then geometrically
-    to ``final`` at step ``steps`` and after.
-
-    ``tau(t) = initial * (final / initial) ** (min(t, steps) / steps)``
-    """
-
-    initial: float
-    final: float
-    steps: int
-
-    def at(self, step: Array) -> Array:
-        """The temperature float32 [] at the 0-based ``step`` (a traced int is fine)."""
-        fraction = jnp.minimum(jnp.asarray(step, jnp.float32) / self.steps, 1.0)
-        return self.initial * (self.final / self.initial) ** fraction
-
-
 class Term(NamedTuple):
     """One weighted term: ``fn(projections, <target>, temperature=..., **kwargs)``.
 
-    ``temperature`` is the term's (None: its loss takes none), ``warmup`` its schedule over
-    the first steps (None: ``temperature`` throughout), ``mixing`` the batch stage that makes
-    its soft targets (or None).
+    ``temperature`` is the term's (None: its loss takes none), ``warmup_temperature`` its
+    temperature at step 0, annealed to ``temperature`` over ``temperature_warmup_steps``
+    (None: ``temperature`` throughout), ``mixing`` the batch stage that makes its soft
+    targets (or None).
     """
 
     name: str
@@ -227,18 +213,24 @@ class Term(NamedTuple):
     kwargs: Mapping[str, object]  # the loss's other hyperparameters
     temperature: float | None = None
     mixing: Mixing | None = None
-    warmup: TemperatureWarmup | None = None
-    base_temperature: float | None = None  # the term is scaled by tau / base_temperature
+    warmup_temperature: float | None = None
+    temperature_warmup_steps: int = 0
+    base_temperature: float | None = None  # the term is scaled by temperature / base_temperature
     views_summed: bool = False  # the term is V x its mean (config.loss.view_reduction="sum")
     first_view: bool = False  # the term on the first views' rows (view_reduction="first")
 
     def temperature_at(self, step: Array | None) -> Array | float | None:
-        """The temperature at the 0-based ``step`` (needed with a warm-up)."""
-        if self.warmup is None:
+        """The temperature at the 0-based ``step`` (needed with a warm-up; a traced int is
+        fine): with a warm-up, float32 []
+        ``warmup_temperature * (temperature / warmup_temperature) ** (min(step, S) / S)``,
+        S the ``temperature_warmup_steps``."""
+        if self.warmup_temperature is None or self.temperature is None:
             return self.temperature
         if step is None:
             raise ValueError(f"term {self.name!r} has a temperature warm-up: pass `step`")
-        return self.warmup.at(step)
+        fraction = jnp.minimum(jnp.asarray(step, jnp.float32) / self.temperature_warmup_steps,
+                               1.0)
+        return self.warmup_temperature * (self.temperature / self.warmup_temperature) ** fraction
 
 
 class Targets(NamedTuple):
@@ -296,7 +288,7 @@ def parse_terms(loss: Any) -> list[Term]:
     overrides = _keyed_by_term("targets", spec.targets, names)
     mixing = _mixing(spec.mixing)
     _check_mixed_terms(mixing, names, kwargs, overrides)
-    initial = _warmup_start(spec)
+    warmup_temperature = _warmup_start(spec)
     terms = []
     for name, weight in zip(names, weights, strict=True):
         own = dict(kwargs.get(name, {}))
@@ -305,18 +297,17 @@ def parse_terms(loss: Any) -> list[Term]:
             raise ConfigError(
                 f"config.loss.base_temperature scales a term by its temperature, but {name!r} "
                 "takes none")
-        warmup = None if initial is None or temperature is None else TemperatureWarmup(
-            float(initial), temperature, spec.temperature_warmup_steps)
         terms.append(Term(
             name, float(weight), _target(name, overrides, mixing), losses.get(name), own,
-            temperature, mixing, warmup,
+            temperature, mixing, None if temperature is None else warmup_temperature,
+            spec.temperature_warmup_steps,
             None if spec.base_temperature is None else float(spec.base_temperature),
             spec.view_reduction == "sum", spec.view_reduction == "first"))
         if terms[-1].first_view and terms[-1].target in PAIRINGS:
             raise ConfigError(
                 f"config.loss.view_reduction='first' keeps the first views alone, but the "
                 f"two-tower loss {name!r} pairs the two views of each example")
-    if initial is not None and not any(t.warmup for t in terms):
+    if warmup_temperature is not None and not any(t.warmup_temperature for t in terms):
         raise ConfigError(
             f"config.loss.warmup_temperature is set, but no term of {names} takes a temperature")
     return terms
@@ -348,15 +339,15 @@ def _keyed_by_term(field: str, value: Mapping[str, Any] | None,
     return keyed
 
 
-def _temperature(name: str, kwargs: dict[str, Any], given: float | None) -> float | None:
+def _temperature(name: str, kwargs: dict[str, Any], temperature: float | None) -> float | None:
     """The temperature of the term ``name``, taken out of its ``kwargs``: the kwargs' own, else
-    ``given`` (``config.loss.temperature``), else the loss's own default, defined in one place
-    (its function's signature); None for a loss that takes none."""
+    ``temperature`` (``config.loss.temperature``), else the loss's own default, defined in one
+    place (its function's signature); None for a loss that takes none."""
     parameter = inspect.signature(losses.get(name)).parameters.get("temperature")
     if parameter is None:
         return None
-    value = kwargs.pop("temperature", given)
-    return float(parameter.default if value is None else value)
+    temperature = kwargs.pop("temperature", temperature)
+    return float(parameter.default if temperature is None else temperature)
 
 
 def _target(name: str, overrides: dict[str, str], mixing: Mixing | None) -> str | None:
@@ -404,7 +395,7 @@ def _warmup_start(spec: LossSpec) -> float | None:
             "config.loss.temperature_warmup_steps is 0: no temperature warm-up, "
             "config.loss.warmup_temperature=%s is not used", spec.warmup_temperature)
         return None
-    return spec.warmup_temperature
+    return None if spec.warmup_temperature is None else float(spec.warmup_temperature)
 
 
 def _mixing(raw: Any) -> Mixing | None:
@@ -457,7 +448,7 @@ def evaluate(
 ) -> tuple[Array, dict[str, Array]]:
     """Weighted sum of the terms on ``projections`` [n, d]; returns (total, {name: value}).
 
-    A term with ``base_temperature`` is its loss times ``tau / base_temperature`` (the value
+    A term with ``base_temperature`` is its loss times ``temperature / base_temperature`` (the value
     logged is the scaled one, as in the SupCon authors' code). A term with ``views_summed``
     (``config.loss.view_reduction="sum"``) is its loss times ``num_views`` (V, the views of
     an example): each view's mean over its anchors, summed over views, as SimCLR v1's
@@ -480,8 +471,8 @@ def evaluate(
             targets = Targets(targets.instance[::num_views], targets.label[::num_views],
                               _first(targets.metadata, num_views),
                               _first(targets.soft_label, num_views))
-        tau = term.temperature_at(step)
-        kwargs = {**term.kwargs, **({} if tau is None else {"temperature": tau})}
+        temperature = term.temperature_at(step)
+        kwargs = {**term.kwargs, **({} if temperature is None else {"temperature": temperature})}
         if term.target in PAIRINGS:
             value = _paired(term, projections, valid, axis_name, kwargs)
         elif term.target is None:
@@ -495,8 +486,8 @@ def evaluate(
                                       "(config.loss.mixing is off)"}.get(term.target, term.target)
                 raise ConfigError(f"config.loss.name: loss {term.name!r} needs {what}")
             value = term.fn(projections, second, axis_name=axis_name, valid=valid, **kwargs)
-        if term.base_temperature is not None and tau is not None:  # parse: tau is set
-            value = value * (tau / term.base_temperature)
+        if term.base_temperature is not None and temperature is not None:  # parse: it is set
+            value = value * (temperature / term.base_temperature)
         if term.views_summed:
             if num_views is None:
                 raise ValueError(f"term {term.name!r} sums its per-view means: pass `num_views`")

@@ -387,8 +387,8 @@ def _objective(terms: tuple[objective.Term, ...], projections: Array,
                                        step=step, num_views=num_views)
     logged = {f"loss/{k}": val for k, val in values.items()}
     for term in terms:
-        if term.warmup is not None:
-            logged[f"temperature/{term.name}"] = term.warmup.at(step)
+        if term.warmup_temperature is not None:
+            logged[f"temperature/{term.name}"] = jnp.asarray(term.temperature_at(step))
     unit = projections.astype(jnp.float32)
     logged["alignment"] = jax.lax.pmean(
         metrics.alignment_from_labels(unit, targets.instance), DATA_AXIS

@@ -154,10 +154,12 @@ def test_temperature_warmup_anneals_geometrically_to_each_terms_own_temperature(
     config = _loss_config(name="sincere+nt_xent", warmup_temperature=1.0,
                           temperature_warmup_steps=100, kwargs={"nt_xent": {"temperature": 0.5}})
     sincere, nt_xent = objective.parse_terms(config)
-    assert sincere.warmup == objective.TemperatureWarmup(1.0, _default_temperature("sincere"), 100)
-    assert nt_xent.warmup == objective.TemperatureWarmup(1.0, 0.5, 100)
+    assert (sincere.warmup_temperature, sincere.temperature, sincere.temperature_warmup_steps) == (
+        1.0, _default_temperature("sincere"), 100)
+    assert (nt_xent.warmup_temperature, nt_xent.temperature, nt_xent.temperature_warmup_steps) == (
+        1.0, 0.5, 100)
     np.testing.assert_allclose(
-        [sincere.warmup.at(s) for s in (0, 50, 100, 1000)],
+        [sincere.temperature_at(s) for s in (0, 50, 100, 1000)],
         [1.0, 0.1 ** 0.5, 0.1, 0.1], rtol=1e-6)
 
 
@@ -193,7 +195,7 @@ def test_zero_warmup_steps_turn_the_warmup_off_with_a_warning(caplog):
     with caplog.at_level("WARNING"):
         (term,) = objective.parse_terms(
             _loss_config(name="sincere", warmup_temperature=1.0, temperature_warmup_steps=0))
-    assert term.warmup is None
+    assert term.warmup_temperature is None
     assert "no temperature warm-up" in caplog.text
 
 

@@ -60,8 +60,8 @@ def test_base_temperature_follows_a_temperature_warmup():
     for step in (0, 5, 10):
         scaled, _ = objective.evaluate(terms, z, targets, axis_name=None, step=jnp.int32(step))
         plain, _ = objective.evaluate(unscaled, z, targets, axis_name=None, step=jnp.int32(step))
-        tau = float(terms[0].warmup.at(step))
-        assert float(scaled) == pytest.approx(tau * float(plain), rel=1e-5)
+        temperature = float(terms[0].temperature_at(step))
+        assert float(scaled) == pytest.approx(temperature * float(plain), rel=1e-5)
 
 
 @pytest.mark.parametrize("fields, match", [

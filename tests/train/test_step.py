@@ -67,6 +67,13 @@ def test_eight_device_step_equals_one_device_step_with_global_bn():
     _assert_same_update(initial.batch_stats, eight.batch_stats, one.batch_stats)
 
 
+def test_a_temperature_warmup_logs_each_terms_temperature_at_the_step():
+    config, batch = _sgd_config_and_batch(**{"loss.warmup_temperature": 1.0,
+                                             "loss.temperature_warmup_steps": 10})
+    _, _, logged = _one_step(config, 1, batch)
+    assert float(logged["temperature/sincere"]) == 1.0  # step 0: the warm-up's start
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
