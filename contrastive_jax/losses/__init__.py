@@ -20,7 +20,9 @@ or class labels (``label_cross_entropy``, ``label_soft_target_infonce``) instead
 Besides the registered losses, the package exports the pieces other parts of the library
 build on: :func:`smooth_labels` (the targets of the train step's MixUp/CutMix stage) and the
 batch metrics :func:`alignment`, :func:`alignment_from_labels` and :func:`uniformity` (also
-in :mod:`contrastive_jax.metrics`).
+in :mod:`contrastive_jax.metrics`). Its one public module, :mod:`.blockwise`, is the memory-lean
+streamed path and its block-size policy (:data:`.blockwise.BLOCKWISE_THRESHOLD`,
+:data:`.blockwise.BLOCK_RULES`, :func:`.blockwise.choose_block`); the other modules are private.
 
 This package needs only the core install (jax, numpy and scipy; the losses
 themselves import only jax and numpy).
