@@ -1,4 +1,4 @@
-"""Input pipeline: data sources, SimCLR-style augmentation, soft targets. No TensorFlow.
+"""Input pipeline: data sources, SimCLR-style augmentation, batches. No TensorFlow.
 
 Quick use::
 
@@ -21,16 +21,16 @@ row; :mod:`.tfrecord` indexes a TFRecord file and reads its frames),
 presets), :mod:`.host_pipeline` (pretraining batches: grain on the host,
 :mod:`.host_views` for the geometry, :mod:`.device_augment` for the appearance on the
 accelerator), :mod:`.eval_iterator` (evaluation batches of a split), :mod:`.batching`
-(processes' shares, global arrays), :mod:`.vectors` (sources of feature vectors) and
-:mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
+(processes' shares, global arrays) and :mod:`.vectors` (sources of feature vectors).
 
 :mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an optional one-off conversion
 of an image folder or a TFRecord dataset to ArrayRecord) is the one module that needs
 TensorFlow (the ``prepare`` extra).
 
 Importing this package imports no module of it: each name above loads its module on
-first use, so the training step's :mod:`.mixing` (JAX alone) imports where the pipeline's
-libraries (ml_collections, grain, ...) are not installed, as on JAX's accelerator images.
+first use. The training step's label smoothing / MixUp / CutMix, which must import where the
+pipeline's libraries (ml_collections, grain, ...) are not installed, as on JAX's accelerator
+images, is :mod:`contrastive_jax.train.mixing`.
 """
 
 import importlib
@@ -51,9 +51,6 @@ _EXPORTS = {
     **dict.fromkeys(("make_global_batch",), "batching"),
     **dict.fromkeys(("KNOWN_DATASETS", "DataSpec", "data_spec", "default_data_config"), "config"),
     **dict.fromkeys(("EvalIterator", "make_eval_iterator"), "eval_iterator"),
-    **dict.fromkeys(
-        ("MixSample", "apply_mix", "mix_batch", "sample_mix", "smooth_labels"), "mixing"
-    ),
     **dict.fromkeys(("CorruptRecordError", "RecordSet"), "records"),
     **dict.fromkeys(("HostPretrainIterator", "make_pretrain_iterator"), "host_pipeline"),
     **dict.fromkeys(
@@ -63,7 +60,7 @@ _EXPORTS = {
 }
 #: What a module needs beyond JAX and NumPy (every other module: :data:`_PIPELINE`).
 _NEEDS = {
-    "base": (), "mixing": (), "config": (), "augment_config": (), "batching": (),
+    "base": (), "config": (), "augment_config": (), "batching": (),
     "device_augment": (), "label_subset": (), "host_views": ("PIL",),
     "tfrecord": ("google_crc32c", "etils"),
     "prepare": ("tensorflow", "tensorflow_datasets"),
@@ -101,11 +98,9 @@ __all__ = [
     "EvalIterator",
     "HostPretrainIterator",
     "KNOWN_DATASETS",
-    "MixSample",
     "RecordSet",
     "Source",
     "Split",
-    "apply_mix",
     "array_source",
     "augmentation_preset",
     "class_balanced_subset",
@@ -115,12 +110,9 @@ __all__ = [
     "make_eval_iterator",
     "make_global_batch",
     "make_pretrain_iterator",
-    "mix_batch",
     "register_source",
     "registered_source",
-    "sample_mix",
     "simclr_jitter",
-    "smooth_labels",
     "symmetric_label_noise",
     "unregister_source",
 ]
