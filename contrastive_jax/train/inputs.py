@@ -23,8 +23,7 @@ import jax
 import numpy as np
 
 from contrastive_jax import data as data_lib
-from contrastive_jax.data import batching
-from contrastive_jax.data._resolve import resolve_image_size
+from contrastive_jax.data import batching, resolve_image_size
 from contrastive_jax.data.config import DataSpec, check_source_kwargs
 from contrastive_jax.parallel import batch_sharding
 from contrastive_jax.train.build import DataFacts
