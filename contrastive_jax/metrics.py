@@ -25,8 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import spatial, special
 
-from contrastive_jax.losses import _core
-from contrastive_jax.losses._align_uniform import alignment, alignment_from_labels, uniformity
+from contrastive_jax.losses import _core, alignment, alignment_from_labels, uniformity
 
 Array = jax.Array
 

@@ -106,14 +106,14 @@ MUTATIONS = (
         LOSS_TESTS,
     ),
     Mutation(
-        "stream_padding_row_live", "contrastive_jax/losses/_blockwise.py",
+        "stream_padding_row_live", "contrastive_jax/losses/blockwise.py",
         "    live = jnp.arange(num_blocks * block) < n\n",
         "    live = jnp.arange(num_blocks * block) <= n\n",
         "streamed loss counts the first zero-padding row of the last block",
         LOSS_TESTS,
     ),
     Mutation(
-        "stream_lse_block_rescale", "contrastive_jax/losses/_blockwise.py",
+        "stream_lse_block_rescale", "contrastive_jax/losses/blockwise.py",
         "    per_block = jnp.exp(shifts - shift) / total",
         "    per_block = 1.0 / total",
         "streamed log-sum-exp: row gradients of earlier blocks not rescaled to the final max",

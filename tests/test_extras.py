@@ -63,7 +63,7 @@ TRAIN_PARTS = [
     "contrastive_jax.train",
     "contrastive_jax.train.optim",
     "contrastive_jax.models",
-    "contrastive_jax.data:load_source",  # the package loads its modules on first use
+    "contrastive_jax.data",
     "contrastive_jax.eval",
     "contrastive_jax.pretrain",
     "contrastive_jax.quickstart",

@@ -110,7 +110,7 @@ def _exists(path: str, depth: int = 0) -> bool:
             continue
         rest = parts[i:]
         found = _names(module).get(rest[0], KeyError)
-        if found is KeyError:  # a name a package loads on first use (contrastive_jax.data)
+        if found is KeyError:  # not defined at the top level: look for it on the imported module
             return _imports(path)
         if isinstance(found, str):  # imported: follow it to where it is defined
             return depth < 8 and _exists(".".join([found, *rest[1:]]), depth + 1)

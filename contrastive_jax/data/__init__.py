@@ -1,4 +1,4 @@
-"""Input pipeline: data sources, SimCLR-style augmentation, soft targets. No TensorFlow.
+"""Input pipeline: data sources, SimCLR-style augmentation, batches. No TensorFlow.
 
 Quick use::
 
@@ -21,75 +21,58 @@ row; :mod:`.tfrecord` indexes a TFRecord file and reads its frames),
 presets), :mod:`.host_pipeline` (pretraining batches: grain on the host,
 :mod:`.host_views` for the geometry, :mod:`.device_augment` for the appearance on the
 accelerator), :mod:`.eval_iterator` (evaluation batches of a split), :mod:`.batching`
-(processes' shares, global arrays), :mod:`.vectors` (sources of feature vectors) and
-:mod:`.mixing` (JAX label smoothing / MixUp / CutMix).
+(processes' shares, global arrays) and :mod:`.vectors` (sources of feature vectors).
 
 :mod:`.prepare` (``python -m contrastive_jax.data.prepare``: an optional one-off conversion
 of an image folder or a TFRecord dataset to ArrayRecord) is the one module that needs
 TensorFlow (the ``prepare`` extra).
 
-Importing this package imports no module of it: each name above loads its module on
-first use, so the training step's :mod:`.mixing` (JAX alone) imports where the pipeline's
-libraries (ml_collections, grain, ...) are not installed, as on JAX's accelerator images.
+Importing this package imports the pipeline, which needs the ``train`` extra (ml_collections,
+grain, Pillow, scikit-learn, ...); a missing library is named with the extra that installs it.
+The training step's label smoothing / MixUp / CutMix, which must import where those libraries
+are not installed (JAX's accelerator images), is :mod:`contrastive_jax.train.mixing`.
 """
 
-import importlib
-import importlib.util
-
 from contrastive_jax._extras import require
+
+require(
+    "contrastive_jax.data",
+    ("grain", "PIL", "ml_collections", "sklearn", "scipy", "etils", "google_crc32c"),
+)
+
+from contrastive_jax.data._resolve import resolve_image_size
+from contrastive_jax.data.arrays import (
+    array_source,
+    register_source,
+    registered_source,
+    unregister_source,
+)
+from contrastive_jax.data.augment_config import (
+    PRESET_NAMES,
+    AugmentConfig,
+    augmentation_preset,
+    simclr_jitter,
+)
+from contrastive_jax.data.base import Source, Split, symmetric_label_noise
+from contrastive_jax.data.batching import make_global_batch
+from contrastive_jax.data.config import (
+    KNOWN_DATASETS,
+    DataSpec,
+    data_spec,
+    default_data_config,
+)
+from contrastive_jax.data.eval_iterator import EvalIterator, make_eval_iterator
+from contrastive_jax.data.host_pipeline import (
+    HostPretrainIterator,
+    make_pretrain_iterator,
+)
+from contrastive_jax.data.records import CorruptRecordError, RecordSet
+from contrastive_jax.data.sources import (
+    DatasetNotPreparedError,
+    class_balanced_subset,
+    load_source,
+)
 from contrastive_jax.errors import CorruptImageError
-
-#: Public name -> the module of this package that defines it.
-_EXPORTS = {
-    **dict.fromkeys(
-        ("array_source", "register_source", "registered_source", "unregister_source"), "arrays"
-    ),
-    **dict.fromkeys(
-        ("PRESET_NAMES", "AugmentConfig", "augmentation_preset", "simclr_jitter"), "augment_config"
-    ),
-    **dict.fromkeys(("Source", "Split", "symmetric_label_noise"), "base"),
-    **dict.fromkeys(("make_global_batch",), "batching"),
-    **dict.fromkeys(("KNOWN_DATASETS", "DataSpec", "data_spec", "default_data_config"), "config"),
-    **dict.fromkeys(("EvalIterator", "make_eval_iterator"), "eval_iterator"),
-    **dict.fromkeys(
-        ("MixSample", "apply_mix", "mix_batch", "sample_mix", "smooth_labels"), "mixing"
-    ),
-    **dict.fromkeys(("CorruptRecordError", "RecordSet"), "records"),
-    **dict.fromkeys(("HostPretrainIterator", "make_pretrain_iterator"), "host_pipeline"),
-    **dict.fromkeys(
-        ("DatasetNotPreparedError", "class_balanced_subset", "load_source"),
-        "sources",
-    ),
-}
-#: What a module needs beyond JAX and NumPy (every other module: :data:`_PIPELINE`).
-_NEEDS = {
-    "base": (), "mixing": (), "config": (), "augment_config": (), "batching": (),
-    "device_augment": (), "label_subset": (), "host_views": ("PIL",),
-    "tfrecord": ("google_crc32c", "etils"),
-    "prepare": ("tensorflow", "tensorflow_datasets"),
-}
-#: What the modules that read datasets need.
-_PIPELINE = ("grain", "PIL", "ml_collections", "sklearn", "scipy", "etils")
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        if importlib.util.find_spec(f"{__name__}.{name}") is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        # A submodule (``data.digits``), loaded on first use like the names.
-        require(f"contrastive_jax.data.{name}", _NEEDS.get(name, _PIPELINE),
-                extra="prepare" if name == "prepare" else "train")
-        return importlib.import_module(f"{__name__}.{name}")
-    require("contrastive_jax.data", _NEEDS.get(module, _PIPELINE))
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
-
 
 __all__ = [
     "PRESET_NAMES",
@@ -101,11 +84,9 @@ __all__ = [
     "EvalIterator",
     "HostPretrainIterator",
     "KNOWN_DATASETS",
-    "MixSample",
     "RecordSet",
     "Source",
     "Split",
-    "apply_mix",
     "array_source",
     "augmentation_preset",
     "class_balanced_subset",
@@ -115,12 +96,10 @@ __all__ = [
     "make_eval_iterator",
     "make_global_batch",
     "make_pretrain_iterator",
-    "mix_batch",
     "register_source",
     "registered_source",
-    "sample_mix",
+    "resolve_image_size",
     "simclr_jitter",
-    "smooth_labels",
     "symmetric_label_noise",
     "unregister_source",
 ]

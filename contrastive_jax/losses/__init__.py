@@ -17,6 +17,13 @@ of each tower is one pair);
 ``"logits"``) take ``logits [B, K]`` and soft ``targets [B, K]`` (the soft-target losses)
 or class labels (``label_cross_entropy``, ``label_soft_target_infonce``) instead.
 
+Besides the registered losses, the package exports the pieces other parts of the library
+build on: :func:`smooth_labels` (the targets of the train step's MixUp/CutMix stage) and the
+batch metrics :func:`alignment`, :func:`alignment_from_labels` and :func:`uniformity` (also
+in :mod:`contrastive_jax.metrics`). Its one public module, :mod:`.blockwise`, is the memory-lean
+streamed path and its block-size policy (:data:`.blockwise.BLOCKWISE_THRESHOLD`,
+:data:`.blockwise.BLOCK_RULES`, :func:`.blockwise.choose_block`); the other modules are private.
+
 This package needs only the core install (jax, numpy and scipy; the losses
 themselves import only jax and numpy).
 """
@@ -25,7 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from contrastive_jax.losses._align_uniform import align_uniform
+from contrastive_jax.losses._align_uniform import (
+    align_uniform,
+    alignment,
+    alignment_from_labels,
+    uniformity,
+)
 from contrastive_jax.losses._kernel import (
     conditional_alignment,
     conditional_uniformity,
@@ -38,6 +50,7 @@ from contrastive_jax.losses._projnce import med_nce, med_supcon, projnce, soft_n
 from contrastive_jax.losses._soft_target import (
     label_cross_entropy,
     label_soft_target_infonce,
+    smooth_labels,
     soft_target_cross_entropy,
     soft_target_infonce,
 )
@@ -158,10 +171,14 @@ def embedding_losses() -> list[str]:
 __all__ = [
     "FIRST_ARGUMENTS",
     "SECOND_ARGUMENTS",
+    "alignment",
+    "alignment_from_labels",
     "embedding_losses",
     "first_argument",
     "get",
     "names",
     "second_argument",
+    "smooth_labels",
+    "uniformity",
     *sorted(_REGISTRY),
 ]

@@ -20,8 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core, _docs
+from contrastive_jax.losses import _core, _docs, blockwise
 
 Array = jax.Array
 

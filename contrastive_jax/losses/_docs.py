@@ -17,7 +17,7 @@ import textwrap
 from collections.abc import Callable
 from typing import TypeVar, overload
 
-from contrastive_jax.losses import _blockwise
+from contrastive_jax.losses import blockwise
 
 F = TypeVar("F", bound=Callable)
 
@@ -41,7 +41,7 @@ ARGS = {
         "block_size: stream over blocks of this many anchor rows, holding a [block, global "
         "rows] slab of logits at a time instead of the whole matrix, the gradient fused into "
         "the forward pass (see ``blockwise``); None chooses the dense form up to "
-        f"{_blockwise.BLOCKWISE_THRESHOLD} global rows and streams above."
+        f"{blockwise.BLOCKWISE_THRESHOLD} global rows and streams above."
     ),
     "precision": (
         "precision: arithmetic of the similarity products (the forward one and, under "

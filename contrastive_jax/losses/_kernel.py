@@ -35,8 +35,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core, _docs
+from contrastive_jax.losses import _core, _docs, blockwise
 from contrastive_jax.losses import _kernel_streamed as streamed
 from contrastive_jax.losses._metadata_kernel import (
     check_metadata,

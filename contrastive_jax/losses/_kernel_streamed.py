@@ -13,8 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, blockwise
 from contrastive_jax.losses._metadata_kernel import (
     check_metadata,
     conditional_uniformity_weights,

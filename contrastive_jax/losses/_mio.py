@@ -17,8 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core, _docs
+from contrastive_jax.losses import _core, _docs, blockwise
 
 Array = jax.Array
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core, _docs, _precision
+from contrastive_jax.losses import _core, _docs, _precision, blockwise
 
 Array = jax.Array
 

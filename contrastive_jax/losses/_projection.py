@@ -19,8 +19,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, blockwise
 
 Array = jax.Array
 

@@ -44,8 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core, _docs
+from contrastive_jax.losses import _core, _docs, blockwise
 from contrastive_jax.losses import _projection as projection
 from contrastive_jax.losses import _projnce_streamed as streamed
 from contrastive_jax.losses._nce import supcon_per_anchor

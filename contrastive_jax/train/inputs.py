@@ -23,8 +23,7 @@ import jax
 import numpy as np
 
 from contrastive_jax import data as data_lib
-from contrastive_jax.data import batching
-from contrastive_jax.data._resolve import resolve_image_size
+from contrastive_jax.data import batching, resolve_image_size
 from contrastive_jax.data.config import DataSpec, check_source_kwargs
 from contrastive_jax.parallel import batch_sharding
 from contrastive_jax.train.build import DataFacts
@@ -90,10 +89,11 @@ def load_input(data: DataSpec, *, seed: int) -> Input:
 
     shape = tuple(source.image_shape)
     vectors = len(shape) == 1  # feature vectors [F] have no side
+    width = shape[0] if vectors else None
     return Input(source.name, source.split("train").num_examples, source.num_classes, batches,
                  source, image_size=None if vectors else resolve_image_size(data, source),
                  metadata_width=len(source.metadata_names) or None,
-                 vector_width=int(shape[0]) if vectors else None)
+                 vector_width=None if width is None else int(width))
 
 
 def synthetic_input(data: DataSpec, *, seed: int) -> Input:

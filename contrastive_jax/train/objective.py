@@ -74,7 +74,7 @@ partner at every step), so the towers share no pairing to learn.
 
 ``config.loss.mixing`` (off while its ``num_classes`` is None, or set to None) turns on the soft targets of
 Hugger & Uhlmann (2024, arXiv:2404.14076, Sec. 4.1, Eq. 2): label smoothing with MixUp or
-CutMix in timm's batch mode (:mod:`contrastive_jax.data.mixing`). The training step then
+CutMix in timm's batch mode (:mod:`contrastive_jax.train.mixing`). The training step then
 mixes the flat rows of each device's batch before the network and feeds the label terms
 the mixed, smoothed targets float [n, K] (``Targets.soft_label``) in place of the class
 labels. Fields (:class:`Mixing`; their defaults are the paper's values)::
@@ -108,7 +108,7 @@ logger = logging.getLogger(__name__)
 Array = jax.Array
 
 class Mixing(NamedTuple):
-    """The soft-target stage of ``config.loss.mixing`` (:func:`contrastive_jax.data.mixing.mix_batch`).
+    """The soft-target stage of ``config.loss.mixing`` (:func:`contrastive_jax.train.mixing.mix_batch`).
 
     Defaults are the paper's recipe (Hugger & Uhlmann 2024, Sec. 4.1; timm's batch mode).
     """

@@ -15,7 +15,7 @@ With a mixing stage (``config.loss.mixing``, :func:`objective.batch_mixing` of t
 step's ``terms``), each device mixes its flat rows [b V, H, W, C] (the V views of an
 example on consecutive rows; a row's partner is the row at the mirrored
 position of the device's rows) with
-:func:`contrastive_jax.data.mixing.mix_batch` before the network, keyed by
+:func:`contrastive_jax.train.mixing.mix_batch` before the network, keyed by
 ``fold_in(fold_in(fold_in(state.rng, state.step), MIXING_STREAM), device index)``
 (deterministic per step, so resume stays exact), and the terms get the mixed,
 smoothed targets as ``Targets.soft_label``. The online probe, if any, still
@@ -46,11 +46,11 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import metrics, models
-from contrastive_jax.data import mixing as mixing_lib
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.models import ModelSpec
 from contrastive_jax.parallel import DATA_AXIS
 from contrastive_jax.train import grad_cache, objective, optim
+from contrastive_jax.train import mixing as mixing_lib
 from contrastive_jax.train.transfer import TransferSpec, frozen_labels, keep_frozen
 
 Array = jax.Array

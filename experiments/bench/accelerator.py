@@ -28,10 +28,10 @@ Parts (``--parts``, all by default), each printed as a table as it runs:
   row blocks each summed over its columns: the same FLOPs, ``kind = "blocked"``): ratios
   to the default product, to the float32 ``HIGHEST`` product, and ``floor_multiple``, the
   time over three products at the loss's own precision (value + gradient need three
-  [N, N, D] products, ``losses/_blockwise.py``). XLA's compile-time memory estimate
+  [N, N, D] products, ``losses/blockwise.py``). XLA's compile-time memory estimate
   (``xla_estimate_bytes``, buffer assignment: an estimate, not a measurement) and the
   process's device peak so far. With several block sizes, the fastest per N and the
-  block rule they suggest for ``losses/_blockwise.py`` ``BLOCK_RULES`` (a ``block_rule``
+  block rule they suggest for ``losses/blockwise.py`` ``BLOCK_RULES`` (a ``block_rule``
   row, printed as the Python line to paste).
 * ``largest``: the largest SupCon batch (float32, D = 128) whose value and gradient were
   *executed*, doubling N, each N in a fresh process, for ours and for the reference
@@ -433,7 +433,7 @@ def part_losses(sizes: dict, args, deadline: float, rows: Rows) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from contrastive_jax.losses import _blockwise
+    from contrastive_jax.losses import blockwise
 
     _, plan = _device_memory()
     emit("\n# losses: value + gradient, D = 128; ratios = time / time(z @ z.T); floor = "
@@ -455,7 +455,7 @@ def part_losses(sizes: dict, args, deadline: float, rows: Rows) -> list[dict]:
                         record = {"case": "loss", "loss": name, "n": n, "dtype": dtype_name,
                                   "precision": precision,
                                   "block_size": "auto" if block_size is None else block_size,
-                                  "block_rows": _blockwise.choose_block(block_size, n)}
+                                  "block_rows": blockwise.choose_block(block_size, n)}
                         try:
                             if time.monotonic() > deadline:
                                 raise TimeoutError("skipped (budget)")
@@ -494,7 +494,7 @@ def part_losses(sizes: dict, args, deadline: float, rows: Rows) -> list[dict]:
 
 def block_rule(records: list[dict], rows: Rows) -> dict | None:
     """The fastest block per (loss, dtype, precision, N) of the sweep, and the rule they
-    suggest for ``_blockwise.BLOCK_RULES`` (from the float32-precision bests of the first
+    suggest for ``blockwise.BLOCK_RULES`` (from the float32-precision bests of the first
     loss): ``elements`` the median of best rows x N, ``min_rows``/``max_rows`` the least and
     most best rows. Printed as the Python line to paste, with its provenance."""
     import jax
@@ -524,7 +524,7 @@ def block_rule(records: list[dict], rows: Rows) -> dict | None:
                   f"{datetime.date.today().isoformat()}, experiments/bench/accelerator.py "
                   f"--block-sizes, {records[0]['loss']} float32 value + gradient, fastest "
                   f"rows by N {points}")
-    emit(f'\n# paste into contrastive_jax/losses/_blockwise.py BLOCK_RULES:\n    '
+    emit(f'\n# paste into contrastive_jax/losses/blockwise.py BLOCK_RULES:\n    '
          f'"{device.platform}": BlockRule({rule["elements"]}, {rule["min_rows"]}, '
          f'{rule["max_rows"]}, "{provenance}"),')
     return rows("block_rule", {"platform": device.platform, "best_rows_by_n": points,

@@ -129,7 +129,7 @@ def case_fn(case: str, n: int) -> tuple[Callable, tuple]:
     import jax
 
     from contrastive_jax import losses
-    from contrastive_jax.losses import _blockwise as blockwise
+    from contrastive_jax.losses import blockwise
 
     if case == "matmul":
         z, _ = _inputs("supcon", n)

@@ -97,7 +97,7 @@ def case_fn(case: str, n: int, d: int = D):
     import jax.numpy as jnp
 
     from contrastive_jax import losses
-    from contrastive_jax.losses import _blockwise as blockwise
+    from contrastive_jax.losses import blockwise
 
     loss, variant = case.split(":")
     a, b = _inputs(n, d)
@@ -173,12 +173,12 @@ class _threshold:
         self.n = n
 
     def __enter__(self):
-        from contrastive_jax.losses import _blockwise as blockwise
+        from contrastive_jax.losses import blockwise
 
         self.old, blockwise.BLOCKWISE_THRESHOLD = blockwise.BLOCKWISE_THRESHOLD, self.n
 
     def __exit__(self, *exc):
-        from contrastive_jax.losses import _blockwise as blockwise
+        from contrastive_jax.losses import blockwise
 
         blockwise.BLOCKWISE_THRESHOLD = self.old
 

@@ -252,7 +252,7 @@ def test_smoke_losses_have_times_ratios_and_a_block_rule(smoke):
     assert "| 64 | bfloat16 | soft_target_infonce | float32 |" in stdout
     (rule,) = _rows(out, "block_rule")
     assert rule["platform"] == "cpu" and "measured: cpu" in rule["provenance"]
-    assert "paste into contrastive_jax/losses/_blockwise.py BLOCK_RULES" in stdout
+    assert "paste into contrastive_jax/losses/blockwise.py BLOCK_RULES" in stdout
 
 
 def test_smoke_largest_batch_is_executed_in_fresh_processes(smoke):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from contrastive_jax import losses, metrics
-from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import blockwise
 from tests.losses.multidevice import assert_multidevice_matches, run_style
 
 N = 32

@@ -1,4 +1,4 @@
-"""The automatic block size: a rule per platform (``_blockwise.BLOCK_RULES``), each with its
+"""The automatic block size: a rule per platform (``blockwise.BLOCK_RULES``), each with its
 provenance; the CPU's is the rule the losses always had."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import pytest
 
-from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import blockwise
 
 
 def test_cpu_rule_is_unchanged():

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from contrastive_jax import losses
-from contrastive_jax.losses import _blockwise as blockwise
-from contrastive_jax.losses import _core
+from contrastive_jax.losses import _core, blockwise
 from contrastive_jax.losses import _projection as proj
 from contrastive_jax.losses import _projnce_streamed as streamed
 from tests.losses import references

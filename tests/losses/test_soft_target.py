@@ -3,7 +3,7 @@ arXiv:2404.14076, Eqs. 3, 5 and 12) against float64 references, precomputed gold
 values, the paper's Figure 2 code and optax.
 
 Label smoothing, MixUp and the toy experiments are properties of other components
-(``tests/data/test_mixing.py``, ``tests/experiments``), not of these two losses.
+(``tests/train/test_mixing.py``, ``tests/experiments``), not of these two losses.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from contrastive_jax import losses
-from contrastive_jax.losses import _blockwise as blockwise
+from contrastive_jax.losses import blockwise
 from tests.pairwise import all_pairs
 
 TAU, BIAS = 0.3, -2.0

@@ -1,7 +1,7 @@
 """The MixUp/CutMix stage of the train step (``config.loss.mixing``), under 8 simulated devices.
 
 * off (``mixing.num_classes`` None, ``mixing`` None or empty): the same compiled step, bit for bit;
-* on: each device's rows are mixed by ``contrastive_jax.data.mixing.mix_batch`` with the key
+* on: each device's rows are mixed by ``contrastive_jax.train.mixing.mix_batch`` with the key
   ``fold_in(fold_in(fold_in(rng, step), MIXING_STREAM), device)`` and the label terms see the
   soft targets it returns (checked against a host-side reference of loss and update);
 * deterministic per step, and a run resumed from a checkpoint ends bit-identical to an
@@ -25,10 +25,9 @@ import pytest
 from flax import nnx
 
 from contrastive_jax import data, losses
-from contrastive_jax.data import mixing
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.parallel import make_mesh, replicated
-from contrastive_jax.train import loop, objective
+from contrastive_jax.train import loop, mixing, objective
 from contrastive_jax.train.config import default_config
 from contrastive_jax.train.spec import parse
 from contrastive_jax.train.step import MIXING_STREAM, init_state, make_train_step

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from contrastive_jax.data import mixing
+from contrastive_jax.train import mixing
 
 K = 5
 

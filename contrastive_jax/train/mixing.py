@@ -35,7 +35,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from contrastive_jax.losses._soft_target import smooth_labels
+from contrastive_jax.losses import smooth_labels
 
 Array = jax.Array
 
