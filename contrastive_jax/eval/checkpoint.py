@@ -36,6 +36,7 @@ import numpy as np
 
 from contrastive_jax import data as data_lib
 from contrastive_jax import eval as eval_lib
+from contrastive_jax.data import batching
 from contrastive_jax.eval import registry
 from contrastive_jax.eval.embed import Embedded, embed_split
 from contrastive_jax.eval.evaluator import Setup
@@ -59,7 +60,8 @@ def checkpoint_setup(run: Pretrained, source: data_lib.Source, protocol: ProbePr
     """The :class:`~contrastive_jax.eval.evaluator.Setup` of a restored run: its config's
     sections, its source, every device of this process's mesh."""
     spec = parse(run.config)
-    per_epoch = max(1, source.split("train").num_examples // spec.data.global_batch_size)
+    per_epoch = batching.steps_per_epoch(source.split("train").num_examples,
+                                         spec.data.global_batch_size, source.name)
     return Setup(spec=spec, source=source, mesh=make_mesh(), total_steps=run.step,
                  steps_per_epoch=per_epoch, probe=protocol, features=features)
 

@@ -60,7 +60,7 @@ class Setup:
     steps_per_epoch: int
     probe: ProbeProtocol = ProbeProtocol()
     features: str = "features"
-    #: Splits embedded for a (network, step), shared by the probes of one setup.
+    #: What the evaluators of one setup share (the probes: one network's embedded splits).
     cache: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
 

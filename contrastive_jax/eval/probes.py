@@ -46,17 +46,17 @@ def accuracies(scores: np.ndarray, labels: np.ndarray, resamples: int, seed: int
 def frozen_splits(setup: Setup, network: nnx.Module, step: int) -> tuple[Embedded, Embedded]:
     """The ``train`` and ``test`` splits as features of ``network`` (or as pixels), embedded
     once per network and step for every probe of ``setup``."""
-    key = (setup.features, id(network), step)
-    if key not in setup.cache:
-        setup.cache.clear()  # one network's splits at a time
+    cached = setup.cache.get("frozen_splits")
+    # The network itself is held (not its id, which a later network may reuse) and compared.
+    if cached is None or cached[0] is not network or cached[1] != step:
         data, source = setup.spec.data, setup.source
         if setup.features == "pixels":
-            splits = tuple(pixel_split(data, split, source=source) for split in ("train", "test"))
+            train, test = (pixel_split(data, split, source=source) for split in ("train", "test"))
         else:
-            splits = tuple(embed_split(network, data, split, source=source)
+            train, test = (embed_split(network, data, split, source=source)
                            for split in ("train", "test"))
-        setup.cache[key] = splits
-    return setup.cache[key]
+        cached = setup.cache["frozen_splits"] = (network, step, (train, test))
+    return cached[2]
 
 
 class _Probe:

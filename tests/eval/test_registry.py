@@ -11,12 +11,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from contrastive_jax import data
 from contrastive_jax.errors import ConfigError
 from contrastive_jax.eval import registry
 from contrastive_jax.eval.checkpoint import evaluate_checkpoint, format_results
 from contrastive_jax.eval.embed import embed_split
 from contrastive_jax.eval.evaluator import Setup, due
+from contrastive_jax.eval.probes import frozen_splits
+from contrastive_jax.parallel import make_mesh
 from contrastive_jax.train import loop
+from contrastive_jax.train.spec import parse
+from contrastive_jax.train.step import build_model
 from tests.train import cli_config
 from tests.train.runs import fast_runs  # noqa: F401  (autouse: this module's runs)
 
@@ -80,6 +85,19 @@ def test_an_unknown_evaluator_is_refused_naming_the_registered_ones(tmp_path):
     with pytest.raises(ConfigError, match="no evaluator named 'nope'; the evaluators are "
                                           "knn_monitor, validation, linear, knn, ridge"):
         evaluate_checkpoint(str(tmp_path), evaluators=("nope",))
+
+
+def test_the_probes_embed_once_per_network_and_step_and_each_network_they_are_given():
+    spec = parse(cli_config.tiny_config())
+    setup = Setup(spec, data.load_source(spec.data), make_mesh(), total_steps=1,
+                  steps_per_epoch=1)
+    first, second = (build_model(spec.model, seed=seed).network for seed in (0, 1))
+    first.eval()
+    second.eval()
+    once = frozen_splits(setup, first, 0)
+    assert frozen_splits(setup, first, 0) is once  # the three probes share one embedding
+    other = frozen_splits(setup, second, 0)[1].features  # another network at the same step
+    assert not np.allclose(other, once[1].features)
 
 
 def test_every_registered_evaluator_follows_the_protocol():
